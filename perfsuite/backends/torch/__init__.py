@@ -1,0 +1,1 @@
+"""PyTorch backend: input pipelines per data location, the training step, distribution."""

@@ -1,0 +1,169 @@
+"""Burst worker for PyTorch: ``python -m perfsuite.backends.torch.worker JOB OUT``.
+
+Run directly for one rank, or under torchrun for several (it reads RANK, WORLD_SIZE and
+LOCAL_RANK from torchrun's environment). Rank 0 gathers every rank's figures and writes
+the result record; any rank that fails writes its last error line next to it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from perfsuite.worker_io import write_error, write_record
+
+
+def _init_distributed(device_kind: str, timeout_s: float):
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    backend = "nccl" if device_kind == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist
+
+
+def run(job: dict, out: Path) -> dict | None:
+    import torch
+
+    from perfsuite.backends.torch.data import batches
+    from perfsuite.backends.torch.train import make_step, precision_policy
+    from perfsuite.measure import combine_ranks, run_windows
+    from perfsuite.models.registry import ModelInfo, resolve_builder
+    from perfsuite.spec import BurstSpec
+
+    spec = BurstSpec.from_dict(job["spec"])
+    info = ModelInfo(**job["model"])
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+
+    if spec.device_kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to torch in the burst worker")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(spec.threads)
+        torch.set_num_interop_threads(1)
+    dist = _init_distributed(spec.device_kind, job.get("init_timeout_s", 120))
+
+    # Same initial weights on every rank; distinct batches per rank.
+    torch.manual_seed(spec.seed)
+    model = resolve_builder(info)(num_classes=info.num_classes).to(device)
+    model.train()
+    data = batches(spec, info.num_classes, device, seed=spec.seed + 1000 * rank)
+    step = make_step(spec, model, data, device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    progress = job.get("progress_file") if rank == 0 else None
+    timings = run_windows(
+        step,
+        sync,
+        lambda loss: float(loss.float().item()),
+        warmup_steps=spec.warmup_steps,
+        windows=spec.windows,
+        steps_per_window=spec.steps_per_window,
+        on_step=_progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
+    )
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        import resource
+
+        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        device_name = "cpu"
+    images_per_window = spec.batch_size * spec.steps_per_window
+    mine = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "device": device_name,
+        "window_seconds": timings.window_seconds,
+        "images_per_sec": images_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
+        "loss_first": timings.loss_first,
+        "loss_last": timings.loss_last,
+        "peak_memory_bytes": peak,
+        "warmup_seconds": timings.warmup_seconds,
+    }
+    ranks = [mine]
+    if dist is not None:
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    if rank != 0:
+        return None
+    samples = combine_ranks([r["window_seconds"] for r in ranks], images_per_window)
+    record = {
+        "spec": spec.as_dict(),
+        "model": info.as_dict(),
+        "framework_version": torch.__version__,
+        "device_name": device_name,
+        "precision_dtype": precision_policy(spec, device).dtype,
+        "samples": samples,
+        "window_seconds": [max(r["window_seconds"][w] for r in ranks) for w in range(len(samples))],
+        "images_per_window": images_per_window * spec.world_size,
+        "per_rank": ranks,
+        "loss_first": timings.loss_first,
+        "loss_last": timings.loss_last,
+        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
+        "warmup_seconds": timings.warmup_seconds,
+    }
+    write_record(out, record)
+    return record
+
+
+def _progress_writer(path: str | None, images_per_window: int):
+    """Rank 0 reports k/n and the last window's img/s to a small file the launcher polls."""
+    if path is None:
+        return None
+    target = Path(path)
+
+    def report(done: int, total: int, window_seconds: float | None) -> None:
+        rate = images_per_window / window_seconds if window_seconds else None
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": done, "steps": total, "images_per_sec": rate, "t": time.time()}))
+        os.replace(tmp, target)
+
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m perfsuite.backends.torch.worker JOB.json OUT.json", file=sys.stderr)
+        return 2
+    job_path, out = Path(argv[0]), Path(argv[1])
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        job = json.loads(job_path.read_text())
+        run(job, out)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
+        traceback.print_exc()
+        write_error(out, rank, exc)
+        return 1
+    finally:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

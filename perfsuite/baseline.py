@@ -1,0 +1,262 @@
+"""The baseline store: one JSON file per hardware fingerprint.
+
+Saving must never lose data: a file that cannot be read is never overwritten, other
+entries are kept as they were, and writes are atomic under a lock shared by every
+pytest session that touches the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perfsuite.hardware import Fingerprint
+
+SCHEMA_VERSION = 1
+HISTORY_LIMIT = 20
+HISTORY_FIELDS = ("images_per_sec", "ci_low", "ci_high", "scaling_efficiency", "date", "git_commit")
+LOCK_TIMEOUT_S = 60.0
+
+
+class BaselineError(Exception):
+    """A baseline file cannot be used; the one-line message names the file."""
+
+
+@dataclass
+class BaselineFile:
+    path: Path
+    fingerprint: dict[str, Any]
+    frameworks: dict[str, str] = field(default_factory=dict)
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.entries.get(key)
+
+
+def baseline_path(baseline_dir: Path, fp: Fingerprint) -> Path:
+    return Path(baseline_dir) / f"{fp.id}.json"
+
+
+def load(path: Path) -> BaselineFile | None:
+    """Read a baseline file; None if it does not exist, BaselineError if it is unusable."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot read: {e.strerror or e}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BaselineError(f"{path}: not valid UTF-8 (byte {e.start})") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BaselineError(f"{path}: not valid JSON (line {e.lineno} column {e.colno})") from e
+    except (ValueError, RecursionError) as e:  # e.g. nesting too deep, huge integers
+        raise BaselineError(f"{path}: not valid JSON ({type(e).__name__})") from e
+    return _parse(path, data)
+
+
+def _parse(path: Path, data: Any) -> BaselineFile:
+    if not isinstance(data, dict):
+        raise BaselineError(f"{path}: top level must be an object, found {_json_type(data)}")
+    schema = data.get("schema")
+    if type(schema) is not int:  # bool is an int, and True must not pass as 1
+        raise BaselineError(f"{path}: 'schema' must be an integer, found {_json_type(schema)}")
+    if schema != SCHEMA_VERSION:
+        raise BaselineError(
+            f"{path}: schema {schema} is not supported"
+            f" (this perfsuite reads schema {SCHEMA_VERSION})"
+        )
+    for name in ("fingerprint", "entries"):
+        if not isinstance(data.get(name), dict):
+            raise BaselineError(f"{path}: {name!r} must be an object")
+    frameworks = data.get("frameworks", {})
+    if not isinstance(frameworks, dict):
+        raise BaselineError(f"{path}: 'frameworks' must be an object")
+    for key, entry in data["entries"].items():
+        if not isinstance(entry, dict):
+            raise BaselineError(f"{path}: entry {key!r} must be an object")
+    return BaselineFile(path, data["fingerprint"], frameworks, data["entries"])
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    names[type(None)] = "null"
+    return names.get(type(value), "a number")
+
+
+def save_entries(
+    path: Path,
+    fingerprint: Fingerprint,
+    entries: dict[str, dict[str, Any]],
+    frameworks: dict[str, str],
+) -> BaselineFile:
+    """Merge ``entries`` into the file at ``path`` and return the merged file.
+
+    Given keys are replaced (the old values move into the entry's bounded
+    ``history``); every other entry is kept untouched. If the current file exists but
+    cannot be read, BaselineError is raised and nothing is written.
+    """
+    import filelock  # only saving needs it; reading and gating do not
+
+    path = Path(path)
+    for key, entry in entries.items():
+        if not isinstance(key, str) or not isinstance(entry, dict):
+            raise TypeError(
+                f"entries must map str keys to dicts, got {key!r}: {type(entry).__name__}"
+            )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot create directory: {e.strerror or e}") from e
+
+    lock_path = f"{path}.lock"
+    try:
+        with filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S):
+            current = load(path)  # re-read under the lock: another session may have saved
+            merged = _merge(path, current, fingerprint, entries, frameworks)
+            _write_atomic(path, _document(merged))
+    except filelock.Timeout as e:
+        raise BaselineError(
+            f"{path}: timed out after {LOCK_TIMEOUT_S:g} s waiting for {lock_path}"
+        ) from e
+    except OSError as e:  # the lock file itself could not be created or locked
+        raise BaselineError(f"{path}: cannot lock {lock_path}: {e.strerror or e}") from e
+    return merged
+
+
+def _merge(
+    path: Path,
+    current: BaselineFile | None,
+    fingerprint: Fingerprint,
+    entries: dict[str, dict[str, Any]],
+    frameworks: dict[str, str],
+) -> BaselineFile:
+    merged = dict(current.entries) if current else {}
+    for key, entry in entries.items():
+        merged[key] = _with_history(copy.deepcopy(entry), merged.get(key))
+    versions = {**(current.frameworks if current else {}), **frameworks}
+    return BaselineFile(path, fingerprint.as_dict(), versions, merged)
+
+
+def _with_history(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """``new`` with the previous values appended to its history, newest last."""
+    new.pop("history", None)  # history is the store's to keep, not the caller's
+    if old is None:
+        return new
+    history = old.get("history")
+    history = list(history) if isinstance(history, list) else []
+    history.append({k: old[k] for k in HISTORY_FIELDS if k in old})
+    new["history"] = history[-HISTORY_LIMIT:]
+    return new
+
+
+def _document(bf: BaselineFile) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "fingerprint": bf.fingerprint,
+        "frameworks": bf.frameworks,
+        "entries": bf.entries,
+    }
+
+
+def _write_atomic(path: Path, document: dict[str, Any]) -> None:
+    """Write via a temp file in the same directory and os.replace it onto ``path``.
+
+    Readers see either the old file or the new one, never a partial write; the temp
+    file is removed on any failure.
+    """
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()  # what a plain open() would give, not the temp file's 0600
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot stat: {e.strerror or e}") from e
+    tmp_name = None
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w",
+            encoding="utf-8",
+            dir=path.parent,
+            prefix=f".{path.name}.",
+            suffix=".tmp",
+            delete=False,
+        ) as tmp:
+            tmp_name = tmp.name
+            json.dump(document, tmp, indent=1, sort_keys=True, allow_nan=False)
+            tmp.write("\n")
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.chmod(tmp_name, mode)
+        os.replace(tmp_name, path)
+        tmp_name = None
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot write: {e.strerror or e}") from e
+    except (TypeError, ValueError) as e:  # not JSON-serialisable, NaN or infinity
+        raise BaselineError(f"{path}: cannot store entries: {e}") from e
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename durable; best effort, not every platform allows it."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    # Reading /proc avoids the os.umask() set-and-restore, which races other threads.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """Short hash of HEAD, or None outside a repository or without git."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and commit else None
+
+
+def now_iso() -> str:
+    """Current UTC time, ISO-8601 to the second: '2025-01-31T12:00:00+00:00'."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()

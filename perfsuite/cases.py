@@ -1,0 +1,124 @@
+"""The measurement matrix: which (framework, model, devices, data location, ...) cases a
+test is parametrized over, with their ids, markers and up-front skips."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+from dataclasses import dataclass
+
+from perfsuite.backends import SUPPORTED
+from perfsuite.models.registry import FRAMEWORKS, all_models
+from perfsuite.options import PerfOptions, sweep
+
+# Fixture names the plugin parametrizes, in id order.
+DIMENSIONS = (
+    "framework", "model_name", "device_kind", "device_count",
+    "data_location", "variable_update", "precision", "batch_size",
+)
+
+BURST_LENGTH = {  # (warm-up steps, timed steps, windows) by device kind
+    "cuda": (20, 100, 10),
+    "cpu": (2, 12, 6),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    framework: str
+    model_name: str
+    device_kind: str
+    device_count: int
+    data_location: str
+    variable_update: str
+    precision: str
+    batch_size: int | None  # None: the model's default for the device kind
+    nodes: int = 1
+
+    @property
+    def id(self) -> str:
+        kind = "gpu" if self.device_kind == "cuda" else "cpu"
+        parts = [self.framework, self.model_name, f"{kind}{self.device_count}", self.data_location]
+        if self.nodes > 1:
+            parts.append(f"{self.nodes}nodes")
+        if self.device_count * self.nodes > 1 and self.variable_update != "replicated":
+            parts.append("ps" if self.variable_update == "parameter_server" else self.variable_update)
+        if self.precision != "fp32":
+            parts.append(self.precision)
+        if self.batch_size is not None:
+            parts.append(f"bs{self.batch_size}")
+        return "-".join(parts)
+
+    def value(self, name: str):
+        return getattr(self, name)
+
+
+def framework_installed(framework: str) -> bool:
+    return importlib.util.find_spec(SUPPORTED[framework]["package"]) is not None
+
+
+def selected_models(options: PerfOptions) -> list[tuple[str, str]]:
+    frameworks = options.framework or FRAMEWORKS
+    pairs = []
+    for fw in frameworks:
+        names = [m.name for m in all_models(fw)]
+        chosen = [n for n in options.model if n in names] if options.model else names
+        pairs.extend((fw, n) for n in chosen)
+    return pairs
+
+
+def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
+    gpus = options.gpus if options.gpus is not None else max(1, gpu_count)
+    return [("cuda", n) for n in sweep(gpus)] + [("cpu", n) for n in sweep(options.cpu_workers)]
+
+
+def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
+    cases = []
+    for (fw, model), (kind, n), loc, vu, prec, bs in itertools.product(
+        selected_models(options),
+        device_slots(options, gpu_count),
+        options.data_location,
+        options.variable_update,
+        options.precision,
+        options.batch_size or (None,),
+    ):
+        world = n * options.nnodes
+        if world < min_devices:
+            continue
+        if world == 1 and vu != options.variable_update[0]:
+            continue  # one device has no variable update to vary
+        cases.append(Case(fw, model, kind, n, loc, vu if world > 1 else "replicated", prec, bs, options.nnodes))
+    return cases
+
+
+def skip_reason(case: Case, gpu_count: int) -> str | None:
+    if not framework_installed(case.framework):
+        return f"{case.framework} is not installed (pip install 'perfsuite[{case.framework}]')"
+    support = SUPPORTED[case.framework]
+    if case.data_location not in support["data_locations"]:
+        return f"the {case.framework} backend has no data location {case.data_location!r} yet"
+    if case.device_count * case.nodes > 1 and case.variable_update not in support["variable_updates"]:
+        return f"the {case.framework} backend has no variable update {case.variable_update!r} yet"
+    if case.device_kind == "cuda" and case.device_count > gpu_count:
+        plural = "s" if case.device_count != 1 else ""
+        return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
+    return None
+
+
+def default_threads(options: PerfOptions) -> int:
+    if options.threads_per_worker is not None:
+        return options.threads_per_worker
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // options.cpu_workers)
+
+
+def burst_length(options: PerfOptions, device_kind: str) -> tuple[int, int, int]:
+    warm, steps, windows = BURST_LENGTH[device_kind]
+    warm = options.warmup_steps if options.warmup_steps is not None else warm
+    steps = options.steps if options.steps is not None else steps
+    windows = options.windows if options.windows is not None else min(windows, steps)
+    return warm, steps, windows

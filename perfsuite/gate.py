@@ -1,0 +1,162 @@
+"""The ``perf`` fixture's object: run a burst, compare it with its baseline, assert.
+
+Failure messages are plain one-liners (no traceback): a regression names the spec,
+measured vs baseline img/s, the change, the tolerance and the baseline file; a burst
+that crashed says so and is never called a regression.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from perfsuite import stats
+from perfsuite.baseline import BaselineError
+from perfsuite.result import BurstResult
+from perfsuite.session import PerfSession
+from perfsuite.spec import BurstSpec
+
+
+class PerfWarning(UserWarning):
+    """A measurement worth a look that does not fail the test (inconclusive, improvement)."""
+
+
+class PerfGate:
+    def __init__(self, session: PerfSession, item: pytest.Item):
+        self.session = session
+        self.item = item
+        self.options = session.options
+        marker = item.get_closest_marker("perf")
+        self.marker_tolerance = marker.kwargs.get("tolerance") if marker else None
+
+    # -- raw bursts -------------------------------------------------------------------
+    def burst(self, spec: BurstSpec) -> BurstResult:
+        """Run (or reuse) the burst for ``spec``; fail the test if it produced no result."""
+        result = self.session.burst(spec, test=self.item.nodeid)
+        if not result.ok:
+            pytest.fail(f"burst failed ({spec.label}): {result.error}", pytrace=False)
+        return result
+
+    # -- throughput -------------------------------------------------------------------
+    def assert_throughput(self, spec: BurstSpec) -> BurstResult:
+        result = self.burst(spec)
+        entry, path = self._baseline(spec)
+        tolerance = self._tolerance(entry)
+        if entry is None:
+            result.verdict = stats.compare(result.samples, None, tolerance)
+            self._record(result)
+            self._missing(spec, path)
+            return result
+        verdict = stats.compare(result.samples, entry["samples"], tolerance)
+        if verdict.status == stats.INCONCLUSIVE:
+            # Undecided by noise: one more burst, its windows pooled with the first.
+            result = self.session.rerun(spec)
+            verdict = stats.compare(result.samples, entry["samples"], tolerance)
+        result.verdict, result.baseline, result.baseline_file = verdict, entry, str(path)
+        self._record(result)
+        if self.options.save_baseline:
+            return result
+        base = stats.median(entry["samples"])
+        detail = (
+            f"{spec.label}: {result.images_per_sec:.4g} img/s vs baseline {base:.4g} img/s "
+            f"({verdict.change:+.1%}, tolerance {tolerance:.0%}"
+            + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
+            + f") [baseline {path}]"
+        )
+        self._act(verdict, detail)
+        return result
+
+    # -- scaling ----------------------------------------------------------------------
+    def assert_scaling(self, spec: BurstSpec) -> BurstResult:
+        if spec.world_size < 2:
+            pytest.skip("scaling efficiency needs at least 2 devices")
+        result = self.burst(spec)
+        single = self.burst(self.session.single_device(spec))
+        entry, path = self._baseline(spec)
+        floor = self.options.min_scaling_efficiency
+        verdict = self._scaling_verdict(result, entry, floor)
+        if verdict.status == stats.INCONCLUSIVE:
+            result = self.session.rerun(spec)
+            self.session.rerun(single.spec)
+            verdict = self._scaling_verdict(result, entry, floor)
+        result.scaling_verdict = verdict
+        result.baseline, result.baseline_file = entry, str(path)
+        self._record(result, scaling=True)
+        if verdict.status == stats.NO_BASELINE and floor is None:
+            self._missing(spec, path, what="scaling efficiency")
+            return result
+        if self.options.save_baseline:
+            return result
+        lo, hi = result.scaling_interval
+        base = entry.get("scaling_efficiency") if entry else None
+        against = []
+        if base is not None:
+            against.append(f"baseline {base:.1%} (tolerance {self.options.scaling_tolerance * 100:.0f} pp)")
+        if floor is not None:
+            against.append(f"floor {floor:.0%}")
+        detail = (
+            f"{spec.label}: scaling efficiency {result.scaling_efficiency:.1%} [{lo:.1%}, {hi:.1%}] "
+            f"vs {' and '.join(against)}" + (f" [baseline {path}]" if base is not None else "")
+        )
+        self._act(verdict, detail, what="scaling")
+        return result
+
+    def _scaling_verdict(self, result: BurstResult, entry: dict | None, floor: float | None) -> stats.Verdict:
+        self.session.fill_scaling(result)
+        base = entry.get("scaling_efficiency") if entry else None
+        return stats.compare_scaling(
+            result.scaling_efficiency, result.scaling_interval, base, self.options.scaling_tolerance, floor
+        )
+
+    # -- shared -----------------------------------------------------------------------
+    def _baseline(self, spec: BurstSpec):
+        try:
+            return self.session.baseline_entry(spec), self.session.baseline_path(spec)
+        except BaselineError as exc:
+            pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
+
+    def _tolerance(self, entry: dict | None) -> float:
+        if self.marker_tolerance is not None:
+            return float(self.marker_tolerance)
+        if entry and isinstance(entry.get("tolerance"), (int, float)):
+            return float(entry["tolerance"])
+        return self.options.perf_tolerance
+
+    def _missing(self, spec: BurstSpec, path, what: str = "throughput") -> None:
+        if self.options.save_baseline:
+            return
+        message = f"no {what} baseline for {spec.key()} in {path}: run with --save-baseline"
+        policy = self.options.missing_baseline
+        if policy == "skip":
+            pytest.skip(message)
+        if policy == "fail":
+            pytest.fail(message, pytrace=False)
+
+    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput") -> None:
+        if verdict.status == stats.REGRESSION:
+            label = "scaling regression" if what == "scaling" else "regression"
+            pytest.fail(f"{label}: {detail}", pytrace=False)
+        if verdict.status == stats.INCONCLUSIVE:
+            message = f"inconclusive {what} after a rerun ({verdict.reason}): {detail}"
+            if self.options.inconclusive == "fail":
+                pytest.fail(message, pytrace=False)
+            warnings.warn(PerfWarning(message), stacklevel=3)
+        elif verdict.status == stats.IMPROVEMENT:
+            warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"),
+                          stacklevel=3)
+
+    def _record(self, result: BurstResult, scaling: bool = False) -> None:
+        """Figures into the test's user properties, which --junitxml writes out."""
+        props = self.item.user_properties
+        props.append(("images_per_sec", round(result.images_per_sec, 3)))
+        verdict = result.scaling_verdict if scaling else result.verdict
+        if verdict is not None:
+            props.append(("verdict", verdict.status))
+            if verdict.change is not None:
+                props.append(("change", round(verdict.change, 4)))
+        if result.baseline:
+            props.append(("baseline_images_per_sec", round(result.baseline["images_per_sec"], 3)))
+        if scaling and result.scaling_efficiency is not None:
+            props.append(("scaling_efficiency", round(result.scaling_efficiency, 4)))
+        self.session.rows.append((self.item.nodeid, "scaling" if scaling else "throughput", result))

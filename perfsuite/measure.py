@@ -1,0 +1,94 @@
+"""Timing windows: the framework-neutral measurement loop run inside a burst worker.
+
+Warm-up steps (graph tracing, cuDNN autotuning, allocator growth) are never timed.
+Each timed window ends with a device synchronisation, so a window's wall time covers
+all the work its steps queued; the loss is read back only outside the windows, so the
+measurement adds no extra synchronisation to the steps themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class WindowTimings:
+    window_seconds: list[float]
+    steps_per_window: int
+    warmup_seconds: float
+    loss_first: float
+    loss_last: float
+    window_ends: list[float] = field(default_factory=list)  # clock() at each window's end
+
+
+def run_windows(
+    step: Callable[[], Any],
+    sync: Callable[[], None],
+    loss_value: Callable[[Any], float],
+    *,
+    warmup_steps: int,
+    windows: int,
+    steps_per_window: int,
+    clock: Callable[[], float] = time.perf_counter,
+    on_step: Callable[[int, int, float | None], None] | None = None,
+) -> WindowTimings:
+    """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
+
+    ``step()`` runs one training step and returns its loss (any framework object);
+    ``sync()`` blocks until the device is idle; ``loss_value`` turns a loss into a float.
+    ``on_step(done, total, window_seconds_or_None)`` is called after each timed step.
+    """
+    first_loss = None
+    loss = None
+    start = clock()
+    for _ in range(warmup_steps):
+        loss = step()
+        if first_loss is None:
+            first_loss = loss
+    sync()
+    warmup_seconds = clock() - start
+
+    total = windows * steps_per_window
+    done = 0
+    seconds: list[float] = []
+    ends: list[float] = []
+    for _ in range(windows):
+        t0 = clock()
+        for _ in range(steps_per_window):
+            loss = step()
+            if first_loss is None:
+                first_loss = loss
+            done += 1
+            if on_step is not None and done % steps_per_window:
+                on_step(done, total, None)
+        sync()
+        t1 = clock()
+        seconds.append(t1 - t0)
+        ends.append(t1)
+        if on_step is not None:
+            on_step(done, total, t1 - t0)
+    return WindowTimings(
+        window_seconds=seconds,
+        steps_per_window=steps_per_window,
+        warmup_seconds=warmup_seconds,
+        loss_first=loss_value(first_loss),
+        loss_last=loss_value(loss),
+        window_ends=ends,
+    )
+
+
+def combine_ranks(rank_window_seconds: list[list[float]], images_per_window_per_rank: int) -> list[float]:
+    """Global throughput per window: all ranks' images over the slowest rank's time.
+
+    Ranks step in lockstep through their gradient all-reduce, so the slowest rank's
+    window is the wall time the whole job spent on those images.
+    """
+    world = len(rank_window_seconds)
+    n = min(len(s) for s in rank_window_seconds)
+    out = []
+    for w in range(n):
+        slowest = max(s[w] for s in rank_window_seconds)
+        out.append(world * images_per_window_per_rank / slowest)
+    return out

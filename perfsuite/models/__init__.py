@@ -1,0 +1,1 @@
+"""Benchmark models: the registry and the per-framework model zoos."""

@@ -1,0 +1,162 @@
+"""Run-wide state: the burst cache, the baseline files in use, and what gets saved."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from perfsuite import baseline as store
+from perfsuite import hardware, stats
+from perfsuite.launch import BurstError, LaunchOptions, run_burst
+from perfsuite.models.registry import get_model
+from perfsuite.options import PerfOptions
+from perfsuite.result import BurstResult
+from perfsuite.spec import BurstSpec
+
+
+def fingerprint_kind(spec: BurstSpec) -> str:
+    return "gpu" if spec.device_kind == "cuda" else "cpu"
+
+
+@dataclass
+class PerfSession:
+    options: PerfOptions
+    rootdir: Path
+    results: dict[BurstSpec, BurstResult] = field(default_factory=dict)
+    rows: list[tuple[str, str, BurstResult]] = field(default_factory=list)  # (test, kind, result) per gate check
+    failed_tests: set[str] = field(default_factory=set)
+    messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
+    baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
+    fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="perfsuite-")))
+    progress: Callable[[BurstSpec, dict], None] | None = None
+    before_burst: Callable[[BurstSpec], None] | None = None
+    after_burst: Callable[[BurstSpec], None] | None = None
+
+    # -- bursts -----------------------------------------------------------------------
+    def burst(self, spec: BurstSpec, test: str | None = None, fresh: bool = False) -> BurstResult:
+        """Run ``spec`` once per session (``fresh`` forces a new burst and replaces the cache)."""
+        cached = self.results.get(spec)
+        if cached is None or fresh:
+            result = self._run(spec)
+            if cached is not None:
+                result.tests = cached.tests
+            self.results[spec] = cached = result
+        if test and test not in cached.tests:
+            cached.tests.append(test)
+        return cached
+
+    def rerun(self, spec: BurstSpec) -> BurstResult:
+        """Run ``spec`` again and pool the new windows with the old ones."""
+        first = self.results[spec]
+        again = self._run(spec)
+        pooled = first.pooled_with(again) if again.ok else first
+        pooled.tests = first.tests
+        self.results[spec] = pooled
+        return pooled
+
+    def _run(self, spec: BurstSpec) -> BurstResult:
+        model = get_model(spec.framework, spec.model)
+        workdir = self.workdir / f"burst{len(self.results):04d}"
+        options = LaunchOptions(timeout_s=self.options.burst_timeout, nnodes=self.options.nnodes,
+                                node_rank=self.options.node_rank, rdzv_endpoint=self.options.rdzv_endpoint)
+        on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
+        if self.before_burst:
+            self.before_burst(spec)
+        try:
+            record = run_burst(spec, model, workdir, options, on_progress)
+        except BurstError as exc:
+            return BurstResult(spec, None, str(exc))
+        finally:
+            if self.after_burst:
+                self.after_burst(spec)
+        result = BurstResult(spec, record)
+        if not result.loss_finite:
+            result.error = f"loss is not finite (first {record.get('loss_first')}, last {record.get('loss_last')})"
+        return result
+
+    # -- baselines --------------------------------------------------------------------
+    def fingerprint(self, spec: BurstSpec) -> hardware.Fingerprint:
+        kind = fingerprint_kind(spec)
+        if kind not in self.fingerprints:
+            self.fingerprints[kind] = hardware.fingerprint(kind)
+        return self.fingerprints[kind]
+
+    def baseline_path(self, spec: BurstSpec) -> Path:
+        return store.baseline_path(self.options.baseline_dir, self.fingerprint(spec))
+
+    def baseline_file(self, spec: BurstSpec) -> store.BaselineFile | None:
+        """The baseline file for the spec's hardware; BaselineError if it is unreadable."""
+        kind = fingerprint_kind(spec)
+        if kind not in self.baselines:
+            self.baselines[kind] = store.load(self.baseline_path(spec))
+        return self.baselines[kind]
+
+    def baseline_entry(self, spec: BurstSpec) -> dict | None:
+        file = self.baseline_file(spec)
+        return file.get(spec.key()) if file else None
+
+    # -- scaling ----------------------------------------------------------------------
+    def single_device(self, spec: BurstSpec) -> BurstSpec:
+        return spec.replace(devices=1, nodes=1, variable_update="replicated")
+
+    def fill_scaling(self, result: BurstResult) -> None:
+        """Scaling efficiency of an N-device burst against its 1-device twin, if that ran."""
+        spec = result.spec
+        if spec.world_size < 2 or not result.ok:
+            return
+        single = self.results.get(self.single_device(spec))
+        if single is None or not single.ok:
+            return
+        n = spec.world_size
+        result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
+        result.scaling_interval = stats.scaling_efficiency_ci(result.samples, single.samples, n)
+
+    # -- saving -----------------------------------------------------------------------
+    def entries_to_save(self) -> dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]]:
+        """Entries of every clean burst, grouped by baseline file."""
+        commit = store.git_commit(self.rootdir)
+        date = store.now_iso()
+        out: dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]] = {}
+        for result in self.results.values():
+            if not result.ok or not result.loss_finite:
+                continue
+            if result.tests and all(t in self.failed_tests for t in result.tests):
+                continue  # only bursts from tests that ran cleanly
+            self.fill_scaling(result)
+            spec = result.spec
+            lo, hi = result.interval
+            entry = {
+                "images_per_sec": result.images_per_sec,
+                "ci_low": lo,
+                "ci_high": hi,
+                "samples": result.samples,
+                "scaling_efficiency": result.scaling_efficiency,
+                "scaling_ci": list(result.scaling_interval) if result.scaling_interval else None,
+                "date": date,
+                "git_commit": commit,
+                "framework_version": result.record.get("framework_version"),
+                "device_name": result.record.get("device_name"),
+                "steps": spec.steps,
+                "windows": spec.windows,
+                "runs": result.runs,
+            }
+            old = self.baseline_entry(spec)
+            if old and "tolerance" in old:
+                entry["tolerance"] = old["tolerance"]  # a hand-set per-entry tolerance survives a refresh
+            entry = {k: v for k, v in entry.items() if not (isinstance(v, float) and not math.isfinite(v))}
+            path = self.baseline_path(spec)
+            fp, entries, versions = out.setdefault(path, (self.fingerprint(spec), {}, {}))
+            entries[spec.key()] = entry
+            versions[spec.framework] = result.record.get("framework_version")
+        return out
+
+    def save_baselines(self) -> list[tuple[Path, int]]:
+        saved = []
+        for path, (fp, entries, versions) in self.entries_to_save().items():
+            store.save_entries(path, fp, entries, versions)
+            saved.append((path, len(entries)))
+        return saved

@@ -1,0 +1,122 @@
+"""BurstSpec: the one immutable description of a measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+DEVICE_KINDS = ("cuda", "cpu")
+DATA_LOCATIONS = ("device", "host", "python", "real")
+VARIABLE_UPDATES = ("replicated", "parameter_server")
+PRECISIONS = ("fp32", "amp")
+
+
+@dataclass(frozen=True)
+class BurstSpec:
+    """Everything that decides what a burst measures.
+
+    ``devices`` is the device count on one node: CUDA devices, or CPU workers (one
+    process each, ``threads`` intra-op threads apiece) standing in for devices.
+    ``steps`` timed steps are split into ``windows`` equal windows; the device is
+    synchronised at every window edge and each window gives one throughput sample.
+    """
+
+    framework: str
+    model: str
+    device_kind: str = "cpu"
+    devices: int = 1
+    nodes: int = 1
+    data_location: str = "device"
+    batch_size: int = 32  # per device
+    image_size: int = 224
+    precision: str = "fp32"
+    variable_update: str = "replicated"
+    warmup_steps: int = 2
+    steps: int = 10
+    windows: int = 5
+    threads: int = 1  # intra-op threads per CPU worker; 0 on CUDA
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.device_kind not in DEVICE_KINDS:
+            problems.append(f"device_kind must be one of {DEVICE_KINDS}")
+        if self.data_location not in DATA_LOCATIONS:
+            problems.append(f"data_location must be one of {DATA_LOCATIONS}")
+        if self.variable_update not in VARIABLE_UPDATES:
+            problems.append(f"variable_update must be one of {VARIABLE_UPDATES}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {PRECISIONS}")
+        for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.warmup_steps < 0:
+            problems.append("warmup_steps must be >= 0")
+        if self.windows > self.steps:
+            problems.append("windows must not exceed steps")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.nodes
+
+    @property
+    def steps_per_window(self) -> int:
+        return self.steps // self.windows
+
+    @property
+    def label(self) -> str:
+        """Human words for messages: 'torch resnet50 on 2 CPU workers, data location device'."""
+        unit = "GPU" if self.device_kind == "cuda" else "CPU worker"
+        count = f"{self.devices} {unit}{'s' if self.devices != 1 else ''}"
+        if self.nodes > 1:
+            count += f" x {self.nodes} nodes"
+        extra = []
+        if self.precision != "fp32":
+            extra.append(self.precision)
+        if self.world_size > 1:
+            extra.append(self.variable_update)
+        tail = f" ({', '.join(extra)})" if extra else ""
+        return (
+            f"{self.framework} {self.model} on {count}, batch {self.batch_size}/device, "
+            f"data location {self.data_location}{tail}"
+        )
+
+    def key(self) -> str:
+        """Baseline key: what must match for two bursts to be comparable.
+
+        Burst length (steps, windows, warm-up) is left out on purpose: it changes the
+        sample count, not what the samples estimate.
+        """
+        kind = "gpu" if self.device_kind == "cuda" else "cpu"
+        parts = [
+            self.framework,
+            self.model,
+            f"{kind}{self.devices}",
+            f"nodes{self.nodes}",
+            self.data_location,
+            f"bs{self.batch_size}",
+            f"img{self.image_size}",
+            self.precision,
+        ]
+        if self.world_size > 1:
+            parts.append(self.variable_update)
+        if self.device_kind == "cpu":
+            parts.append(f"threads{self.threads}")
+        return "/".join(parts)
+
+    def replace(self, **changes) -> "BurstSpec":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BurstSpec":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})

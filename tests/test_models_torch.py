@@ -1,0 +1,111 @@
+"""The torch model zoo: sizes against published figures, FLOPs metadata, a training step."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from perfsuite.models import registry  # noqa: E402
+
+# Published parameter counts (torchvision for the ImageNet models it ships; timm/Cadene
+# for Inception-v4; the TensorFlow tutorial's layer sizes for cifar10).
+PUBLISHED_PARAMS = {
+    "cifar10": 1_068_298,
+    "alexnet": 61_100_840,
+    "googlenet": 6_624_904,  # aux_logits=False
+    "inception3": 23_834_568,  # aux_logits=False
+    "inception4": 42_679_816,
+    "resnet50": 25_557_032,
+    "resnet152": 60_192_808,
+    "vgg16": 138_357_544,
+}
+NAMES = sorted(PUBLISHED_PARAMS)
+TRAIN_STEP_MODELS = ("cifar10", "alexnet", "resnet50")
+
+
+def _build(name: str):
+    info = registry.get_model("torch", name)
+    return info, registry.resolve_builder(info)(info.num_classes)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def built(request):
+    """One model at a time: module scope groups the tests of each model together."""
+    torch.manual_seed(0)
+    return _build(request.param)
+
+
+def _param_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_registry_lists_the_zoo():
+    assert registry.model_names("torch") == NAMES
+
+
+def test_param_count(built):
+    info, model = built
+    count = _param_count(model)
+    assert count == info.params
+    published = PUBLISHED_PARAMS[info.name]
+    assert abs(count - published) <= 0.005 * published
+
+
+def test_flops_metadata_matches_measurement(built):
+    info, model = built
+    x = torch.randn(1, 3, info.image_size, info.image_size)
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        logits = model(x)
+    assert logits.shape == (1, info.num_classes)
+    assert info.flops == pytest.approx(counter.get_total_flops(), rel=0.02)
+
+
+@pytest.mark.parametrize("name", TRAIN_STEP_MODELS)
+def test_train_step_gives_finite_loss(name):
+    torch.manual_seed(0)
+    info, model = _build(name)
+    model.train()
+    x = torch.randn(2, 3, info.image_size, info.image_size)
+    y = torch.randint(0, info.num_classes, (2,))
+    logits = model(x)
+    assert logits.shape == (2, info.num_classes)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    assert math.isfinite(loss.item())
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_channels_last_under_autocast():
+    # The bursts run channels_last under autocast; bfloat16 is autocast's CPU dtype.
+    info, model = _build("cifar10")
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, info.image_size, info.image_size).to(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x)
+    assert logits.dtype == torch.bfloat16
+    loss = torch.nn.functional.cross_entropy(logits.float(), torch.zeros(2, dtype=torch.long))
+    loss.backward()
+    assert math.isfinite(loss.item())
+
+
+def test_model_modules_import_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import perfsuite.models.registry as r\n"
+        "print(','.join(m.name for m in r.all_models('torch')))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().split(",") == NAMES
