@@ -55,6 +55,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--model", "model to measure; repeatable (default: all registered)", "str", repeat=True, metavar="NAME"),
     Option("--data-location", "where input batches come from; repeatable (default: device)",
            "choice", repeat=True, choices=DATA_LOCATIONS, default=("device",), metavar="{" + ",".join(DATA_LOCATIONS) + "}"),
+    Option("--augment-on", "where the `real` data location decodes and augments images (default: cpu)",
+           "choice", choices=("cpu", "device"), default="cpu", metavar="{cpu,device}"),
+    Option("--data-dir", "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
+           "default: a small generated one in the cache", "path", metavar="DIR"),
+    Option("--xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
     Option("--variable-update", "how gradients meet across devices; repeatable (default: replicated)",
            "choice", repeat=True, choices=VARIABLE_UPDATES, default=("replicated",),
            metavar="{" + ",".join(VARIABLE_UPDATES) + "}"),
@@ -108,6 +113,9 @@ class PerfOptions:
     data_location: tuple[str, ...]
     variable_update: tuple[str, ...]
     batch_size: tuple[int, ...]
+    augment_on: str
+    data_dir: Path | None
+    xla: bool
     precision: tuple[str, ...]
     steps: int | None
     windows: int | None

@@ -96,7 +96,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
-        case_id = case.id if len(names) == len(matrix.DIMENSIONS) else "-".join(_short(n, case) for n in names)
+        case_id = case.id if len(names) == len(matrix.DIMENSIONS) else "-".join(
+            _short(n, case) for n in names if not (n == "device_kind" and "device_count" in names)
+        )
         params.append(pytest.param(*values, marks=marks, id=case_id))
     if not params:
         params = [pytest.param(*([None] * len(names)), marks=pytest.mark.skip(reason="no case matches the options"),
@@ -179,6 +181,9 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
         steps=steps,
         windows=windows,
         threads=matrix.default_threads(options) if device_kind == "cpu" else 0,
+        augment_on=options.augment_on,
+        data_dir=str(options.data_dir) if options.data_dir else None,
+        xla=options.xla and framework == "tf",
     )
 
 

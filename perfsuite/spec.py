@@ -10,6 +10,7 @@ DEVICE_KINDS = ("cuda", "cpu")
 DATA_LOCATIONS = ("device", "host", "python", "real")
 VARIABLE_UPDATES = ("replicated", "parameter_server")
 PRECISIONS = ("fp32", "amp")
+AUGMENT_PLACES = ("cpu", "device")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class BurstSpec:
     steps: int = 10
     windows: int = 5
     threads: int = 1  # intra-op threads per CPU worker; 0 on CUDA
+    augment_on: str = "cpu"  # where the `real` pipeline decodes/augments: host cores or the compute device
+    data_dir: str | None = None  # user's dataset for `real`; None: a generated one in the cache
+    xla: bool = False  # TensorFlow: jit-compile the training step
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -46,6 +50,8 @@ class BurstSpec:
             problems.append(f"data_location must be one of {DATA_LOCATIONS}")
         if self.variable_update not in VARIABLE_UPDATES:
             problems.append(f"variable_update must be one of {VARIABLE_UPDATES}")
+        if self.augment_on not in AUGMENT_PLACES:
+            problems.append(f"augment_on must be one of {AUGMENT_PLACES}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {PRECISIONS}")
         for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
@@ -57,6 +63,9 @@ class BurstSpec:
             problems.append("windows must not exceed steps")
         if problems:
             raise ValueError("; ".join(problems))
+        # One device has no variable update; normalising keeps equal bursts equal.
+        if self.world_size == 1 and self.variable_update != "replicated":
+            object.__setattr__(self, "variable_update", "replicated")
 
     @property
     def world_size(self) -> int:
@@ -103,6 +112,10 @@ class BurstSpec:
         ]
         if self.world_size > 1:
             parts.append(self.variable_update)
+        if self.data_location == "real" and self.augment_on != "cpu":
+            parts.append(f"augment-{self.augment_on}")
+        if self.xla:
+            parts.append("xla")
         if self.device_kind == "cpu":
             parts.append(f"threads{self.threads}")
         return "/".join(parts)

@@ -6,15 +6,15 @@ updates each backend implements, so the plugin can refuse or skip a case up fron
 
 SUPPORTED = {
     "torch": {
-        "data_locations": ("device", "host", "python"),
+        "data_locations": ("device", "host", "python", "real"),
         "variable_updates": ("replicated", "parameter_server"),
         "worker": "perfsuite.backends.torch.worker",
         "package": "torch",
     },
     "tf": {
-        "data_locations": (),
-        "variable_updates": (),
-        "worker": None,
+        "data_locations": ("device", "host", "python"),
+        "variable_updates": ("replicated", "parameter_server"),
+        "worker": "perfsuite.backends.tf.worker",
         "package": "tensorflow",
     },
 }

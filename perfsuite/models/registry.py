@@ -28,7 +28,15 @@ _BUILTIN_MODULES = {
         "perfsuite.models.torch.resnet",
         "perfsuite.models.torch.vgg",
     ),
-    "tf": (),
+    "tf": (
+        "perfsuite.models.tf.cifar10",
+        "perfsuite.models.tf.alexnet",
+        "perfsuite.models.tf.googlenet",
+        "perfsuite.models.tf.inception3",
+        "perfsuite.models.tf.inception4",
+        "perfsuite.models.tf.resnet",
+        "perfsuite.models.tf.vgg",
+    ),
 }
 
 

@@ -68,10 +68,18 @@ def python_batches(spec, num_classes, device, seed, workers: int = 2) -> Iterato
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
+def _real(spec, num_classes, device, seed) -> Iterator:
+    # Imported on use: the real pipeline needs Pillow, the synthetic ones do not.
+    from perfsuite.backends.torch.real import real_batches
+
+    return real_batches(spec, num_classes, device, seed)
+
+
 PIPELINES = {
     "device": device_batches,
     "host": host_batches,
     "python": python_batches,
+    "real": lambda *args: _real(*args),
 }
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from perfsuite.cli import main
+
+sys.exit(main())

@@ -1,0 +1,88 @@
+"""Input pipelines, one per data location.
+
+Each returns a ``Feed``: what the compiled step is called with, and how the step takes
+one per-replica batch (NHWC images, int32 labels) out of it inside the graph, so that
+fetching a batch costs no Python round trip of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from perfsuite.spec import BurstSpec
+
+
+@dataclass
+class Feed:
+    source: Any  # per-replica tensors, or a distributed iterator
+    take: Callable[[Any], tuple]  # runs inside the step: source -> (images, labels)
+
+
+def _shape(spec: BurstSpec, batch: int) -> tuple[int, ...]:
+    return (batch, spec.image_size, spec.image_size, 3)
+
+
+def device_feed(spec, strategy, num_classes, seed) -> Feed:
+    """Synthetic tensors created once on each compute device and reused (tensorpack 'gpu')."""
+    devices = strategy.extended.worker_devices
+
+    def make(ctx):
+        with tf.device(devices[ctx.replica_id_in_sync_group]):
+            rng = tf.random.Generator.from_seed(seed + ctx.replica_id_in_sync_group)
+            images = rng.normal(_shape(spec, spec.batch_size))
+            labels = rng.uniform((spec.batch_size,), 0, num_classes, dtype=tf.int32)
+            return tf.identity(images), tf.identity(labels)
+
+    return Feed(strategy.experimental_distribute_values_from_function(make), lambda values: values)
+
+
+def host_feed(spec, strategy, num_classes, seed) -> Feed:
+    """Synthetic tensors in host memory, split and copied to the devices every step (tensorpack 'cpu')."""
+    global_batch = spec.batch_size * strategy.num_replicas_in_sync
+    rng = np.random.default_rng(seed)
+    with tf.device("/cpu:0"):
+        images = tf.constant(rng.standard_normal(_shape(spec, global_batch), dtype=np.float32))
+        labels = tf.constant(rng.integers(0, num_classes, global_batch, dtype=np.int32))
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat().prefetch(tf.data.AUTOTUNE)
+    return Feed(iter(strategy.experimental_distribute_dataset(dataset)), next)
+
+
+def python_feed(spec, strategy, num_classes, seed) -> Feed:
+    """Batches built by Python/NumPy code, one per replica per step (tensorpack 'python')."""
+
+    def generate():
+        rng = np.random.default_rng(seed)
+        while True:
+            images = rng.standard_normal(_shape(spec, spec.batch_size), dtype=np.float32)
+            yield images, rng.integers(0, num_classes, spec.batch_size, dtype=np.int32)
+
+    def dataset(_ctx):
+        return tf.data.Dataset.from_generator(
+            generate,
+            output_signature=(
+                tf.TensorSpec(_shape(spec, spec.batch_size), tf.float32),
+                tf.TensorSpec((spec.batch_size,), tf.int32),
+            ),
+        ).prefetch(tf.data.AUTOTUNE)
+
+    # One input pipeline per process, whose batches go to the replicas in turn.
+    return Feed(iter(strategy.distribute_datasets_from_function(dataset)), next)
+
+
+PIPELINES = {
+    "device": device_feed,
+    "host": host_feed,
+    "python": python_feed,
+}
+
+
+def feed(spec: BurstSpec, strategy: tf.distribute.Strategy, num_classes: int, seed: int) -> Feed:
+    try:
+        make = PIPELINES[spec.data_location]
+    except KeyError:
+        raise ValueError(f"data location {spec.data_location!r} is not implemented for tf") from None
+    return make(spec, strategy, num_classes, seed)

@@ -1,0 +1,115 @@
+"""The training step: SGD with momentum, a precision policy, one step across all replicas."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import keras
+import tensorflow as tf
+
+from perfsuite.backends.tf.data import Feed
+from perfsuite.spec import BurstSpec
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class Precision:
+    policy: str  # Keras dtype policy
+    dtype: str  # compute dtype, for the record
+    loss_scaling: bool
+
+
+def precision_policy(spec: BurstSpec) -> Precision:
+    if spec.precision == "fp32":
+        return Precision("float32", "float32", False)
+    if spec.device_kind == "cuda":
+        # fp16 needs loss scaling to keep small gradients from flushing to zero.
+        return Precision("mixed_float16", "float16", True)
+    return Precision("mixed_bfloat16", "bfloat16", False)
+
+
+def make_optimizer(precision: Precision) -> keras.optimizers.Optimizer:
+    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    if precision.loss_scaling:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
+
+
+def _write_state(variables: list, values: list) -> None:
+    """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
+    context: a variable in central storage exists once, so the replicas' values are
+    averaged (integer seed state: the first replica's) rather than each written over it.
+    """
+
+    def merge(strategy, values):
+        for variable, value in zip(variables, values):
+            variable = variable.value  # the tf.Variable under the Keras variable
+            if variable.dtype.is_floating:
+                value = strategy.extended.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=variable)
+            else:
+                value = strategy.experimental_local_results(value)[0]
+            strategy.extended.update(variable, lambda v, x: v.assign(x), args=(value,), group=False)
+
+    if variables:
+        tf.distribute.get_replica_context().merge_call(merge, args=(values,))
+
+
+def make_step(
+    spec: BurstSpec,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    feed: Feed,
+) -> Callable[[], tf.Tensor]:
+    """Return ``step()``: one forward, backward and update on every replica; it returns
+    the global mean loss as a tensor, left unread so the step forces no host sync.
+
+    The model and optimizer must have been built in ``strategy.scope()``; the
+    optimizer's slots must exist before the first step, since creating them inside a
+    replica context fails with several replicas.
+
+    The forward and backward pass is a pure function of the weights, read once per
+    step on the replica's device: a copy from the parameter device for central storage.
+    That keeps every variable access outside the part XLA compiles, as XLA may only
+    touch variables on its own device.
+    """
+    global_batch = spec.batch_size * strategy.num_replicas_in_sync
+    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    weights_vars = model.trainable_variables
+    state_vars = model.non_trainable_variables
+
+    def gradients(images, labels, weights, state, scale):
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, state = model.stateless_call(weights, state, images, training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, tf.cast(logits, tf.float32), from_logits=True
+            )
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            target = loss * scale if scaled else loss
+        return loss, tape.gradient(target, weights), state
+
+    if spec.xla:
+        gradients = tf.function(gradients, jit_compile=True)
+
+    def replica_step(images, labels):
+        weights = [tf.convert_to_tensor(v.value) for v in weights_vars]
+        state = [tf.convert_to_tensor(v.value) for v in state_vars]
+        scale = tf.convert_to_tensor(optimizer.dynamic_scale.value) if scaled else tf.constant(1.0)
+        loss, grads, state = gradients(images, labels, weights, state, scale)
+        # apply_gradients all-reduces (mirrored) or aggregates (central storage) the
+        # gradients, and with loss scaling unscales them and skips non-finite steps.
+        optimizer.apply_gradients(zip(grads, weights_vars))
+        _write_state(state_vars, state)
+        return loss
+
+    @tf.function
+    def train_step(source):
+        images, labels = feed.take(source)
+        losses = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return lambda: train_step(feed.source)

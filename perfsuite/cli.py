@@ -1,0 +1,65 @@
+"""``python -m perfsuite``: look at this machine and the model registry without running pytest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from perfsuite import hardware
+from perfsuite.models.registry import FRAMEWORKS, all_models
+
+
+def _fingerprint(args: argparse.Namespace) -> int:
+    fps = [hardware.cpu_fingerprint()]
+    gpu = hardware.gpu_fingerprint()
+    if gpu is not None:
+        fps.append(gpu)
+    if args.json:
+        print(json.dumps([dict(fp.as_dict(), id=fp.id) for fp in fps], indent=1))
+    else:
+        for fp in fps:
+            print(f"{fp.kind}: {hardware.describe(fp)}")
+            print(f"  baseline file: {fp.id}.json")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    models = all_models(args.framework)
+    if args.json:
+        print(json.dumps([m.as_dict() for m in models], indent=1))
+        return 0
+    header = ("name", "framework", "params", "image", "batch/device", "batch/cpu worker", "GFLOPs/image")
+    rows = [
+        (m.name, m.framework, f"{m.params / 1e6:.1f}M", str(m.image_size), str(m.batch_size),
+         str(m.cpu_batch_size), f"{m.flops / 1e9:.2f}")
+        for m in models
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m perfsuite", description=__doc__.split("\n")[0].strip("`: "))
+    sub = p.add_subparsers(dest="command", required=True)
+    fp = sub.add_parser("fingerprint", help="print this machine's hardware fingerprint(s)")
+    fp.add_argument("--json", action="store_true", help="machine-readable output")
+    fp.set_defaults(run=_fingerprint)
+    models = sub.add_parser("models", help="list the registered models")
+    models.add_argument("--framework", choices=FRAMEWORKS, help="only this framework's models")
+    models.add_argument("--json", action="store_true", help="machine-readable output")
+    models.set_defaults(run=_models)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any command
+        print(f"python -m perfsuite {args.command}: {exc}", file=sys.stderr)
+        return 1

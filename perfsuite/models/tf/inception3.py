@@ -1,0 +1,25 @@
+"""Inception v3: Szegedy et al., "Rethinking the Inception Architecture for Computer
+Vision" (2015), as keras.applications (no auxiliary head; batch norm without scale)."""
+
+from __future__ import annotations
+
+from perfsuite.models.registry import register_model
+
+
+@register_model(
+    "inception3",
+    framework="tf",
+    image_size=299,
+    batch_size=64,
+    cpu_batch_size=2,
+    params=23_851_784,
+    flops=1.14e10,
+)
+def inception3(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+    """Inception v3 (Szegedy et al. 2015, "Rethinking the Inception Architecture"), keras.applications."""
+    import keras
+
+    size = image_size or 299
+    return keras.applications.InceptionV3(
+        weights=None, input_shape=(size, size, 3), classes=num_classes, classifier_activation=None
+    )

@@ -1,0 +1,169 @@
+"""Options, [tool.perfsuite], markers, parametrization and usage errors, through pytester."""
+
+import subprocess
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import pytest
+
+def test_throughput(perf, burst_spec):
+    perf.assert_throughput(burst_spec)
+
+@pytest.mark.perf(min_devices=2)
+def test_scaling(perf, burst_spec):
+    perf.assert_scaling(burst_spec)
+"""
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def test_plugin_import_stays_light():
+    code = (
+        "import sys, perfsuite.plugin, perfsuite.models.registry as r; r.all_models();"
+        "heavy = [m for m in ('torch', 'tensorflow', 'keras', 'scipy', 'numpy') if m in sys.modules];"
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_help_shows_one_option_group(pytester):
+    result = pytester.runpytest("--help")
+    out = result.stdout.str()
+    assert "perfsuite: training bursts gated against baselines" in out
+    for flag in ("--gpus", "--cpu-workers", "--framework", "--model", "--data-location", "--variable-update",
+                 "--batch-size", "--precision", "--steps", "--warmup-steps", "--baseline-dir", "--save-baseline",
+                 "--perf-tolerance", "--missing-baseline", "--min-scaling-efficiency", "--perf-json", "--nnodes",
+                 "--node-rank", "--rdzv-endpoint", "--worker-hosts"):
+        assert flag in out, flag
+
+
+def test_markers_registered(pytester):
+    out = pytester.runpytest("--markers").stdout.str()
+    for name in ("gpu", "cpu", "multinode", "torch", "tf", "slow", "perf"):
+        assert f"@pytest.mark.{name}" in out
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpus", "0"], ["--gpus", ">= 1"]),
+        (["--gpus", "four"], ["--gpus", "integer", "four"]),
+        (["--cpu-workers", "-2"], ["--cpu-workers", ">= 1"]),
+        (["--model", "resnet51"], ["--model", "resnet51", "resnet50"]),
+        (["--framework", "jax"], ["--framework", "jax", "torch, tf"]),
+        (["--data-location", "disk"], ["--data-location", "disk", "device, host, python, real"]),
+        (["--variable-update", "gossip"], ["--variable-update", "replicated, parameter_server"]),
+        (["--precision", "fp8"], ["--precision", "fp32, amp"]),
+        (["--batch-size", "0"], ["--batch-size", ">= 1"]),
+        (["--steps", "1.5"], ["--steps", "integer"]),
+        (["--warmup-steps", "-1"], ["--warmup-steps", ">= 0"]),
+        (["--perf-tolerance", "nan"], ["--perf-tolerance", "number"]),
+        (["--perf-tolerance", "1.5"], ["--perf-tolerance", "<= 0.99"]),
+        (["--missing-baseline", "ignore"], ["--missing-baseline", "skip, fail, pass"]),
+        (["--min-scaling-efficiency", "-0.1"], ["--min-scaling-efficiency", ">= 0"]),
+        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], ["node rank 2", "--nnodes 2"]),
+        (["--nnodes", "2"], ["--nnodes > 1 needs --rdzv-endpoint"]),
+        (["--rdzv-endpoint", "host"], ["--rdzv-endpoint", "HOST:PORT"]),
+        (["--rdzv-endpoint", "host:99999"], ["--rdzv-endpoint", "1-65535"]),
+        (["--nnodes", "2", "--worker-hosts", "a:1"], ["--worker-hosts", "1 hosts", "--nnodes is 2"]),
+        (["--steps", "3", "--windows", "5"], ["--windows", "5 windows", "3"]),
+    ],
+)
+def test_bad_option_is_one_line_usage_error(suite, args, words):
+    result = suite.runpytest_subprocess(*args, "--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr.str()
+    for word in words:
+        assert word in errors[0]
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_pyproject_table_sets_defaults_and_cli_wins(suite):
+    suite.makepyprojecttoml("[tool.perfsuite]\ncpu_workers = 4\nmodels = ['cifar10']\nframeworks = ['torch']\n")
+    ids = suite.runpytest("--co", "-q", "-m", "cpu").stdout.str()
+    assert "test_throughput[torch-cifar10-cpu4-device]" in ids
+    assert "resnet50" not in ids
+    ids = suite.runpytest("--co", "-q", "-m", "cpu", "--cpu-workers", "2").stdout.str()
+    assert "cpu4" not in ids and "test_throughput[torch-cifar10-cpu2-device]" in ids
+
+
+def test_pyproject_unknown_key_is_usage_error(suite):
+    suite.makepyprojecttoml("[tool.perfsuite]\ngpu = 4\n")
+    result = suite.runpytest("--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unknown key 'gpu' in [tool.perfsuite]" in result.stderr.str()
+
+
+def test_pyproject_bad_value_names_the_key(suite):
+    suite.makepyprojecttoml("[tool.perfsuite]\nperf_tolerance = 'lots'\n")
+    result = suite.runpytest("--co")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "perf_tolerance in [tool.perfsuite]" in result.stderr.str()
+
+
+def test_device_sweep_and_scaling_cases(suite):
+    out = suite.runpytest("--co", "-q", "--framework", "torch", "--model", "cifar10", "--gpus", "6",
+                          "--cpu-workers", "3").stdout.str()
+    for n in (1, 2, 4, 6):
+        assert f"test_throughput[torch-cifar10-gpu{n}-device]" in out
+    for n in (1, 2, 3):
+        assert f"test_throughput[torch-cifar10-cpu{n}-device]" in out
+    assert "test_scaling[torch-cifar10-gpu1-device]" not in out
+    assert "test_scaling[torch-cifar10-gpu2-device]" in out
+    assert "test_scaling[torch-cifar10-cpu3-device]" in out
+
+
+def test_repeatable_dimensions_multiply(suite):
+    out = suite.runpytest("--co", "-q", "-m", "cpu", "--framework", "torch", "--model", "cifar10",
+                          "--data-location", "device", "--data-location", "host",
+                          "--variable-update", "replicated,parameter_server",
+                          "--precision", "amp", "--batch-size", "16").stdout.str()
+    assert "test_throughput[torch-cifar10-cpu1-host-amp-bs16]" in out
+    assert "test_throughput[torch-cifar10-cpu2-device-ps-amp-bs16]" in out
+    # one device has no variable update: no parameter-server twin of the 1-device case
+    assert "cpu1-device-ps" not in out
+
+
+def test_gpu_cases_skip_without_gpus(suite):
+    result = suite.runpytest("-m", "gpu", "--gpus", "4", "--framework", "torch", "--model", "cifar10", "-rs")
+    result.assert_outcomes(skipped=5)  # 3 throughput (1, 2, 4) + 2 scaling (2, 4)
+    result.stdout.fnmatch_lines(["*needs 1 CUDA device, found 0*"])
+    result.stdout.fnmatch_lines(["*needs 4 CUDA devices, found 0*"])
+
+
+def test_framework_not_installed_skips(suite, monkeypatch):
+    import perfsuite.cases
+
+    monkeypatch.setattr(perfsuite.cases, "framework_installed", lambda fw: False)
+    result = suite.runpytest_inprocess("-m", "cpu", "--framework", "torch", "--model", "cifar10", "-rs")
+    result.assert_outcomes(skipped=3)
+    assert "torch is not installed (pip install 'perfsuite[torch]')" in result.stdout.str()
+
+
+def test_markers_select_framework_and_device_kind(suite):
+    out = suite.runpytest("--co", "-q", "-m", "torch and cpu", "--model", "cifar10").stdout.str()
+    assert "gpu" not in out.split("collected")[0]
+    assert "test_throughput[torch-cifar10-cpu1-device]" in out
+
+
+def test_plain_device_count_fixture_is_swept(pytester):
+    pytester.makepyfile("def test_n(device_count, device_kind):\n    assert device_count >= 1\n")
+    out = pytester.runpytest("--co", "-q", "--cpu-workers", "4", "--gpus", "2").stdout.str()
+    for case in ("gpu1", "gpu2", "cpu1", "cpu2", "cpu4"):
+        assert f"test_n[{case}]" in out
+
+
+def test_unrelated_tests_are_untouched(pytester):
+    pytester.makepyfile("import pytest\n@pytest.fixture\ndef model_name():\n    return 'mine'\n"
+                        "def test_x(model_name):\n    assert model_name == 'mine'\n")
+    pytester.runpytest().assert_outcomes(passed=1)

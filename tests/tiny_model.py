@@ -1,0 +1,38 @@
+"""A tiny registered model for the plugin's own tests: bursts take milliseconds per step.
+
+``PERFSUITE_TINY_STEP_MS`` sets a fixed cost per forward pass so timings are stable on a
+busy machine, and ``PERFSUITE_TINY_SLOWDOWN`` multiplies it: a known, injected slowdown.
+``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
+"""
+
+import os
+
+from perfsuite import register_model
+
+
+@register_model("tiny", framework="torch", image_size=8, batch_size=8, cpu_batch_size=8, params=196,
+                flops=2 * 192 * 4, num_classes=4)
+def tiny(num_classes: int = 4):
+    """A linear classifier on 8x8 images with a fixed, sleep-based cost per step."""
+    import time
+
+    import torch
+    from torch import nn
+
+    if os.environ.get("PERFSUITE_TINY_CRASH"):
+        raise RuntimeError("tiny model refused to build (PERFSUITE_TINY_CRASH)")
+    step_s = float(os.environ.get("PERFSUITE_TINY_STEP_MS", "4")) / 1000
+    step_s *= float(os.environ.get("PERFSUITE_TINY_SLOWDOWN", "1"))
+    nan = bool(os.environ.get("PERFSUITE_TINY_NAN"))
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3 * 8 * 8, num_classes)
+
+        def forward(self, x):
+            time.sleep(step_s)
+            out = self.fc(x.flatten(1))
+            return out * float("nan") if nan else out
+
+    return Tiny()
