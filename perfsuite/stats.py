@@ -103,21 +103,22 @@ def compare(
         raise ValueError("no current samples")
     cur, base = median(current), median(baseline)
     ratio = cur / base if base > 0 else math.inf
+    enough = min(len(current), len(baseline)) >= MIN_SAMPLES
     if ratio < 1.0 - tolerance:
         p = drop_p_value(current, baseline)
-        if p < alpha:
+        if p < alpha and enough:
             return Verdict(REGRESSION, ratio, p, tolerance, f"drop beyond tolerance, p={p:.3g}")
         return Verdict(
             INCONCLUSIVE,
             ratio,
             p,
             tolerance,
-            f"median is below tolerance but the drop is not significant (p={p:.3g} >= {alpha:g}"
-            f" with {len(current)} vs {len(baseline)} windows)",
+            f"median is below tolerance but the drop is not significant (p={p:.3g}, alpha {alpha:g},"
+            f" {len(current)} vs {len(baseline)} windows, {MIN_SAMPLES} needed on each side)",
         )
     if ratio > 1.0 + tolerance:
         p = gain_p_value(current, baseline)
-        if p < alpha:
+        if p < alpha and enough:
             return Verdict(IMPROVEMENT, ratio, p, tolerance, "gain beyond tolerance: refresh the baseline")
         return Verdict(PASS, ratio, p, tolerance, "gain beyond tolerance, not significant")
     return Verdict(PASS, ratio, None, tolerance, "within tolerance")

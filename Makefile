@@ -1,0 +1,32 @@
+# make perf: set up, then run the CPU performance suite (the main job)
+# make test: set up, then run perfsuite's own tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# Without an NVIDIA GPU: the CPU builds of torch and TensorFlow (an unpinned torch pulls
+# several GB of CUDA packages).
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+ifeq ($(HAS_GPU),yes)
+FRAMEWORKS := -e ".[torch,dev]" "tensorflow[and-cuda]>=2.16" pillow
+else
+FRAMEWORKS := -e ".[dev]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
+endif
+PERF_REPORT ?= perf-report
+PERF_ARGS ?= --model cifar10 --model resnet50
+
+.PHONY: setup perf test clean
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(FRAMEWORKS)
+	touch $@
+
+perf: setup
+	$(BIN)/python -m pytest tests_perf -m "cpu and not slow" $(PERF_ARGS) --perf-json $(PERF_REPORT)/results.json -rs
+
+test: setup
+	$(BIN)/python -m pytest tests -q
+
+clean:
+	rm -rf $(VENV) $(PERF_REPORT)
