@@ -41,6 +41,8 @@ class PerfGate:
     # -- throughput -------------------------------------------------------------------
     def assert_throughput(self, spec: BurstSpec) -> BurstResult:
         result = self.burst(spec)
+        if result.remote:
+            return result  # node 0 holds the figures and gates them
         entry, path = self._baseline(spec)
         tolerance = self._tolerance(entry)
         if entry is None:
@@ -72,6 +74,8 @@ class PerfGate:
         if spec.world_size < 2:
             pytest.skip("scaling efficiency needs at least 2 devices")
         result = self.burst(spec)
+        if result.remote:
+            return result  # node 0 runs the 1-device burst and gates the efficiency
         single = self.burst(self.session.single_device(spec))
         entry, path = self._baseline(spec)
         floor = self.options.min_scaling_efficiency
@@ -149,7 +153,8 @@ class PerfGate:
     def _record(self, result: BurstResult, scaling: bool = False) -> None:
         """Figures into the test's user properties, which --junitxml writes out."""
         props = self.item.user_properties
-        props.append(("images_per_sec", round(result.images_per_sec, 3)))
+        if result.images_per_sec is not None:
+            props.append(("images_per_sec", round(result.images_per_sec, 3)))
         verdict = result.scaling_verdict if scaling else result.verdict
         if verdict is not None:
             props.append(("verdict", verdict.status))

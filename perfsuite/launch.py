@@ -8,6 +8,7 @@ launcher of our own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -51,22 +52,32 @@ def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions
     if spec.nodes == 1:
         run.append("--standalone")  # c10d rendezvous on a free local port
     else:
+        timeout = int(options.init_timeout_s)
+        # Node 0 hosts the c10d store, so on one machine (127.0.0.1) the roles are not
+        # left to a race; every node derives the same run id from the spec.
+        conf = f"join_timeout={timeout},read_timeout={timeout},is_host={int(options.node_rank == 0)}"
         run += [
             f"--nnodes={spec.nodes}",
             f"--node-rank={options.node_rank}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint={options.rdzv_endpoint}",
-            f"--rdzv-id=perfsuite-{abs(hash(spec.key())) % 10**8}",
-            f"--rdzv-conf=join_timeout={int(options.init_timeout_s)}",
+            f"--rdzv-id={rendezvous_id(spec)}",
+            f"--rdzv-conf={conf}",
         ]
     return run + ["-m", module, str(job), str(out)]
 
 
-def worker_env(spec: BurstSpec) -> dict[str, str]:
+def rendezvous_id(spec: BurstSpec) -> str:
+    """The same on every node for the same burst, different between bursts."""
+    return "perfsuite-" + hashlib.sha1(spec.key().encode()).hexdigest()[:12]
+
+
+def worker_env(spec: BurstSpec, node_rank: int = 0) -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(perfsuite.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
+    env["PERFSUITE_NODE_RANK"] = str(node_rank)
     if spec.device_kind == "cpu":
         # Each CPU worker stands in for one device: a fixed share of cores, no GPU.
         env["OMP_NUM_THREADS"] = str(spec.threads)
@@ -104,7 +115,7 @@ def run_burst(
     started = time.monotonic()
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=worker_env(spec), start_new_session=True
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=worker_env(spec, options.node_rank if spec.nodes > 1 else 0), start_new_session=True
         )
         seen = None
         while True:
@@ -127,8 +138,11 @@ def run_burst(
                     f"burst timed out after {options.timeout_s:.0f} s"
                     + _suffix(_last_error_line(out, log))
                 )
+    if proc.returncode == 0 and spec.nodes > 1 and options.node_rank != 0:
+        # Rank 0 lives on node 0 and writes the record there; this node ran its ranks.
+        return {"remote_node": options.node_rank, "wall_seconds": time.monotonic() - started, "worker_log": str(log)}
     if proc.returncode != 0 or not out.exists():
-        raise BurstError(_failure_line(proc.returncode, out, log))
+        raise BurstError(_failure_line(proc.returncode, out, log, spec, options))
     record = json.loads(out.read_text())
     record["wall_seconds"] = time.monotonic() - started
     record["worker_log"] = str(log)
@@ -153,13 +167,28 @@ def _suffix(line: str | None) -> str:
     return f"; last output: {line}" if line else ""
 
 
-def _failure_line(returncode: int, out: Path, log: Path) -> str:
+def _failure_line(returncode: int, out: Path, log: Path, spec: BurstSpec, options: LaunchOptions) -> str:
+    if spec.nodes > 1 and _rendezvous_timed_out(log):
+        others = [str(r) for r in range(spec.nodes) if r != options.node_rank]
+        return (
+            f"rendezvous at {options.rdzv_endpoint} timed out after {options.init_timeout_s:.0f} s: "
+            f"not all {spec.nodes} nodes joined (this is node {options.node_rank}; "
+            f"missing: node {' or '.join(others)}, did it run the same pytest command?)"
+        )
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
         hint = " (out of host memory?)" if -returncode == signal.SIGKILL else ""
         return f"burst worker killed by {name}{hint}" + _suffix(_last_error_line(out, log))
     line = _last_error_line(out, log)
     return line or f"burst worker exited with code {returncode} and no result"
+
+
+def _rendezvous_timed_out(log: Path) -> bool:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return False
+    return "RendezvousTimeoutError" in text or "RendezvousConnectionError" in text
 
 
 def _last_error_line(out: Path, log: Path) -> str | None:

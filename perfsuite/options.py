@@ -92,6 +92,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
     Option("--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0,
            metavar="R"),
+    Option("--rdzv-timeout", "seconds to wait for every node (rendezvous) and for process-group set-up "
+           "(default: 120)", "float", minimum=1, default=120.0, metavar="SECONDS"),
     Option("--rdzv-endpoint", "rendezvous HOST:PORT for multi-node torch runs", "endpoint", metavar="HOST:PORT"),
     Option("--worker-hosts", "comma-separated HOST:PORT of every node, in rank order, for multi-node TF runs",
            "hosts", metavar="H:P,H:P"),
@@ -131,6 +133,7 @@ class PerfOptions:
     perf_json: Path | None
     nnodes: int
     node_rank: int
+    rdzv_timeout: float
     rdzv_endpoint: str | None
     worker_hosts: tuple[str, ...]
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # dest -> where the value came from

@@ -29,6 +29,8 @@ def rows(perf: PerfSession) -> list[tuple[str, ...]]:
 def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
     if not r.ok:
         return (name, "-", "-", "-", "-", "-", "error")
+    if r.remote:
+        return (name, "-", "-", "-", "-", "-", f"ran ranks of node {r.record['remote_node']}")
     lo, hi = r.interval
     base = r.baseline.get("images_per_sec") if r.baseline else None
     verdict = r.scaling_verdict if kind == "scaling" else r.verdict

@@ -28,8 +28,13 @@ class BurstResult:
         return self.record is not None and self.error is None
 
     @property
+    def remote(self) -> bool:
+        """A multi-node burst seen from a node other than 0: it ran ranks, node 0 has the figures."""
+        return bool(self.record and "remote_node" in self.record)
+
+    @property
     def samples(self) -> list[float]:
-        return list(self.record["samples"]) if self.record else []
+        return list(self.record.get("samples", [])) if self.record else []
 
     @property
     def images_per_sec(self) -> float | None:

@@ -61,8 +61,9 @@ class PerfSession:
     def _run(self, spec: BurstSpec) -> BurstResult:
         model = get_model(spec.framework, spec.model)
         workdir = self.workdir / f"burst{len(self.results):04d}"
-        options = LaunchOptions(timeout_s=self.options.burst_timeout, nnodes=self.options.nnodes,
-                                node_rank=self.options.node_rank, rdzv_endpoint=self.options.rdzv_endpoint)
+        options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
+                                nnodes=self.options.nnodes, node_rank=self.options.node_rank,
+                                rdzv_endpoint=self.options.rdzv_endpoint)
         on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
         if self.before_burst:
             self.before_burst(spec)
@@ -74,6 +75,8 @@ class PerfSession:
             if self.after_burst:
                 self.after_burst(spec)
         result = BurstResult(spec, record)
+        if result.remote:
+            return result
         if not result.loss_finite:
             result.error = f"loss is not finite (first {record.get('loss_first')}, last {record.get('loss_last')})"
         return result
@@ -109,7 +112,7 @@ class PerfSession:
         if spec.world_size < 2 or not result.ok:
             return
         single = self.results.get(self.single_device(spec))
-        if single is None or not single.ok:
+        if single is None or not single.ok or result.remote:
             return
         n = spec.world_size
         result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
@@ -122,7 +125,7 @@ class PerfSession:
         date = store.now_iso()
         out: dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]] = {}
         for result in self.results.values():
-            if not result.ok or not result.loss_finite:
+            if not result.ok or result.remote or not result.loss_finite:
                 continue
             if result.tests and all(t in self.failed_tests for t in result.tests):
                 continue  # only bursts from tests that ran cleanly

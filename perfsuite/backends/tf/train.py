@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import keras
 import tensorflow as tf
 
 from perfsuite.backends.tf.data import Feed
+from perfsuite.backends.tf.precision import DynamicLossScale
 from perfsuite.spec import BurstSpec
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
 
 
-@dataclass(frozen=True)
-class Precision:
-    policy: str  # Keras dtype policy
-    dtype: str  # compute dtype, for the record
-    loss_scaling: bool
-
-
-def precision_policy(spec: BurstSpec) -> Precision:
-    if spec.precision == "fp32":
-        return Precision("float32", "float32", False)
-    if spec.device_kind == "cuda":
-        # fp16 needs loss scaling to keep small gradients from flushing to zero.
-        return Precision("mixed_float16", "float16", True)
-    return Precision("mixed_bfloat16", "bfloat16", False)
-
-
-def make_optimizer(precision: Precision) -> keras.optimizers.Optimizer:
-    optimizer = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    if precision.loss_scaling:
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
+def make_optimizer() -> keras.optimizers.Optimizer:
+    return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
 
 def _write_state(variables: list, values: list) -> None:
@@ -63,6 +44,7 @@ def make_step(
     model: keras.Model,
     optimizer: keras.optimizers.Optimizer,
     feed: Feed,
+    loss_scale: DynamicLossScale | None = None,
 ) -> Callable[[], tf.Tensor]:
     """Return ``step()``: one forward, backward and update on every replica; it returns
     the global mean loss as a tensor, left unread so the step forces no host sync.
@@ -77,7 +59,6 @@ def make_step(
     touch variables on its own device.
     """
     global_batch = spec.batch_size * strategy.num_replicas_in_sync
-    scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     weights_vars = model.trainable_variables
     state_vars = model.non_trainable_variables
 
@@ -89,7 +70,7 @@ def make_step(
                 labels, tf.cast(logits, tf.float32), from_logits=True
             )
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-            target = loss * scale if scaled else loss
+            target = loss * scale if loss_scale is not None else loss
         return loss, tape.gradient(target, weights), state
 
     if spec.xla:
@@ -98,11 +79,13 @@ def make_step(
     def replica_step(images, labels):
         weights = [tf.convert_to_tensor(v.value) for v in weights_vars]
         state = [tf.convert_to_tensor(v.value) for v in state_vars]
-        scale = tf.convert_to_tensor(optimizer.dynamic_scale.value) if scaled else tf.constant(1.0)
+        scale = tf.convert_to_tensor(loss_scale.scale) if loss_scale is not None else tf.constant(1.0)
         loss, grads, state = gradients(images, labels, weights, state, scale)
-        # apply_gradients all-reduces (mirrored) or aggregates (central storage) the
-        # gradients, and with loss scaling unscales them and skips non-finite steps.
-        optimizer.apply_gradients(zip(grads, weights_vars))
+        # apply_gradients all-reduces (mirrored) or aggregates (central storage) the gradients.
+        if loss_scale is not None:
+            loss_scale.apply_gradients(optimizer, grads, weights_vars)
+        else:
+            optimizer.apply_gradients(zip(grads, weights_vars))
         _write_state(state_vars, state)
         return loss
 

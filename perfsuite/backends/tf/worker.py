@@ -24,8 +24,9 @@ def run(job: dict, out: Path) -> dict:
     import tensorflow as tf
 
     from perfsuite.backends.tf.data import feed as make_feed
+    from perfsuite.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.backends.tf.strategy import configure_devices, make_strategy
-    from perfsuite.backends.tf.train import make_optimizer, make_step, precision_policy
+    from perfsuite.backends.tf.train import make_optimizer, make_step
     from perfsuite.measure import combine_ranks, run_windows
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
@@ -44,10 +45,11 @@ def run(job: dict, out: Path) -> dict:
         kwargs["image_size"] = spec.image_size
     with strategy.scope():
         model = builder(**kwargs)
-        optimizer = make_optimizer(precision)
+        optimizer = make_optimizer()
         optimizer.build(model.trainable_variables)
+        loss_scale = DynamicLossScale() if precision.loss_scaling else None
     data = make_feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
-    step = make_step(spec, strategy, model, optimizer, data)
+    step = make_step(spec, strategy, model, optimizer, data, loss_scale)
 
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
     for gpu in gpus:

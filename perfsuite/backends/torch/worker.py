@@ -43,6 +43,9 @@ def run(job: dict, out: Path) -> dict | None:
     info = ModelInfo(**job["model"])
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # c10d hands out global ranks in join order, so global rank 0 may live on any node;
+    # the record belongs on node 0, where pytest gates and saves.
+    leader = local_rank == 0 and int(os.environ.get("PERFSUITE_NODE_RANK", "0")) == 0
 
     if spec.device_kind == "cuda":
         if not torch.cuda.is_available():
@@ -69,7 +72,7 @@ def run(job: dict, out: Path) -> dict | None:
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    progress = job.get("progress_file") if rank == 0 else None
+    progress = job.get("progress_file") if leader else None
     timings = run_windows(
         step,
         sync,
@@ -103,8 +106,9 @@ def run(job: dict, out: Path) -> dict | None:
     if dist is not None:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
-    if rank != 0:
+    if not leader:
         return None
+    ranks.sort(key=lambda r: r["rank"])
     samples = combine_ranks([r["window_seconds"] for r in ranks], images_per_window)
     record = {
         "spec": spec.as_dict(),
