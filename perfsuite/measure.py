@@ -8,9 +8,25 @@ measurement adds no extra synchronisation to the steps themselves.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+
+INJECT_ENV = "PERFSUITE_INJECT_STEP_DELAY_MS"
+
+
+def injected_delay() -> float:
+    """Seconds of idle time added after every step, to measure the gate itself.
+
+    ``benchmarks/gate_fidelity.py`` sets it to slow a real burst by a known amount; on a
+    GPU the host sleeps while queued kernels run, so it is a CPU-worker instrument.
+    """
+    try:
+        return max(0.0, float(os.environ.get(INJECT_ENV, "0")) / 1000)
+    except ValueError:
+        return 0.0
 
 
 @dataclass
@@ -40,6 +56,15 @@ def run_windows(
     ``sync()`` blocks until the device is idle; ``loss_value`` turns a loss into a float.
     ``on_step(done, total, window_seconds_or_None)`` is called after each timed step.
     """
+    delay = injected_delay()
+    if delay:
+        inner = step
+
+        def step():
+            out = inner()
+            time.sleep(delay)
+            return out
+
     first_loss = None
     loss = None
     start = clock()

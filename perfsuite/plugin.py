@@ -6,7 +6,6 @@ framework, so ``pytest --help`` stays fast with neither torch nor tensorflow ins
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

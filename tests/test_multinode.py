@@ -1,7 +1,6 @@
 """Multi-node bursts through torchrun's c10d rendezvous, as two nodes on 127.0.0.1."""
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -11,23 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-TINY = (Path(__file__).parent / "tiny_model.py").read_text()
-SUITE = """
-import pytest
-
-def test_throughput(perf, burst_spec):
-    perf.assert_throughput(burst_spec)
-
-@pytest.mark.perf(min_devices=2)
-def test_scaling(perf, burst_spec):
-    perf.assert_scaling(burst_spec)
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from suite_files import SUITE, TINY, free_port  # noqa: E402
 
 
 def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
@@ -48,7 +31,7 @@ def project(tmp_path, monkeypatch):
 
 
 def test_two_nodes_on_loopback(project):
-    port = _free_port()
+    port = free_port()
     nodes = [_node(project, 0, port), _node(project, 1, port)]
     outs = [n.communicate(timeout=300)[0] for n in nodes]
     assert nodes[0].returncode == 0, outs[0]
@@ -63,7 +46,7 @@ def test_two_nodes_on_loopback(project):
 
 def test_missing_node_fails_within_its_timeout(project):
     started = time.monotonic()
-    node = _node(project, 0, _free_port(), "--rdzv-timeout", "10", "-k", "throughput")
+    node = _node(project, 0, free_port(), "--rdzv-timeout", "10", "-k", "throughput")
     out = node.communicate(timeout=120)[0]
     elapsed = time.monotonic() - started
     assert node.returncode == 1, out

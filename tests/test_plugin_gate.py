@@ -1,25 +1,15 @@
 """The gate end to end: real (tiny) torch bursts, baselines, verdicts, summary, JSON."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
+from suite_files import SUITE, TINY  # noqa: E402
+
 pytest_plugins = ["pytester"]
 
-TINY = (Path(__file__).parent / "tiny_model.py").read_text()
-SUITE = """
-import pytest
-
-def test_throughput(perf, burst_spec):
-    perf.assert_throughput(burst_spec)
-
-@pytest.mark.perf(min_devices=2)
-def test_scaling(perf, burst_spec):
-    perf.assert_scaling(burst_spec)
-"""
 FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
         "--warmup-steps", "1", "-p", "no:cacheprovider"]
 

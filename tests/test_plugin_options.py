@@ -4,19 +4,10 @@ import subprocess
 import sys
 
 import pytest
+from suite_files import SUITE
 
 pytest_plugins = ["pytester"]
 
-SUITE = """
-import pytest
-
-def test_throughput(perf, burst_spec):
-    perf.assert_throughput(burst_spec)
-
-@pytest.mark.perf(min_devices=2)
-def test_scaling(perf, burst_spec):
-    perf.assert_scaling(burst_spec)
-"""
 
 
 @pytest.fixture

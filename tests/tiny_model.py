@@ -16,7 +16,6 @@ def tiny(num_classes: int = 4):
     """A linear classifier on 8x8 images with a fixed, sleep-based cost per step."""
     import time
 
-    import torch
     from torch import nn
 
     if os.environ.get("PERFSUITE_TINY_CRASH"):

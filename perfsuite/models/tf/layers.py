@@ -25,7 +25,8 @@ def concat(branches):
 class LocalResponseNorm(layers.Layer):
     """``tf.nn.local_response_normalization`` as a layer (the CIFAR-10 tutorial's norm1/norm2).
 
-    The CPU kernel has no bfloat16 version, so under that policy it runs in float32.
+    It runs in float32 under a mixed policy: the CPU kernel has no bfloat16 version,
+    and XLA's lowering rejects both half types.
     """
 
     def __init__(self, depth_radius: int, bias: float, alpha: float, beta: float, **kwargs):
@@ -34,8 +35,7 @@ class LocalResponseNorm(layers.Layer):
 
     def call(self, x):
         dtype = x.dtype
-        if dtype == tf.bfloat16:
-            x = tf.cast(x, tf.float32)
+        x = tf.cast(x, tf.float32)
         y = tf.nn.local_response_normalization(
             x, depth_radius=self.depth_radius, bias=self.bias, alpha=self.alpha, beta=self.beta
         )
