@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 
 from perfsuite.backends import SUPPORTED
-from perfsuite.models.registry import FRAMEWORKS, all_models
+from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.options import PerfOptions, sweep
 
 # Fixture names the plugin parametrizes, in id order.
@@ -17,6 +17,10 @@ DIMENSIONS = (
     "framework", "model_name", "device_kind", "device_count",
     "data_location", "variable_update", "precision", "batch_size",
 )
+
+# A CPU case is `slow` when one training step of one worker costs more than this
+# (3 x forward FLOPs x batch): several seconds a step on one core.
+SLOW_CPU_STEP_FLOPS = 120e9
 
 BURST_LENGTH = {  # (warm-up steps, timed steps, windows) by device kind
     "cuda": (20, 100, 10),
@@ -52,6 +56,13 @@ class Case:
 
     def value(self, name: str):
         return getattr(self, name)
+
+
+def is_slow(case: Case) -> bool:
+    if case.device_kind != "cpu":
+        return False
+    info = get_model(case.framework, case.model_name)
+    return 3 * info.flops * (case.batch_size or info.cpu_batch_size) > SLOW_CPU_STEP_FLOPS
 
 
 def framework_installed(framework: str) -> bool:

@@ -90,6 +90,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(getattr(pytest.mark, case.framework))
         if case.nodes > 1:
             marks.append(pytest.mark.multinode)
+        if "model_name" in names and matrix.is_slow(case):
+            marks.append(pytest.mark.slow)
         reason = matrix.skip_reason(case, gpus) if "framework" in names else (
             matrix.skip_reason(case, gpus) if case.device_kind == "cuda" and case.device_count > gpus else None
         )

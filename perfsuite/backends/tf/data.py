@@ -31,11 +31,13 @@ def device_feed(spec, strategy, num_classes, seed) -> Feed:
     devices = strategy.extended.worker_devices
 
     def make(ctx):
-        with tf.device(devices[ctx.replica_id_in_sync_group]):
-            rng = tf.random.Generator.from_seed(seed + ctx.replica_id_in_sync_group)
-            images = rng.normal(_shape(spec, spec.batch_size))
-            labels = rng.uniform((spec.batch_size,), 0, num_classes, dtype=tf.int32)
-            return tf.identity(images), tf.identity(labels)
+        replica = ctx.replica_id_in_sync_group
+        with tf.device(devices[replica]):
+            images = tf.random.stateless_normal(_shape(spec, spec.batch_size), seed=[seed, replica])
+            labels = tf.random.stateless_uniform(
+                (spec.batch_size,), seed=[seed, replica + 1000], minval=0, maxval=num_classes, dtype=tf.int32
+            )
+            return images, labels
 
     return Feed(strategy.experimental_distribute_values_from_function(make), lambda values: values)
 

@@ -23,16 +23,16 @@ def _write_state(variables: list, values: list) -> None:
     """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
     context: a variable in central storage exists once, so the replicas' values are
     averaged (integer seed state: the first replica's) rather than each written over it.
+    All averages go through one batched reduction, not one per variable.
     """
 
     def merge(strategy, values):
-        for variable, value in zip(variables, values):
-            variable = variable.value  # the tf.Variable under the Keras variable
-            if variable.dtype.is_floating:
-                value = strategy.extended.reduce_to(tf.distribute.ReduceOp.MEAN, value, destinations=variable)
-            else:
-                value = strategy.experimental_local_results(value)[0]
-            strategy.extended.update(variable, lambda v, x: v.assign(x), args=(value,), group=False)
+        targets = [v.value for v in variables]  # the tf.Variables under the Keras variables
+        floating = [(value, t) for value, t in zip(values, targets) if t.dtype.is_floating]
+        means = iter(strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.MEAN, floating) if floating else [])
+        for value, target in zip(values, targets):
+            new = next(means) if target.dtype.is_floating else strategy.experimental_local_results(value)[0]
+            strategy.extended.update(target, lambda v, x: v.assign(x), args=(new,), group=False)
 
     if variables:
         tf.distribute.get_replica_context().merge_call(merge, args=(values,))

@@ -19,6 +19,17 @@ from perfsuite.worker_io import write_error, write_record
 
 
 def run(job: dict, out: Path) -> dict:
+    from perfsuite.measure import combine_ranks, run_windows
+    from perfsuite.models.registry import ModelInfo, resolve_builder
+    from perfsuite.spec import BurstSpec
+
+    spec = BurstSpec.from_dict(job["spec"])
+    info = ModelInfo(**job["model"])
+    builder = resolve_builder(info)  # a missing builder fails before the slow TensorFlow import
+    kwargs = {"num_classes": info.num_classes}
+    if "image_size" in inspect.signature(builder).parameters:
+        kwargs["image_size"] = spec.image_size
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep INFO chatter out of the worker log
     import keras
     import tensorflow as tf
@@ -27,22 +38,12 @@ def run(job: dict, out: Path) -> dict:
     from perfsuite.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.backends.tf.strategy import configure_devices, make_strategy
     from perfsuite.backends.tf.train import make_optimizer, make_step
-    from perfsuite.measure import combine_ranks, run_windows
-    from perfsuite.models.registry import ModelInfo, resolve_builder
-    from perfsuite.spec import BurstSpec
 
-    spec = BurstSpec.from_dict(job["spec"])
-    info = ModelInfo(**job["model"])
     devices = configure_devices(spec)  # before any op runs
     strategy = make_strategy(spec, devices)
     precision = precision_policy(spec)
     keras.mixed_precision.set_global_policy(precision.policy)
     keras.utils.set_random_seed(spec.seed)
-
-    builder = resolve_builder(info)
-    kwargs = {"num_classes": info.num_classes}
-    if "image_size" in inspect.signature(builder).parameters:
-        kwargs["image_size"] = spec.image_size
     with strategy.scope():
         model = builder(**kwargs)
         optimizer = make_optimizer()

@@ -1,0 +1,107 @@
+"""The Keras model zoo: sizes against published figures, FLOPs metadata, light imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from perfsuite.models import registry  # noqa: E402
+
+# Published parameter counts, each with the counting convention of its source:
+# "total" is Keras's count_params() (batch-norm moving statistics included), as the
+# keras.applications table reports; "trainable" leaves them out, as torchvision / timm
+# count parameters() for the same architectures.
+PUBLISHED_PARAMS = {
+    "cifar10": (1_068_298, "trainable"),  # TF tutorial layer sizes; no batch norm
+    "alexnet": (61_100_840, "trainable"),  # torchvision; no batch norm
+    "googlenet": (6_624_904, "trainable"),  # torchvision, aux_logits=False
+    "inception4": (42_679_816, "trainable"),  # timm / Cadene
+    "inception3": (23_851_784, "total"),  # keras.applications.InceptionV3
+    "resnet50": (25_636_712, "total"),  # keras.applications.ResNet50 (v1)
+    "resnet152": (60_419_944, "total"),  # keras.applications.ResNet152 (v1)
+    "vgg16": (138_357_544, "total"),  # keras.applications.VGG16
+}
+NAMES = sorted(PUBLISHED_PARAMS)
+# Ops whose profiler FLOPs are 2 x multiply-adds; the rest (bias, batch norm, pooling)
+# are left out, as torch's FlopCounterMode leaves them out.
+MAC_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def built(request):
+    """One model at a time: module scope groups the tests of each model together."""
+    keras.backend.clear_session()
+    info = registry.get_model("tf", request.param)
+    return info, registry.resolve_builder(info)(num_classes=info.num_classes)
+
+
+def _count(model, convention: str) -> int:
+    if convention == "total":
+        return model.count_params()
+    return sum(int(tf.size(v)) for v in model.trainable_weights)
+
+
+def forward_flops(model, image_size: int) -> int:
+    """Forward FLOPs per image (2 x MACs) from TensorFlow's profiler on the traced graph."""
+    forward = tf.autograph.experimental.do_not_convert(lambda x: model(x, training=False))
+    graph = tf.function(forward).get_concrete_function(tf.TensorSpec([1, image_size, image_size, 3])).graph
+    builder = tf.compat.v1.profiler.ProfileOptionBuilder
+    options = builder(builder.float_operation()).with_empty_output().build()
+    profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
+    by_op, stack = {}, [profile]
+    while stack:  # the "op" view nests op types; each node's own float_ops is its type's
+        node = stack.pop()
+        for child in node.children:
+            by_op[child.name] = child.float_ops
+            stack.append(child)
+    return sum(by_op.get(op, 0) for op in MAC_OPS)
+
+
+def test_registry_lists_the_same_zoo_as_torch():
+    assert registry.model_names("tf") == NAMES == registry.model_names("torch")
+
+
+def test_param_count(built):
+    info, model = built
+    published, convention = PUBLISHED_PARAMS[info.name]
+    count = _count(model, convention)
+    assert count == info.params
+    assert abs(count - published) <= 0.005 * published
+
+
+def test_outputs_logits(built):
+    info, model = built
+    assert model.output_shape == (None, info.num_classes)
+    assert model.layers[-1].get_config().get("activation") in (None, "linear")
+
+
+def test_flops_metadata_matches_measurement(built):
+    info, model = built
+    assert info.flops == pytest.approx(forward_flops(model, info.image_size), rel=0.02)
+
+
+def test_builder_takes_image_size():
+    info = registry.get_model("tf", "googlenet")
+    model = registry.resolve_builder(info)(num_classes=7, image_size=64)
+    assert model.input_shape == (None, 64, 64, 3)
+    assert model.output_shape == (None, 7)
+
+
+def test_model_modules_import_without_tensorflow():
+    code = (
+        "import sys; sys.modules['tensorflow'] = None; sys.modules['keras'] = None\n"
+        "import perfsuite.models.registry as r\n"
+        "print(','.join(m.name for m in r.all_models('tf')))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().split(",") == NAMES
