@@ -323,7 +323,11 @@ def test_epoch_shuffle_is_endless_and_reshuffles():
     assert [next(again) for _ in range(5)] == epochs[0]
 
 
-def test_real_is_a_torch_pipeline():
-    from perfsuite.backends.torch.data import PIPELINES
+def test_real_is_a_torch_pipeline(monkeypatch):
+    from perfsuite.backends.torch import data
 
-    assert PIPELINES["real"] is real.real_batches
+    calls = []
+    monkeypatch.setattr(real, "real_batches", lambda *args: calls.append(args) or iter(()))
+    spec = BurstSpec(framework="torch", model="cifar10", image_size=24, data_location="real")
+    data.batches(spec, 10, torch.device("cpu"), seed=0)
+    assert len(calls) == 1 and calls[0][0] is spec
