@@ -22,10 +22,15 @@ DIMENSIONS = (
 # (3 x forward FLOPs x batch): several seconds a step on one core.
 SLOW_CPU_STEP_FLOPS = 120e9
 
-BURST_LENGTH = {  # (warm-up steps, timed steps, windows) by device kind
-    "cuda": (20, 100, 10),
-    "cpu": (2, 12, 6),
+# Default burst length by device kind: (warm-up steps, windows, steps per window).
+# On CPU workers the steps per window follow the model's cost so that a window lasts
+# about half a second on one core (~25 GFLOP): long enough to smooth scheduler noise,
+# short enough that `make perf` stays within its budget.
+BURST_LENGTH = {
+    "cuda": (20, 10, 10),
+    "cpu": (2, 5, None),
 }
+CPU_WINDOW_FLOPS = 25e9
 
 
 @dataclass(frozen=True)
@@ -127,9 +132,12 @@ def default_threads(options: PerfOptions) -> int:
     return max(1, cores // options.cpu_workers)
 
 
-def burst_length(options: PerfOptions, device_kind: str) -> tuple[int, int, int]:
-    warm, steps, windows = BURST_LENGTH[device_kind]
+def burst_length(options: PerfOptions, device_kind: str, step_flops: float) -> tuple[int, int, int]:
+    """(warm-up steps, timed steps, windows); options override the defaults."""
+    warm, windows, per_window = BURST_LENGTH[device_kind]
+    if per_window is None:
+        per_window = max(1, min(20, round(CPU_WINDOW_FLOPS / max(step_flops, 1.0))))
     warm = options.warmup_steps if options.warmup_steps is not None else warm
-    steps = options.steps if options.steps is not None else steps
-    windows = options.windows if options.windows is not None else min(windows, steps)
-    return warm, steps, windows
+    windows = options.windows if options.windows is not None else windows
+    steps = options.steps if options.steps is not None else windows * per_window
+    return warm, steps, min(windows, steps)

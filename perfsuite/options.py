@@ -67,9 +67,9 @@ OPTIONS: tuple[Option, ...] = (
            minimum=1, metavar="N"),
     Option("--precision", "numeric precision; repeatable (default: fp32)", "choice", repeat=True,
            choices=PRECISIONS, default=("fp32",), metavar="{fp32,amp}"),
-    Option("--steps", "timed steps per burst (default: 100 on GPUs, 12 on CPU workers)", "int", minimum=1, metavar="N"),
+    Option("--steps", "timed steps per burst (default: 100 on GPUs; on CPU workers 5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
     Option("--windows", "timed windows the steps are split into, one throughput sample each "
-           "(default: 10 on GPUs, 6 on CPU workers)", "int", minimum=1, metavar="N"),
+           "(default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
     Option("--warmup-steps", "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)", "int",
            minimum=0, metavar="N"),
     Option("--burst-timeout", "seconds a burst may run before it is killed (default: 600)", "float",

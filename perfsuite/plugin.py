@@ -166,7 +166,8 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
     info = get_model(framework, model_name)
-    warm, steps, windows = matrix.burst_length(options, device_kind)
+    batch = batch_size or (info.cpu_batch_size if device_kind == "cpu" else info.batch_size)
+    warm, steps, windows = matrix.burst_length(options, device_kind, 3 * info.flops * batch)
     return BurstSpec(
         framework=framework,
         model=model_name,
@@ -174,7 +175,7 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
         devices=device_count,
         nodes=options.nnodes,
         data_location=data_location,
-        batch_size=batch_size or (info.cpu_batch_size if device_kind == "cpu" else info.batch_size),
+        batch_size=batch,
         image_size=info.image_size,
         precision=precision,
         variable_update=variable_update,

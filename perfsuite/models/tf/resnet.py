@@ -25,7 +25,7 @@ def _build(application: str, num_classes: int, image_size: int):
     framework="tf",
     image_size=224,
     batch_size=64,
-    cpu_batch_size=4,
+    cpu_batch_size=2,
     params=25_636_712,
     flops=7.72e9,
 )

@@ -52,7 +52,7 @@ def _build(blocks_per_stage, num_classes):
     framework="torch",
     image_size=224,
     batch_size=64,
-    cpu_batch_size=4,
+    cpu_batch_size=2,
     params=25_557_032,
     flops=8.18e9,
 )
