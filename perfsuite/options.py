@@ -78,6 +78,8 @@ OPTIONS: tuple[Option, ...] = (
            "path", default="baselines", metavar="DIR"),
     Option("--save-baseline", "merge this run's measurements into the baseline file instead of gating", "flag",
            default=False),
+    Option("--baseline-runs", "with --save-baseline, bursts pooled into each entry; their spread is the "
+           "entry's noise floor (default: 3)", "int", minimum=1, maximum=20, default=3, metavar="N"),
     Option("--perf-tolerance", "relative throughput drop tolerated before a regression (default: 0.10)", "float",
            minimum=0.0, maximum=0.99, default=0.10, metavar="FRACTION"),
     Option("--scaling-tolerance", "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)", "float",
@@ -125,6 +127,7 @@ class PerfOptions:
     burst_timeout: float
     baseline_dir: Path
     save_baseline: bool
+    baseline_runs: int
     perf_tolerance: float
     scaling_tolerance: float
     missing_baseline: str

@@ -14,7 +14,7 @@ class BurstResult:
     spec: BurstSpec
     record: dict | None = None  # the worker's record; None when the burst failed
     error: str | None = None  # the worker's last error line
-    runs: int = 1  # bursts pooled into the samples (a rerun adds one)
+    run_samples: list[list[float]] = field(default_factory=list)  # window samples of each pooled burst
     verdict: stats.Verdict | None = None
     scaling_efficiency: float | None = None
     scaling_interval: tuple[float, float] | None = None
@@ -22,6 +22,18 @@ class BurstResult:
     baseline: dict | None = None  # the baseline entry compared against
     baseline_file: str | None = None
     tests: list[str] = field(default_factory=list)  # node ids of tests that used this burst
+
+    def __post_init__(self) -> None:
+        if self.record and not self.run_samples and self.record.get("samples"):
+            self.run_samples = [list(self.record["samples"])]
+
+    @property
+    def runs(self) -> int:
+        return max(1, len(self.run_samples))
+
+    @property
+    def run_medians(self) -> list[float]:
+        return [stats.median(s) for s in self.run_samples if s]
 
     @property
     def ok(self) -> bool:
@@ -57,7 +69,7 @@ class BurstResult:
         record["samples"] = self.samples + other.samples
         record["window_seconds"] = list(self.record["window_seconds"]) + list(other.record["window_seconds"])
         record["loss_first"] = self.record["loss_first"]
-        return BurstResult(self.spec, record, None, self.runs + other.runs, tests=self.tests)
+        return BurstResult(self.spec, record, None, self.run_samples + other.run_samples, tests=self.tests)
 
     def as_record(self) -> dict:
         """One row of --perf-json."""
@@ -86,6 +98,7 @@ class BurstResult:
             "steps": s.steps,
             "windows": s.windows,
             "runs": self.runs,
+            "run_medians": self.run_medians,
             "images_per_sec": self.images_per_sec,
             "ci_low": lo,
             "ci_high": hi,

@@ -45,12 +45,15 @@ class PerfSession:
             if cached is not None:
                 result.tests = cached.tests
             self.results[spec] = cached = result
+            if self.options.save_baseline and result.ok and not result.remote:
+                for _ in range(self.options.baseline_runs - 1):
+                    cached = self.rerun(spec)
         if test and test not in cached.tests:
             cached.tests.append(test)
         return cached
 
     def rerun(self, spec: BurstSpec) -> BurstResult:
-        """Run ``spec`` again and pool the new windows with the old ones."""
+        """Run ``spec`` again and pool the new windows with the old ones (``run_samples[-1]`` is the new run)."""
         first = self.results[spec]
         again = self._run(spec)
         pooled = first.pooled_with(again) if again.ok else first
@@ -118,6 +121,16 @@ class PerfSession:
         result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
         result.scaling_interval = stats.scaling_efficiency_ci(result.samples, single.samples, n)
 
+    def scaling_runs(self, result: BurstResult) -> list[float]:
+        """Efficiency of each pair of pooled runs (N-device run i against 1-device run i)."""
+        if result.spec.world_size < 2:
+            return []
+        single = self.results.get(self.single_device(result.spec))
+        if single is None or not single.ok:
+            return []
+        n = result.spec.world_size
+        return [stats.scaling_efficiency(a, b, n) for a, b in zip(result.run_medians, single.run_medians)]
+
     # -- saving -----------------------------------------------------------------------
     def entries_to_save(self) -> dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]]:
         """Entries of every clean burst, grouped by baseline file."""
@@ -146,6 +159,8 @@ class PerfSession:
                 "steps": spec.steps,
                 "windows": spec.windows,
                 "runs": result.runs,
+                "run_medians": result.run_medians,
+                "scaling_efficiency_runs": self.scaling_runs(result),
             }
             old = self.baseline_entry(spec)
             if old and "tolerance" in old:

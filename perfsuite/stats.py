@@ -54,6 +54,19 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     return xs[0], xs[-1]
 
 
+def run_spread(values: Sequence[float]) -> float:
+    """Relative spread (max - min) / median of per-burst figures: the between-run noise floor.
+
+    Window samples within one burst are close together; whole bursts on a shared
+    machine wander further. A drop smaller than the spread the baseline's own bursts
+    showed cannot be told from that wandering.
+    """
+    if len(values) < 2:
+        return 0.0
+    mid = median(values)
+    return (max(values) - min(values)) / mid if mid > 0 else 0.0
+
+
 def drop_p_value(current: Sequence[float], baseline: Sequence[float]) -> float:
     """One-sided p that ``current`` is stochastically smaller than ``baseline``."""
     return _mannwhitney(current, baseline, "less")

@@ -55,7 +55,8 @@ def test_save_then_identical_runs_pass_and_slowdown_fails(suite, monkeypatch):
     two = next(v for k, v in data["entries"].items() if "/cpu2/" in k)
     for field in ("images_per_sec", "ci_low", "ci_high", "samples", "scaling_efficiency", "date"):
         assert two[field] is not None, field
-    assert len(two["samples"]) == 5
+    assert len(two["samples"]) == 15 and len(two["run_medians"]) == 3  # --baseline-runs 3 pooled
+    assert len(two["scaling_efficiency_runs"]) == 3
     assert "saved 2 baseline entries" in saved.stdout.str()
 
     # A sleep-dominated step keeps timings steady even on a busy machine; the wide
@@ -68,7 +69,7 @@ def test_save_then_identical_runs_pass_and_slowdown_fails(suite, monkeypatch):
     slow.assert_outcomes(failed=1)
     out = slow.stdout.str()
     line = next(x for x in out.splitlines() if "regression: torch tiny on 1 CPU worker" in x)
-    for word in ("img/s vs baseline", "data location device", "%, tolerance 30%", str(files[0].name)):
+    for word in ("img/s vs baseline", "data location device", "%, tolerance 30%", "2 bursts", str(files[0].name)):
         assert word in line, (word, line)
     assert "Traceback" not in out
     assert "REGRESSION" in out  # the summary table

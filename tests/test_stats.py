@@ -110,3 +110,11 @@ def test_scaling_floor_without_baseline():
     assert stats.compare_scaling(0.5, (0.45, 0.55), None, 0.1, floor=0.9).status == stats.REGRESSION
     assert stats.compare_scaling(0.95, (0.93, 0.97), None, 0.1, floor=0.9).status == stats.NO_BASELINE
     assert stats.compare_scaling(0.95, (0.93, 0.97), None, 0.1).status == stats.NO_BASELINE
+
+
+@given(st.lists(levels, min_size=2, max_size=10))
+def test_run_spread_is_relative_range(values):
+    spread = stats.run_spread(values)
+    assert spread >= 0
+    assert math.isclose(spread, (max(values) - min(values)) / stats.median(values), rel_tol=1e-9)
+    assert stats.run_spread([values[0]]) == 0.0

@@ -151,23 +151,35 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job_path, out = Path(argv[0]), Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))
+    code = 0
     try:
         job = json.loads(job_path.read_text())
         run(job, out)
+        _finish_distributed(clean=True)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
         traceback.print_exc()
         write_error(out, rank, exc)
-        return 1
-    finally:
-        try:
-            import torch.distributed as dist
+        _finish_distributed(clean=False)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: C++ threads of the process group and the allocator
+    # may otherwise abort ("terminate called without an active exception") after the
+    # result is already written, turning a good burst into a crash.
+    os._exit(code)
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        except Exception:  # noqa: BLE001
-            pass
-    return 0
+
+def _finish_distributed(clean: bool) -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            if clean:
+                dist.barrier()  # no rank tears down while another still talks to it
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the result (or the error line) is already written
+        pass
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
