@@ -75,7 +75,8 @@ class PerfGate:
         if self.options.save_baseline:
             return result
         base = stats.median(base_samples)
-        bound = f"tolerance {tolerance:.0%}" + (" (the baseline's noise floor)" if floor > self._tolerance(entry) else "")
+        bound = (f"tolerance {tolerance:.1%}, the baseline's noise floor" if floor > self._tolerance(entry)
+                 else f"tolerance {tolerance:.0%}")
         detail = (
             f"{spec.label}: {result.images_per_sec:.4g} img/s vs baseline {base:.4g} img/s "
             f"({verdict.change:+.1%}, {bound}"

@@ -80,7 +80,8 @@ def register_model(
 ) -> Callable:
     """Register a model builder: ``@register_model("resnet50", framework="torch", ...)``.
 
-    The builder takes ``num_classes`` and returns an untrained model of the framework.
+    The builder takes ``num_classes`` (a TensorFlow builder may also take ``image_size``)
+    and returns an untrained model of the framework.
     Registering the same (framework, name) from the same builder again is a no-op, so a
     module may be imported twice (conftest and worker) without complaint.
     """
