@@ -40,6 +40,10 @@ def _hog(stop_at: float) -> None:
         pass
 
 
+def _changes(records: list[dict]) -> str:
+    return ", ".join(f"{r['devices']}w {r['verdict']} {r['change'] or 0:+.1%}" for r in records)
+
+
 def verdicts(records: list[dict]) -> collections.Counter:
     return collections.Counter(r["verdict"] for r in records)
 
@@ -63,14 +67,16 @@ def main() -> int:
             print("saving the baseline produced no results", file=sys.stderr)
             return 1
         step_ms = {r["key"]: 1000 * r["batch_size"] * r["world_size"] / r["images_per_sec"] for r in base}
-        print(f"baseline: {len(base)} bursts; " + ", ".join(
-            f"{r['key']} {r['images_per_sec']:.1f} img/s" for r in base))
+        for r in base:
+            meds = r["run_medians"]
+            print(f"baseline {r['key']}: {r['images_per_sec']:.1f} img/s, runs {[round(m, 1) for m in meds]}, "
+                  f"noise floor {(max(meds) - min(meds)) / sorted(meds)[len(meds) // 2]:.1%}")
 
         aa, slow, drops = collections.Counter(), collections.Counter(), []
         for i in range(a.repeats):
             rec = pytest_run(common, tmp / f"aa{i}.json")
             aa.update(verdicts(rec))
-            print(f"A/A {i + 1}: {dict(verdicts(rec))}", flush=True)
+            print(f"A/A {i + 1}: {_changes(rec)}", flush=True)
         for i in range(a.repeats):
             env = dict(os.environ)
             hogs = []
@@ -90,7 +96,7 @@ def main() -> int:
                     h.terminate()
             slow.update(verdicts(rec))
             drops += [-(r["change"] or 0.0) for r in rec if r.get("change") is not None]
-            print(f"slowed {i + 1}: {dict(verdicts(rec))}", flush=True)
+            print(f"slowed {i + 1}: {_changes(rec)}", flush=True)
 
     n_aa, n_slow = sum(aa.values()), sum(slow.values())
     print()

@@ -8,6 +8,7 @@ that crashed says so and is never called a regression.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,14 @@ from perfsuite.baseline import BaselineError
 from perfsuite.result import BurstResult
 from perfsuite.session import PerfSession
 from perfsuite.spec import BurstSpec
+
+
+def _shown(path):
+    """The baseline path as a reader would type it: relative to the working directory when inside it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 class PerfWarning(UserWarning):
@@ -50,7 +59,9 @@ class PerfGate:
             self._record(result)
             self._missing(spec, path)
             return result
-        floor = stats.run_spread(entry.get("run_medians") or [])
+        # The floor widens the tolerance at most twofold: three bursts estimate the spread
+        # roughly, and one stray burst must not blind the gate to a large drop.
+        floor = min(stats.run_spread(entry.get("run_medians") or []), 2 * tolerance)
         tolerance = max(tolerance, floor)
         base_samples = entry["samples"]
         verdict = stats.compare(result.samples, base_samples, tolerance)
@@ -140,7 +151,7 @@ class PerfGate:
     # -- shared -----------------------------------------------------------------------
     def _baseline(self, spec: BurstSpec):
         try:
-            return self.session.baseline_entry(spec), self.session.baseline_path(spec)
+            return self.session.baseline_entry(spec), _shown(self.session.baseline_path(spec))
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 
