@@ -108,7 +108,13 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
     return cases
 
 
-def skip_reason(case: Case, gpu_count: int) -> str | None:
+def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True) -> str | None:
+    """Why a case cannot run here; ``framework_matters`` is False for tests that only sweep devices."""
+    if case.device_kind == "cuda" and case.device_count > gpu_count:
+        plural = "s" if case.device_count != 1 else ""
+        return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
+    if not framework_matters:
+        return None
     if not framework_installed(case.framework):
         return f"{case.framework} is not installed (pip install 'perfsuite[{case.framework}]')"
     support = SUPPORTED[case.framework]
@@ -116,9 +122,6 @@ def skip_reason(case: Case, gpu_count: int) -> str | None:
         return f"the {case.framework} backend has no data location {case.data_location!r} yet"
     if case.device_count * case.nodes > 1 and case.variable_update not in support["variable_updates"]:
         return f"the {case.framework} backend has no variable update {case.variable_update!r} yet"
-    if case.device_kind == "cuda" and case.device_count > gpu_count:
-        plural = "s" if case.device_count != 1 else ""
-        return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
     return None
 
 

@@ -66,10 +66,6 @@ def _session(config: pytest.Config) -> PerfSession:
     return config.stash[SESSION]
 
 
-def _gpu_count(config: pytest.Config) -> int:
-    return cuda_device_count()
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = [d for d in matrix.DIMENSIONS if d in metafunc.fixturenames]
     marker = metafunc.definition.get_closest_marker("perf")
@@ -77,7 +73,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not names or not wanted:
         return
     options = _session(metafunc.config).options
-    gpus = _gpu_count(metafunc.config)
+    gpus = cuda_device_count()
     min_devices = int(marker.kwargs.get("min_devices", 1)) if marker else 1
     seen, params = set(), []
     for case in matrix.build_cases(options, gpus, min_devices):
@@ -92,9 +88,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.multinode)
         if "model_name" in names and matrix.is_slow(case):
             marks.append(pytest.mark.slow)
-        reason = matrix.skip_reason(case, gpus) if "framework" in names else (
-            matrix.skip_reason(case, gpus) if case.device_kind == "cuda" and case.device_count > gpus else None
-        )
+        reason = matrix.skip_reason(case, gpus, framework_matters="framework" in names)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
         case_id = case.id if len(names) == len(matrix.DIMENSIONS) else "-".join(
