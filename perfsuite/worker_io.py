@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 
@@ -40,3 +41,18 @@ def _nullify(obj):
     if isinstance(obj, (list, tuple)):
         return [_nullify(v) for v in obj]
     return obj
+
+
+def progress_writer(path: str | None, images_per_window: int):
+    """``on_step`` callback: k/n and the last window's img/s, in a small file the launcher polls."""
+    if path is None:
+        return None
+    target = Path(path)
+
+    def report(done: int, total: int, window_seconds: float | None) -> None:
+        rate = images_per_window / window_seconds if window_seconds else None
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"step": done, "steps": total, "images_per_sec": rate, "t": time.time()}))
+        os.replace(tmp, target)
+
+    return report

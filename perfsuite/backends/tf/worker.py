@@ -11,11 +11,10 @@ import json
 import os
 import socket
 import sys
-import time
 import traceback
 from pathlib import Path
 
-from perfsuite.worker_io import write_error, write_record
+from perfsuite.worker_io import progress_writer, write_error, write_record
 
 
 def run(job: dict, out: Path) -> dict:
@@ -64,7 +63,7 @@ def run(job: dict, out: Path) -> dict:
         warmup_steps=max(spec.warmup_steps, 1),
         windows=spec.windows,
         steps_per_window=spec.steps_per_window,
-        on_step=_progress_writer(job.get("progress_file"), global_batch * spec.steps_per_window),
+        on_step=progress_writer(job.get("progress_file"), global_batch * spec.steps_per_window),
     )
     if gpus:
         peak = sum(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
@@ -106,19 +105,6 @@ def run(job: dict, out: Path) -> dict:
     return record
 
 
-def _progress_writer(path: str | None, images_per_window: int):
-    """Reports k/n and the last window's img/s to a small file the launcher polls."""
-    if path is None:
-        return None
-    target = Path(path)
-
-    def report(done: int, total: int, window_seconds: float | None) -> None:
-        rate = images_per_window / window_seconds if window_seconds else None
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": done, "steps": total, "images_per_sec": rate, "t": time.time()}))
-        os.replace(tmp, target)
-
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,10 @@ import json
 import os
 import socket
 import sys
-import time
 import traceback
 from pathlib import Path
 
-from perfsuite.worker_io import write_error, write_record
+from perfsuite.worker_io import progress_writer, write_error, write_record
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -80,7 +79,7 @@ def run(job: dict, out: Path) -> dict | None:
         warmup_steps=spec.warmup_steps,
         windows=spec.windows,
         steps_per_window=spec.steps_per_window,
-        on_step=_progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
+        on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
     )
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
@@ -129,19 +128,6 @@ def run(job: dict, out: Path) -> dict | None:
     return record
 
 
-def _progress_writer(path: str | None, images_per_window: int):
-    """Rank 0 reports k/n and the last window's img/s to a small file the launcher polls."""
-    if path is None:
-        return None
-    target = Path(path)
-
-    def report(done: int, total: int, window_seconds: float | None) -> None:
-        rate = images_per_window / window_seconds if window_seconds else None
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": done, "steps": total, "images_per_sec": rate, "t": time.time()}))
-        os.replace(tmp, target)
-
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:
