@@ -151,7 +151,7 @@ class PerfGate:
     # -- shared -----------------------------------------------------------------------
     def _baseline(self, spec: BurstSpec):
         try:
-            return self.session.baseline_entry(spec), _shown(self.session.baseline_path(spec))
+            return self.session.baseline_entry(spec), _shown(self.session.baseline_path(spec.device_kind))
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 

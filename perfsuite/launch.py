@@ -37,7 +37,6 @@ class BurstError(RuntimeError):
 class LaunchOptions:
     timeout_s: float = 600.0
     init_timeout_s: float = 120.0
-    nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
 

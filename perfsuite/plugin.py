@@ -205,7 +205,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if kind == "cuda" and cuda_device_count() == 0:
             continue
         try:
-            perf.baseline_file(BurstSpec(framework="torch", model="-", device_kind=kind))
+            perf.baseline_file(kind)
         except (BaselineError, HardwareError) as exc:
             raise pytest.UsageError(str(exc)) from None
 

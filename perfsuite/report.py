@@ -94,14 +94,8 @@ def write_json(path: Path, perf: PerfSession) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1, allow_nan=False, default=_plain)
+            json.dump(payload, f, indent=1, allow_nan=False, default=str)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _plain(obj):
-    if isinstance(obj, float):
-        return None
-    return str(obj)

@@ -17,8 +17,9 @@ from perfsuite.result import BurstResult
 from perfsuite.spec import BurstSpec
 
 
-def fingerprint_kind(spec: BurstSpec) -> str:
-    return "gpu" if spec.device_kind == "cuda" else "cpu"
+def fingerprint_kind(device_kind: str) -> str:
+    """Baselines are per hardware: CUDA bursts go to the GPU file, CPU-worker bursts to the CPU file."""
+    return "gpu" if device_kind == "cuda" else "cpu"
 
 
 @dataclass
@@ -33,19 +34,14 @@ class PerfSession:
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="perfsuite-")))
     progress: Callable[[BurstSpec, dict], None] | None = None
-    before_burst: Callable[[BurstSpec], None] | None = None
-    after_burst: Callable[[BurstSpec], None] | None = None
 
     # -- bursts -----------------------------------------------------------------------
-    def burst(self, spec: BurstSpec, test: str | None = None, fresh: bool = False) -> BurstResult:
-        """Run ``spec`` once per session (``fresh`` forces a new burst and replaces the cache)."""
+    def burst(self, spec: BurstSpec, test: str | None = None) -> BurstResult:
+        """Run ``spec`` once per session; later calls reuse the result."""
         cached = self.results.get(spec)
-        if cached is None or fresh:
-            result = self._run(spec)
-            if cached is not None:
-                result.tests = cached.tests
-            self.results[spec] = cached = result
-            if self.options.save_baseline and result.ok and not result.remote:
+        if cached is None:
+            self.results[spec] = cached = self._run(spec)
+            if self.options.save_baseline and cached.ok and not cached.remote:
                 for _ in range(self.options.baseline_runs - 1):
                     cached = self.rerun(spec)
         if test and test not in cached.tests:
@@ -65,18 +61,13 @@ class PerfSession:
         model = get_model(spec.framework, spec.model)
         workdir = self.workdir / f"burst{len(self.results):04d}"
         options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
-                                nnodes=self.options.nnodes, node_rank=self.options.node_rank,
+                                node_rank=self.options.node_rank,
                                 rdzv_endpoint=self.options.rdzv_endpoint)
         on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
-        if self.before_burst:
-            self.before_burst(spec)
         try:
             record = run_burst(spec, model, workdir, options, on_progress)
         except BurstError as exc:
             return BurstResult(spec, None, str(exc))
-        finally:
-            if self.after_burst:
-                self.after_burst(spec)
         result = BurstResult(spec, record)
         if result.remote:
             return result
@@ -85,24 +76,24 @@ class PerfSession:
         return result
 
     # -- baselines --------------------------------------------------------------------
-    def fingerprint(self, spec: BurstSpec) -> hardware.Fingerprint:
-        kind = fingerprint_kind(spec)
+    def fingerprint(self, device_kind: str) -> hardware.Fingerprint:
+        kind = fingerprint_kind(device_kind)
         if kind not in self.fingerprints:
             self.fingerprints[kind] = hardware.fingerprint(kind)
         return self.fingerprints[kind]
 
-    def baseline_path(self, spec: BurstSpec) -> Path:
-        return store.baseline_path(self.options.baseline_dir, self.fingerprint(spec))
+    def baseline_path(self, device_kind: str) -> Path:
+        return store.baseline_path(self.options.baseline_dir, self.fingerprint(device_kind))
 
-    def baseline_file(self, spec: BurstSpec) -> store.BaselineFile | None:
-        """The baseline file for the spec's hardware; BaselineError if it is unreadable."""
-        kind = fingerprint_kind(spec)
+    def baseline_file(self, device_kind: str) -> store.BaselineFile | None:
+        """The baseline file for this machine's CPU or GPUs; BaselineError if it is unreadable."""
+        kind = fingerprint_kind(device_kind)
         if kind not in self.baselines:
-            self.baselines[kind] = store.load(self.baseline_path(spec))
+            self.baselines[kind] = store.load(self.baseline_path(device_kind))
         return self.baselines[kind]
 
     def baseline_entry(self, spec: BurstSpec) -> dict | None:
-        file = self.baseline_file(spec)
+        file = self.baseline_file(spec.device_kind)
         return file.get(spec.key()) if file else None
 
     # -- scaling ----------------------------------------------------------------------
@@ -166,8 +157,8 @@ class PerfSession:
             if old and "tolerance" in old:
                 entry["tolerance"] = old["tolerance"]  # a hand-set per-entry tolerance survives a refresh
             entry = {k: v for k, v in entry.items() if not (isinstance(v, float) and not math.isfinite(v))}
-            path = self.baseline_path(spec)
-            fp, entries, versions = out.setdefault(path, (self.fingerprint(spec), {}, {}))
+            path = self.baseline_path(spec.device_kind)
+            fp, entries, versions = out.setdefault(path, (self.fingerprint(spec.device_kind), {}, {}))
             entries[spec.key()] = entry
             versions[spec.framework] = result.record.get("framework_version")
         return out
