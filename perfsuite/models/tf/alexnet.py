@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "alexnet",
     framework="tf",
-    image_size=224,
-    batch_size=128,
-    cpu_batch_size=8,
+    **SHAPES["alexnet"],
     params=61_100_840,
     flops=1.43e9,
 )

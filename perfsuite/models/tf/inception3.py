@@ -3,15 +3,14 @@ Vision" (2015), as keras.applications (no auxiliary head; batch norm without sca
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "inception3",
     framework="tf",
-    image_size=299,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["inception3"],
     params=23_851_784,
     flops=1.14e10,
 )

@@ -6,6 +6,7 @@ batch norm), not torchvision's v1.5: a few more parameters, ~5% fewer FLOPs.
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
@@ -23,9 +24,7 @@ def _build(application: str, num_classes: int, image_size: int):
 @register_model(
     "resnet50",
     framework="tf",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["resnet50"],
     params=25_636_712,
     flops=7.72e9,
 )
@@ -37,9 +36,7 @@ def resnet50(num_classes: int = 1000, image_size: int | None = None) -> "keras.M
 @register_model(
     "resnet152",
     framework="tf",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["resnet152"],
     params=60_419_944,
     flops=2.26e10,
 )

@@ -3,15 +3,14 @@ Recognition" (2014), configuration D, as keras.applications."""
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "vgg16",
     framework="tf",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["vgg16"],
     params=138_357_544,
     flops=3.09e10,
 )

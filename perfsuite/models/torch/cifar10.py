@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "cifar10",
     framework="torch",
-    image_size=24,
-    batch_size=128,
-    cpu_batch_size=64,
+    **SHAPES["cifar10"],
     params=1_068_298,
     flops=3.69e7,
-    num_classes=10,
 )
 def cifar10(num_classes: int = 10) -> "torch.nn.Module":
     """CIFAR-10 tutorial CNN (TensorFlow models, after Krizhevsky's cuda-convnet layers-18pct)."""

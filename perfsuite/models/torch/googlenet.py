@@ -7,28 +7,16 @@ published weights and the 6.6M parameter count bake in; a true 5x5 gives 7.01M).
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import GOOGLENET_INCEPTION, SHAPES
 from perfsuite.models.registry import register_model
 
-# Table 1 of the paper: #1x1, #3x3 reduce, #3x3, #5x5 reduce, #5x5, pool proj.
-INCEPTION = {
-    "3a": (64, 96, 128, 16, 32, 32),
-    "3b": (128, 128, 192, 32, 96, 64),
-    "4a": (192, 96, 208, 16, 48, 64),
-    "4b": (160, 112, 224, 24, 64, 64),
-    "4c": (128, 128, 256, 24, 64, 64),
-    "4d": (112, 144, 288, 32, 64, 64),
-    "4e": (256, 160, 320, 32, 128, 128),
-    "5a": (256, 160, 320, 32, 128, 128),
-    "5b": (384, 192, 384, 48, 128, 128),
-}
+INCEPTION = GOOGLENET_INCEPTION
 
 
 @register_model(
     "googlenet",
     framework="torch",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=4,
+    **SHAPES["googlenet"],
     params=6_624_904,
     flops=3.00e9,
 )

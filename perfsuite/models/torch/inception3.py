@@ -3,15 +3,14 @@ Vision" (2015), laid out as torchvision's ``inception_v3`` without the auxiliary
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "inception3",
     framework="torch",
-    image_size=299,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["inception3"],
     params=23_834_568,
     flops=1.14e10,
 )

@@ -3,15 +3,14 @@ Connections on Learning" (2016), laid out as the common timm / Cadene implementa
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 
 @register_model(
     "inception4",
     framework="torch",
-    image_size=299,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["inception4"],
     params=42_679_816,
     flops=2.45e10,
 )

@@ -7,6 +7,7 @@ more accurate.
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 # Table 1 of the paper: bottleneck blocks in conv2_x .. conv5_x.
@@ -50,9 +51,7 @@ def _build(blocks_per_stage, num_classes):
 @register_model(
     "resnet50",
     framework="torch",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["resnet50"],
     params=25_557_032,
     flops=8.18e9,
 )
@@ -64,9 +63,7 @@ def resnet50(num_classes: int = 1000) -> "torch.nn.Module":
 @register_model(
     "resnet152",
     framework="torch",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["resnet152"],
     params=60_192_808,
     flops=2.30e10,
 )

@@ -3,6 +3,7 @@ Recognition" (2014)."""
 
 from __future__ import annotations
 
+from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
 
 # Table 1 of the paper, configuration D: conv3 widths, "M" for a 2x2 max pool.
@@ -12,9 +13,7 @@ VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512
 @register_model(
     "vgg16",
     framework="torch",
-    image_size=224,
-    batch_size=64,
-    cpu_batch_size=2,
+    **SHAPES["vgg16"],
     params=138_357_544,
     flops=3.09e10,
 )
