@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from perfsuite.hardware import Fingerprint
 
@@ -109,8 +109,6 @@ def save_entries(
     ``history``); every other entry is kept untouched. If the current file exists but
     cannot be read, BaselineError is raised and nothing is written.
     """
-    import filelock  # only saving needs it; reading and gating do not
-
     path = Path(path)
     for key, entry in entries.items():
         if not isinstance(key, str) or not isinstance(entry, dict):
@@ -122,19 +120,56 @@ def save_entries(
     except OSError as e:
         raise BaselineError(f"{path}: cannot create directory: {e.strerror or e}") from e
 
+    with _locked(path):
+        current = load(path)  # re-read under the lock: another session may have saved
+        merged = _merge(path, current, fingerprint, entries, frameworks)
+        _write_atomic(path, _document(merged))
+    return merged
+
+
+def remove_entries(path: Path, select: Callable[[str, dict[str, Any]], bool]) -> tuple[list[str], BaselineFile]:
+    """Drop the entries for which ``select(key, entry)`` is true; return their keys and the file left.
+
+    The selection runs on the file as re-read under the lock, so entries another
+    session saved meanwhile are judged too, and nothing is lost. Nothing is written
+    when nothing is selected. A missing or unreadable file raises BaselineError.
+    """
+    path = Path(path)
+    if not path.exists():  # checked first: locking would leave a stray lock file behind
+        raise BaselineError(f"{path}: no such file")
+    with _locked(path):
+        current = load(path)
+        if current is None:
+            raise BaselineError(f"{path}: no such file")
+        removed = sorted(k for k, entry in current.entries.items() if select(k, entry))
+        if not removed:
+            return [], current
+        gone = set(removed)
+        kept = {k: v for k, v in current.entries.items() if k not in gone}
+        left = BaselineFile(path, current.fingerprint, current.frameworks, kept)
+        _write_atomic(path, _document(left))
+    return removed, left
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the lock every writer of ``path`` shares; BaselineError if it cannot be had."""
+    import filelock  # only writing needs it; reading and gating do not
+
     lock_path = f"{path}.lock"
+    lock = filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S)
     try:
-        with filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S):
-            current = load(path)  # re-read under the lock: another session may have saved
-            merged = _merge(path, current, fingerprint, entries, frameworks)
-            _write_atomic(path, _document(merged))
+        lock.acquire()
     except filelock.Timeout as e:
         raise BaselineError(
             f"{path}: timed out after {LOCK_TIMEOUT_S:g} s waiting for {lock_path}"
         ) from e
     except OSError as e:  # the lock file itself could not be created or locked
         raise BaselineError(f"{path}: cannot lock {lock_path}: {e.strerror or e}") from e
-    return merged
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _merge(

@@ -1,4 +1,4 @@
-"""``python -m perfsuite``: look at this machine and the model registry without running pytest."""
+"""``python -m perfsuite``: look at this machine, the model registry and baseline files without running pytest."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from perfsuite import hardware
+from perfsuite import baseline_cli, hardware
 from perfsuite.models.registry import FRAMEWORKS, all_models
 
 
@@ -41,8 +41,15 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes as one ``error:`` line and exit code 2; other errors are one such line and exit code 1."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m perfsuite", description=__doc__.split("\n")[0].strip("`: "))
+    p = _Parser(prog="python -m perfsuite", description=__doc__.split("``: ")[1])
     sub = p.add_subparsers(dest="command", required=True)
     fp = sub.add_parser("fingerprint", help="print this machine's hardware fingerprint(s)")
     fp.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     models.add_argument("--framework", choices=FRAMEWORKS, help="only this framework's models")
     models.add_argument("--json", action="store_true", help="machine-readable output")
     models.set_defaults(run=_models)
+    baseline_cli.add_parser(sub)
     return p
 
 
@@ -61,5 +69,5 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any command
-        print(f"python -m perfsuite {args.command}: {exc}", file=sys.stderr)
+        print(f"error: python -m perfsuite {args.command}: {exc}", file=sys.stderr)
         return 1
