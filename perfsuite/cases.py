@@ -8,7 +8,7 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from perfsuite.backends import SUPPORTED
+from perfsuite.backends import SUPPORTED, multinode_gap
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.options import PerfOptions, sweep
 
@@ -122,6 +122,8 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True) -> s
         return f"the {case.framework} backend has no data location {case.data_location!r} yet"
     if case.device_count * case.nodes > 1 and case.variable_update not in support["variable_updates"]:
         return f"the {case.framework} backend has no variable update {case.variable_update!r} yet"
+    if case.nodes > 1:
+        return multinode_gap(case.framework, case.device_kind, case.device_count, case.variable_update)
     return None
 
 

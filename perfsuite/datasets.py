@@ -43,6 +43,16 @@ JPEG_QUALITY = 90
 TFRECORD_SHARDS = 4
 TFRECORD_LABEL_OFFSET = 1  # build_imagenet_data.py keeps label 0 for "background"
 
+# The `real` augmentation both backends apply, so their bursts do the same input work.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RRC_SCALE = (0.08, 1.0)  # random-resized-crop area and aspect ratio ranges
+RRC_RATIO = (3 / 4, 4 / 3)
+RRC_ATTEMPTS = 10
+DECODE_SIDE = 256  # JPEGs leave the input pipeline as DECODE_SIDE^2 uint8 when augmenting on the device
+CIFAR_MAX_BRIGHTNESS = 63 / 255  # the TF CIFAR-10 tutorial's distortions
+CIFAR_CONTRAST = (0.2, 1.8)
+
 
 def dataset_kind(model_image_size: int) -> str:
     """CIFAR-sized models read CIFAR-10 batches; everything larger reads a JPEG tree."""
@@ -76,6 +86,25 @@ def ensure_dataset(
     if not target.is_dir():
         _generate_atomically(target, lambda tmp: _GENERATORS[kind](tmp, images, seed))
     return target
+
+
+def imagenet_dataset(data_dir: str | os.PathLike | None, cache_dir: Path | None = None) -> tuple[str, Path]:
+    """(kind, dir) of an ImageNet-style dataset for a TFRecord reader: TFRecord shards,
+    else a JPEG tree, so one ``--data-dir`` can serve torch and TensorFlow alike.
+    Without ``data_dir``: generated TFRecords in the cache."""
+    if data_dir is None:
+        return "tfrecord", ensure_dataset("tfrecord", None, cache_dir)
+    root = Path(data_dir).expanduser()
+    _require_dir(root, "tfrecord or jpeg")
+    for kind in ("tfrecord", "jpeg"):
+        try:
+            return kind, ensure_dataset(kind, root)
+        except ValueError:
+            continue
+    raise ValueError(
+        f"data dir {root} holds neither TFRecord files (train-00000-of-NNNNN or *.tfrecord) "
+        f"nor an ImageNet-style JPEG tree (train/<synset>/<name>.JPEG)"
+    )
 
 
 def default_cache_dir() -> Path:

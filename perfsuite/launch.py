@@ -3,7 +3,8 @@
 A fresh process per burst keeps a crash, an out-of-memory or a hang inside one test,
 lets torch and TensorFlow share a pytest session, and hands GPU memory back between
 tests. Several torch ranks go through torchrun (torch.distributed.run), never a
-launcher of our own.
+launcher of our own. A multi-node TensorFlow burst is one worker process per node,
+which finds the others through the TF_CONFIG written here from --worker-hosts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,12 +41,15 @@ class LaunchOptions:
     init_timeout_s: float = 120.0
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    worker_hosts: tuple[str, ...] = ()  # TF multi-node: every node's HOST:PORT, in rank order
 
 
 def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions) -> list[str]:
     module = SUPPORTED[spec.framework]["worker"]
     if module is None:
         raise BurstError(f"no burst worker for framework {spec.framework!r}")
+    if spec.nodes > 1:
+        _check_cluster(spec, options)
     if spec.framework != "torch" or spec.world_size == 1:
         return [sys.executable, "-m", module, str(job), str(out)]
     run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.devices}", "--max-restarts=0"]
@@ -66,13 +71,32 @@ def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions
     return run + ["-m", module, str(job), str(out)]
 
 
+def _check_cluster(spec: BurstSpec, options: LaunchOptions) -> None:
+    """Fail before starting a worker that could not find the other nodes."""
+    if spec.framework == "torch" and not options.rdzv_endpoint:
+        raise BurstError("a multi-node torch burst needs --rdzv-endpoint HOST:PORT")
+    if spec.framework == "tf" and not (
+        options.worker_hosts or os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("TF_CONFIG")
+    ):
+        raise BurstError("a multi-node TensorFlow burst needs --worker-hosts H:P,H:P (or to run under Slurm's srun)")
+    if spec.framework == "tf" and options.worker_hosts and len(options.worker_hosts) != spec.nodes:
+        raise BurstError(f"--worker-hosts lists {len(options.worker_hosts)} hosts for {spec.nodes} nodes")
+
+
+def tf_config(hosts: tuple[str, ...], node_rank: int) -> str:
+    """TF_CONFIG for MultiWorkerMirroredStrategy: one worker per node, index = node rank."""
+    return json.dumps({"cluster": {"worker": list(hosts)}, "task": {"type": "worker", "index": node_rank}})
+
+
 def rendezvous_id(spec: BurstSpec) -> str:
     """The same on every node for the same burst, different between bursts."""
     return "perfsuite-" + hashlib.sha1(spec.key().encode()).hexdigest()[:12]
 
 
-def worker_env(spec: BurstSpec, node_rank: int = 0) -> dict[str, str]:
+def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...] = ()) -> dict[str, str]:
     env = dict(os.environ)
+    if spec.framework == "tf" and spec.nodes > 1 and worker_hosts:
+        env["TF_CONFIG"] = tf_config(worker_hosts, node_rank)
     root = str(Path(perfsuite.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
@@ -98,7 +122,11 @@ def run_burst(
     out = workdir / "result.json"
     progress = workdir / "progress.json"
     log = workdir / "worker.log"
-    for stale in [out, progress, *workdir.glob("result.rank*.error")]:
+    # A TF worker of a multi-node burst marks when it starts and ends joining the others.
+    join_file = workdir / "join.json" if spec.framework == "tf" and spec.nodes > 1 else None
+    for stale in [out, progress, join_file, *workdir.glob("result.rank*.error")]:
+        if stale is None:
+            continue
         stale.unlink(missing_ok=True)
     job.write_text(
         json.dumps(
@@ -107,6 +135,7 @@ def run_burst(
                 "model": model.as_dict(),
                 "init_timeout_s": options.init_timeout_s,
                 "progress_file": str(progress),
+                "join_file": str(join_file) if join_file else None,
             }
         )
     )
@@ -114,7 +143,11 @@ def run_burst(
     started = time.monotonic()
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=worker_env(spec, options.node_rank if spec.nodes > 1 else 0), start_new_session=True
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=worker_env(spec, options.node_rank if spec.nodes > 1 else 0, options.worker_hosts),
+            start_new_session=True,
         )
         seen = None
         while True:
@@ -131,6 +164,10 @@ def run_burst(
                 if state and state != seen:
                     seen = state
                     on_progress(state)
+            waiting = _join_overdue(join_file, options.init_timeout_s) if join_file else None
+            if waiting is not None:
+                _kill_group(proc, grace=False)  # TensorFlow swallows SIGTERM while joining
+                raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
             if time.monotonic() - started > options.timeout_s:
                 _kill_group(proc)
                 raise BurstError(
@@ -148,18 +185,51 @@ def run_burst(
     return record
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, grace: bool = True) -> None:
     """Take the whole process group down: torchrun, every rank and loader workers."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    steps = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)) if grace else ((signal.SIGKILL, 5.0),)
+    for sig, wait_s in steps:
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=grace)
+            proc.wait(timeout=wait_s)
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _join_overdue(join_file: Path, timeout_s: float) -> dict | None:
+    """The join marker of a TF worker still waiting for the other nodes after ``timeout_s``."""
+    try:
+        state = json.loads(join_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("joined") or time.time() - float(state.get("t", 0)) <= timeout_s:
+        return None
+    return state
+
+
+def _missing_nodes_line(state: dict, timeout_s: float) -> str:
+    """Name the nodes whose TF worker is not even listening; if all are, every other node."""
+    hosts, me = list(state.get("hosts", [])), int(state.get("me", 0))
+    others = [i for i in range(len(hosts)) if i != me]
+    missing = [i for i in others if not _listening(hosts[i])] or others
+    names = " or ".join(f"node {i} ({hosts[i]})" for i in missing)
+    return (
+        f"TF workers {','.join(hosts)} timed out after {timeout_s:.0f} s: not all {len(hosts)} nodes joined "
+        f"(this is node {me}; missing: {names}, did it run the same pytest command?)"
+    )
+
+
+def _listening(address: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _suffix(line: str | None) -> str:

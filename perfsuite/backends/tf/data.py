@@ -31,8 +31,8 @@ def device_feed(spec, strategy, num_classes, seed) -> Feed:
     devices = strategy.extended.worker_devices
 
     def make(ctx):
-        replica = ctx.replica_id_in_sync_group
-        with tf.device(devices[replica]):
+        replica = ctx.replica_id_in_sync_group  # global: worker index x local devices + local index
+        with tf.device(devices[replica % len(devices)]):
             images = tf.random.stateless_normal(_shape(spec, spec.batch_size), seed=[seed, replica])
             labels = tf.random.stateless_uniform(
                 (spec.batch_size,), seed=[seed, replica + 1000], minval=0, maxval=num_classes, dtype=tf.int32
@@ -75,10 +75,19 @@ def python_feed(spec, strategy, num_classes, seed) -> Feed:
     return Feed(iter(strategy.distribute_datasets_from_function(dataset)), next)
 
 
+def real_feed(spec, strategy, num_classes, seed) -> Feed:
+    """Encoded files on disk, decoded and augmented by tf.data (see real.py)."""
+    # Imported on use: the real pipeline needs Pillow (datasets.py), the synthetic ones do not.
+    from perfsuite.backends.tf.real import real_feed as make
+
+    return make(spec, strategy, num_classes, seed)
+
+
 PIPELINES = {
     "device": device_feed,
     "host": host_feed,
     "python": python_feed,
+    "real": real_feed,
 }
 
 

@@ -51,13 +51,15 @@ class DynamicLossScale:
         scale = tf.convert_to_tensor(self.scale)
         grads = [g / tf.cast(scale, g.dtype) for g in grads]
 
-        def finite(grads):
-            return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        def overflowed(grads):
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+            return tf.cast(tf.logical_not(finite), tf.float32)
 
         def cross_replica(strategy, grads):
-            # The gradients are not all-reduced yet: every replica's must be finite.
-            ok = strategy.extended.call_for_each_replica(finite, args=(grads,))
-            ok = tf.reduce_all(tf.stack(strategy.experimental_local_results(ok)))
+            # The gradients are not all-reduced yet: every replica's must be finite, on
+            # every node too, or the nodes would disagree on skipping the step.
+            bad = strategy.extended.call_for_each_replica(overflowed, args=(grads,))
+            ok = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) == 0.0
 
             def apply():
                 strategy.extended.call_for_each_replica(

@@ -38,14 +38,20 @@ def configure_devices(spec: BurstSpec) -> list[str]:
     return [f"/cpu:{i}" for i in range(spec.devices)]
 
 
-def make_strategy(spec: BurstSpec, devices: list[str]) -> tf.distribute.Strategy:
+def make_strategy(spec: BurstSpec, devices: list[str], join_file: str | None = None) -> tf.distribute.Strategy:
     """``replicated``: a mirrored copy of the variables per device, gradients all-reduced.
     ``parameter_server``: variables on the host CPU, compute on the devices.
-
-    Multi-node (MultiWorkerMirroredStrategy from TF_CONFIG) belongs here too.
+    Several nodes: MultiWorkerMirroredStrategy (replicated only), once every node joined;
+    ``join_file`` lets the launcher hold the joining to its deadline.
     """
     if spec.nodes > 1:
-        raise NotImplementedError("multi-node TensorFlow bursts are not supported yet")
+        from perfsuite.backends import multinode_gap
+        from perfsuite.backends.tf.cluster import join
+
+        gap = multinode_gap(spec.framework, spec.device_kind, spec.devices, spec.variable_update)
+        if gap:
+            raise ValueError(gap)
+        return join(spec, join_file)
     if len(devices) == 1:
         return tf.distribute.OneDeviceStrategy(devices[0])
     if spec.variable_update == "parameter_server":

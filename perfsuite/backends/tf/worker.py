@@ -1,7 +1,9 @@
 """Burst worker for TensorFlow: ``python -m perfsuite.backends.tf.worker JOB OUT``.
 
-One process drives every device of the node through a tf.distribute strategy, so it
-writes a single per-rank entry; the spec's device count says how many replicas ran.
+One process drives every device of the node through a tf.distribute strategy, so a
+node has a single per-rank entry; the spec's device count says how many replicas ran.
+With several nodes (MultiWorkerMirroredStrategy) the workers share their figures
+through a collective and node 0 writes the record.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import sys
 import traceback
 from pathlib import Path
 
-from perfsuite.worker_io import progress_writer, write_error, write_record
+from perfsuite.worker_io import error_path, progress_writer, write_record
 
 
-def run(job: dict, out: Path) -> dict:
-    from perfsuite.measure import combine_ranks, run_windows
+def run(job: dict, out: Path) -> dict | None:
+    from perfsuite.measure import combine_ranks, run_windows, stable_within
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
+    from perfsuite.utilisation import merge_ranks, rank_share, summary
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -33,13 +36,17 @@ def run(job: dict, out: Path) -> dict:
     import keras
     import tensorflow as tf
 
+    from perfsuite.backends.tf.cluster import sync_local_devices
     from perfsuite.backends.tf.data import feed as make_feed
     from perfsuite.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.backends.tf.strategy import configure_devices, make_strategy
     from perfsuite.backends.tf.train import make_optimizer, make_step
 
     devices = configure_devices(spec)  # before any op runs
-    strategy = make_strategy(spec, devices)
+    node_rank = node_rank_from_env()
+    leader = node_rank == 0  # node 0 gates and saves, so the record belongs there
+    strategy = make_strategy(spec, devices, job.get("join_file"))
+    rank = strategy.cluster_resolver.task_id if spec.nodes > 1 else 0  # this node's worker index
     precision = precision_policy(spec)
     keras.mixed_precision.set_global_policy(precision.policy)
     keras.utils.set_random_seed(spec.seed)
@@ -57,13 +64,20 @@ def run(job: dict, out: Path) -> dict:
     global_batch = spec.batch_size * len(devices)
     timings = run_windows(
         step,
-        tf.test.experimental.sync_devices,  # waits for every queued kernel, not just the loss
+        # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
+        tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy),
         lambda loss: float(loss.numpy()),
         # The first call traces (and with XLA compiles) the step: never time it.
         warmup_steps=max(spec.warmup_steps, 1),
         windows=spec.windows,
         steps_per_window=spec.steps_per_window,
-        on_step=progress_writer(job.get("progress_file"), global_batch * spec.steps_per_window),
+        on_step=progress_writer(
+            job.get("progress_file") if leader else None, global_batch * spec.nodes * spec.steps_per_window
+        ),
+        # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
+        max_windows=spec.max_windows if spec.nodes == 1 else 0,
+        stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
+        sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
     )
     if gpus:
         peak = sum(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
@@ -76,7 +90,7 @@ def run(job: dict, out: Path) -> dict:
         device_name = "cpu"
     images_per_window = global_batch * spec.steps_per_window
     mine = {
-        "rank": 0,
+        "rank": rank,
         "host": socket.gethostname(),
         "device": device_name,
         "window_seconds": timings.window_seconds,
@@ -85,20 +99,35 @@ def run(job: dict, out: Path) -> dict:
         "loss_last": timings.loss_last,
         "peak_memory_bytes": peak,
         "warmup_seconds": timings.warmup_seconds,
+        "utilisation": rank_share(timings.utilisation),
     }
+    ranks = [mine]
+    if spec.nodes > 1:
+        from perfsuite.backends.tf.cluster import all_gather_json
+
+        ranks = all_gather_json(strategy, mine)  # a collective: every node takes part
+        if not leader:
+            return None
+    utilisation = merge_ranks(timings.utilisation, ranks)
+    for r in ranks:
+        r["utilisation"] = summary(r.get("utilisation"))  # the series live once, in record["utilisation"]
     record = {
         "spec": spec.as_dict(),
         "model": info.as_dict(),
         "framework_version": tf.__version__,
         "device_name": device_name,
         "precision_dtype": precision.dtype,
-        "samples": combine_ranks([timings.window_seconds], images_per_window),
-        "window_seconds": timings.window_seconds,
-        "images_per_window": images_per_window,
-        "per_rank": [mine],
+        # What fp32 convolutions and matmuls run as: TensorFlow allows TF32 unless told not to.
+        "fp32_math": ("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
+        # GPUs tagged with rank and host, the same shape as a torch record's
+        "utilisation": utilisation,
+        "samples": combine_ranks([r["window_seconds"] for r in ranks], images_per_window),
+        "window_seconds": [max(r["window_seconds"][w] for r in ranks) for w in range(len(timings.window_seconds))],
+        "images_per_window": images_per_window * len(ranks),
+        "per_rank": ranks,
         "loss_first": timings.loss_first,
         "loss_last": timings.loss_last,
-        "peak_memory_bytes": peak,
+        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
         "warmup_seconds": timings.warmup_seconds,
     }
     write_record(out, record)
@@ -117,10 +146,30 @@ def main(argv: list[str] | None = None) -> int:
         run(json.loads(job_path.read_text()), out)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
         traceback.print_exc()
-        write_error(out, 0, exc)
+        error_path(out, node_rank_from_env()).write_text(error_line(exc))
         return 1
     return 0
 
 
+def node_rank_from_env() -> int:
+    return int(os.environ.get("PERFSUITE_NODE_RANK", "0"))
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for the launcher. A TensorFlow op error starts "Graph execution error:"
+    and lists where the op was defined; its own message (a failed assertion, a lost
+    node's address) is the last line before gRPC details and the "[[node ...]]" trailer."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Graph execution error"):
+        trailer = ("[[", "The error could be from a previous operation", "Additional GRPC error", ":UNKNOWN:")
+        lines = [line for line in lines[1:] if not line.startswith(trailer)][-1:] or lines
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:2000]
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: with several nodes the gRPC server and the coordination
+    # service would wait on workers that already left, after the result is written.
+    os._exit(code)

@@ -23,14 +23,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from perfsuite import datasets
 from perfsuite.spec import BurstSpec
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-RRC_SCALE = (0.08, 1.0)
-RRC_RATIO = (3 / 4, 4 / 3)
-RRC_ATTEMPTS = 10
-DECODE_SIDE = 256  # JPEGs leave the workers as DECODE_SIDE^2 uint8 when augmenting on the device
-CIFAR_MAX_BRIGHTNESS = 63 / 255
-CIFAR_CONTRAST = (0.2, 1.8)
+from perfsuite.datasets import (CIFAR_CONTRAST, CIFAR_MAX_BRIGHTNESS, DECODE_SIDE, IMAGENET_MEAN,
+                                IMAGENET_STD, RRC_ATTEMPTS, RRC_RATIO, RRC_SCALE)
 PREFETCH_FACTOR = 4
 
 DeviceAugment = Callable[[torch.Tensor], torch.Tensor]

@@ -1,0 +1,147 @@
+"""Multi-node TensorFlow bursts: MultiWorkerMirroredStrategy, as two nodes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfsuite import cases, launch
+from perfsuite.options import OptionError, resolve
+from perfsuite.spec import BurstSpec
+
+from suite_files import SUITE, free_port
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
+)
+
+# A conftest registering a tiny Keras model: the bursts cost a TensorFlow import, not compute.
+TINY_TF = '''
+from perfsuite import register_model
+
+
+@register_model("tinytf", framework="tf", image_size=8, batch_size=8, cpu_batch_size=8, params=772,
+                flops=2 * 192 * 4, num_classes=4)
+def tinytf(num_classes=4, image_size=None):
+    """A linear classifier on 8x8 images."""
+    import keras
+    from keras import layers
+
+    inputs = keras.Input(shape=(image_size or 8, image_size or 8, 3))
+    return keras.Model(inputs, layers.Dense(num_classes)(layers.Flatten()(inputs)))
+'''
+
+
+def _node(tmp: Path, rank: int, hosts: str, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
+           "--framework", "tf", "--model", "tinytf", "-m", "cpu", "--cpu-workers", "1",
+           "--steps", "10", "--windows", "5", "--warmup-steps", "1", "--missing-baseline", "pass",
+           "--nnodes", "2", "--node-rank", str(rank), "--worker-hosts", hosts,
+           "--perf-json", f"node{rank}.json", "-k", "throughput", *extra]
+    return subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "conftest.py").write_text(TINY_TF)
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    return tmp_path
+
+
+def _hosts() -> str:
+    return f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+
+
+def test_two_nodes_on_loopback(project):
+    hosts = _hosts()
+    nodes = [_node(project, 0, hosts), _node(project, 1, hosts)]
+    outs = [n.communicate(timeout=300)[0] for n in nodes]
+    assert nodes[0].returncode == 0, outs[0]
+    assert nodes[1].returncode == 0, outs[1]
+    assert "1 passed" in outs[0]
+    multi = next(r for r in json.loads((project / "node0.json").read_text())["results"] if r["nodes"] == 2)
+    assert multi["world_size"] == 2 and multi["images_per_sec"] > 0
+    assert [r["rank"] for r in multi["per_rank"]] == [0, 1]
+    assert all(r["images_per_sec"] > 0 for r in multi["per_rank"])
+    assert "ran ranks of node 1" in outs[1]
+
+
+def test_missing_node_fails_within_its_timeout(project):
+    started = time.monotonic()
+    node = _node(project, 0, _hosts(), "--rdzv-timeout", "10")
+    out = node.communicate(timeout=120)[0]
+    elapsed = time.monotonic() - started
+    assert node.returncode == 1, out
+    assert "timed out after 10 s" in out and "not all 2 nodes joined" in out
+    assert "missing: node 1 (127.0.0.1:" in out
+    assert elapsed < 60
+
+
+# --- the pieces, without bursts -------------------------------------------------------------
+
+SPEC = BurstSpec(framework="tf", model="cifar10", nodes=2)
+
+
+def test_tf_config_comes_from_worker_hosts(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    hosts = ("a:1", "b:2")
+    config = json.loads(launch.worker_env(SPEC, 1, hosts)["TF_CONFIG"])
+    assert config == {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+    assert "TF_CONFIG" not in launch.worker_env(SPEC.replace(nodes=1), 0, hosts)
+
+
+def test_a_cluster_needs_its_hosts(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_STEP_NODELIST", raising=False)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(launch.BurstError, match="needs --worker-hosts"):
+        launch.worker_command(SPEC, tmp_path / "j", tmp_path / "o", launch.LaunchOptions(node_rank=0))
+    with pytest.raises(launch.BurstError, match="lists 1 hosts for 2 nodes"):
+        launch.worker_command(SPEC, tmp_path / "j", tmp_path / "o", launch.LaunchOptions(worker_hosts=("a:1",)))
+
+
+def test_slurm_allows_nodes_without_endpoints(monkeypatch):
+    def cli(dest):
+        return {"nnodes": "2"}.get(dest)
+
+    monkeypatch.delenv("SLURM_STEP_NODELIST", raising=False)
+    with pytest.raises(OptionError, match="needs --rdzv-endpoint"):
+        resolve(cli, {}, "", Path.cwd())
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "node[0-1]")
+    assert resolve(cli, {}, "", Path.cwd()).nnodes == 2
+
+
+def test_unsupported_multinode_cases_are_skipped_with_a_reason():
+    def case(count, update, kind="cpu"):
+        return cases.Case("tf", "cifar10", kind, count, "device", update, "fp32", None, nodes=2)
+
+    assert "parameter_server" in cases.skip_reason(case(1, "parameter_server", "cuda"), gpu_count=1)
+    assert "--cpu-workers 1" in cases.skip_reason(case(2, "replicated"), gpu_count=0)
+    assert cases.skip_reason(case(1, "replicated"), gpu_count=0) is None
+    assert cases.skip_reason(case(2, "replicated", "cuda"), gpu_count=2) is None
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_slurm_cluster_resolver(monkeypatch, rank):
+    pytest.importorskip("tensorflow")
+    from perfsuite.backends.tf.cluster import SLURM_PORT, cluster_resolver
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for name, value in {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": "gpu[07-08]",
+                        "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NUM_TASKS": "2"}.items():
+        monkeypatch.setenv(name, value)
+    resolver = cluster_resolver(SPEC)
+    assert resolver.cluster_spec().as_dict() == {"worker": [f"gpu07:{SLURM_PORT}", f"gpu08:{SLURM_PORT}"]}
+    assert (resolver.task_type, resolver.task_id) == ("worker", rank)
+    assert resolver.num_accelerators() == {}  # CPU: one replica per node
+    assert cluster_resolver(SPEC.replace(device_kind="cuda", devices=4)).num_accelerators() == {"GPU": 4}
+
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "2(x2)")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    with pytest.raises(ValueError, match="one srun task per node"):
+        cluster_resolver(SPEC)
