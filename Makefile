@@ -22,8 +22,10 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(FRAMEWORKS)
 	touch $@
 
+# The report's path comes last, also when a regression fails the run; make keeps pytest's status.
 perf: setup
-	$(BIN)/python -m pytest tests_perf -m "cpu and not slow" $(PERF_ARGS) --perf-json $(PERF_REPORT)/results.json -rs
+	$(BIN)/python -m pytest tests_perf -m "cpu and not slow" $(PERF_ARGS) --perf-report $(PERF_REPORT) -rs; \
+	status=$$?; if [ -f $(PERF_REPORT)/report.html ]; then echo "report: $(PERF_REPORT)/report.html"; fi; exit $$status
 
 test: setup
 	$(BIN)/python -m pytest tests -q

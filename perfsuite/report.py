@@ -7,11 +7,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from perfsuite import stats
+from perfsuite import mfu, stats
+from perfsuite.diagnosis import diagnose
 from perfsuite.result import BurstResult
 from perfsuite.session import PerfSession
 
-HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "verdict")
+# CPU% / GPU%: mean host and device busy share over the timed windows (the evidence
+# behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak.
+HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU", "verdict")
 
 
 def rows(perf: PerfSession) -> list[tuple[str, ...]]:
@@ -28,9 +31,9 @@ def rows(perf: PerfSession) -> list[tuple[str, ...]]:
 
 def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
     if not r.ok:
-        return (name, "-", "-", "-", "-", "-", "error")
+        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "error")
     if r.remote:
-        return (name, "-", "-", "-", "-", "-", f"ran ranks of node {r.record['remote_node']}")
+        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"ran ranks of node {r.record['remote_node']}")
     lo, hi = r.interval
     base = r.baseline.get("images_per_sec") if r.baseline else None
     verdict = r.scaling_verdict if kind == "scaling" else r.verdict
@@ -50,7 +53,24 @@ def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
         f"{base:.4g}" if base is not None else "-",
         f"{change:+.1%}" if change is not None else "-",
         eff,
+        *_evidence(r),
         status.upper() if status.startswith((stats.REGRESSION, stats.INCONCLUSIVE)) else status,
+    )
+
+
+def _evidence(r: BurstResult) -> tuple[str, str, str, str]:
+    """CPU%, GPU%, TFLOP/s and MFU cells; "-" where the record has no such figure."""
+    util = r.record.get("utilisation") if isinstance(r.record.get("utilisation"), dict) else {}
+    cpu = (util.get("cpu") or {}).get("percent_mean") if isinstance(util.get("cpu"), dict) else None
+    busy = [g["util_percent"].get("mean") for g in util.get("gpus") or []
+            if isinstance(g, dict) and isinstance(g.get("util_percent"), dict)]
+    busy = [b for b in busy if isinstance(b, (int, float))]
+    f = mfu.fields(r.record, r.spec, r.images_per_sec)
+    return (
+        f"{cpu:.0f}" if isinstance(cpu, (int, float)) else "-",
+        f"{sum(busy) / len(busy):.0f}" if busy else "-",
+        f"{f['achieved_tflops']:.3g}" if f["achieved_tflops"] is not None else "-",
+        f"{f['mfu']:.1%}" if f["mfu"] is not None else "-",
     )
 
 
@@ -62,7 +82,7 @@ def _short_id(nodeid: str) -> str:
 def table(lines: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in [HEADER, *lines]) for i in range(len(HEADER))]
     fmt = lambda row: "  ".join(  # noqa: E731
-        cell.ljust(w) if i in (0, 6) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        cell.ljust(w) if i in (0, len(HEADER) - 1) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))
     )
     return [fmt(HEADER), fmt(tuple("-" * w for w in widths)), *(fmt(r) for r in lines)]
 
@@ -73,6 +93,8 @@ def terminal_summary(tr, perf: PerfSession) -> None:
     if lines:
         for line in table(lines):
             tr.write_line(line)
+    for line in diagnosis_lines(perf):
+        tr.write_line(line)
     for fp in perf.fingerprints.values():
         from perfsuite.hardware import describe
 
@@ -84,6 +106,16 @@ def terminal_summary(tr, perf: PerfSession) -> None:
         tr.write_line(f"results: {perf.options.perf_json}")
     for message in perf.messages:
         tr.write_line(message)
+
+
+def diagnosis_lines(perf: PerfSession) -> list[str]:
+    """One "diagnosis: ..." line per finding; a fault here must not cost the summary."""
+    try:
+        findings = diagnose(perf.results.values(), min_scaling_efficiency=perf.options.min_scaling_efficiency,
+                            scaling_tolerance=perf.options.scaling_tolerance)
+    except Exception as exc:  # noqa: BLE001 - the diagnosis is advice, the table is the verdict
+        return [f"diagnosis unavailable: {type(exc).__name__}: {exc}"]
+    return [f"diagnosis: {f.text}" for f in findings]
 
 
 def write_json(path: Path, perf: PerfSession) -> None:

@@ -48,11 +48,17 @@ def progress_writer(path: str | None, images_per_window: int):
     if path is None:
         return None
     target = Path(path)
+    last = {"rate": None, "windows": 0}
 
     def report(done: int, total: int, window_seconds: float | None) -> None:
-        rate = images_per_window / window_seconds if window_seconds else None
+        # Every state repeats the last window's rate: the launcher polls and misses edges.
+        if window_seconds:
+            last["rate"] = images_per_window / window_seconds
+            last["windows"] += 1
+        state = {"step": done, "steps": total, "images_per_sec": last["rate"], "windows": last["windows"],
+                 "t": time.time()}
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"step": done, "steps": total, "images_per_sec": rate, "t": time.time()}))
+        tmp.write_text(json.dumps(state))
         os.replace(tmp, target)
 
     return report

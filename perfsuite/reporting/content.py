@@ -1,0 +1,232 @@
+"""What a report says, independent of how it is rendered (markdown, HTML).
+
+Built from result records (``BurstResult.as_record()``) only; every figure shown is a
+measured one or is missing ("-"), never filled in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, ERROR, MEASURED = (
+    "regression", "inconclusive", "improvement", "pass", "no baseline", "error", "measured")
+# Worst first: a row and the run take the worst status of their verdicts.
+_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, MEASURED)
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str  # file name inside the report folder
+    title: str
+    png: bytes
+
+
+@dataclass
+class Report:
+    title: str
+    facts: list[tuple[str, str]]  # run header: (what, value)
+    callouts: list[tuple[str, str, str]]  # (status, headline, detail), worst first
+    counts: dict[str, int]
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]  # (row status, cells)
+    verdict_columns: tuple[int, ...] = ()  # cells that hold a verdict, highlighted by status
+    findings: list[tuple[str, str]] = field(default_factory=list)  # (kind, text naming its burst)
+    findings_note: str | None = None  # why findings are missing, when they are
+    plots: list[Plot] = field(default_factory=list)
+    utilisation: list[tuple[str, str, str | None]] = field(default_factory=list)  # (label, json, png)
+
+    @property
+    def status(self) -> str:
+        return worst(s for s, _ in self.rows) if self.rows else MEASURED
+
+
+def ordered(records: list[dict]) -> list[dict]:
+    """Table order: each framework x model together, its device counts rising."""
+    def key(r):
+        return tuple(str(r.get(k)) for k in ("framework", "model", "device_kind", "data_location", "precision",
+                                               "batch_size", "variable_update")) + (r.get("world_size") or 0,)
+    return sorted(records, key=key)
+
+
+def worst(statuses) -> str:
+    ranked = [s for s in statuses if s in _ORDER]
+    return min(ranked, key=_ORDER.index) if ranked else MEASURED
+
+
+def row_status(rec: dict) -> str:
+    if rec.get("error"):
+        return ERROR
+    return worst([rec.get("verdict") or MEASURED, rec.get("scaling_verdict") or MEASURED])
+
+
+def label(rec: dict) -> str:
+    """Human words, as BurstSpec.label has them, from a record."""
+    unit = "GPU" if rec.get("device_kind") == "cuda" else "CPU worker"
+    n = rec.get("devices") or 1
+    count = f"{n} {unit}{'s' if n != 1 else ''}"
+    if (rec.get("nodes") or 1) > 1:
+        count += f" x {rec['nodes']} nodes"
+    return f"{rec.get('framework')} {rec.get('model')} on {count}, data location {rec.get('data_location')}"
+
+
+def num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
+    return f"{x:{spec}}{suffix}" if num(x) else "-"
+
+
+# -- optional columns: shown only when some record carries the figure -----------------
+
+def _tflops(rec):
+    return rec.get("achieved_tflops")
+
+
+def _mfu(rec):
+    return rec.get("mfu")
+
+
+def _cpu(rec):
+    return ((rec.get("utilisation") or {}).get("cpu") or {}).get("percent_mean")
+
+
+def _gpu(rec):
+    gpus = (rec.get("utilisation") or {}).get("gpus") or []
+    means = [(g.get("util_percent") or {}).get("mean") for g in gpus if isinstance(g, dict)]
+    means = [m for m in means if num(m)]
+    return sum(means) / len(means) if means else None
+
+
+def _mfu_cell(rec) -> str:
+    cell = fmt(_mfu(rec), ".1%")
+    precision = rec.get("mfu_precision")
+    return f"{cell} ({precision})" if cell != "-" and precision else cell
+
+
+OPTIONAL = (  # header, getter, cell
+    ("TFLOP/s", _tflops, lambda r: fmt(_tflops(r), ".3g")),
+    ("MFU", _mfu, _mfu_cell),
+    ("CPU % (mean)", _cpu, lambda r: fmt(_cpu(r), ".0f", "%")),
+    ("GPU util (mean)", _gpu, lambda r: fmt(_gpu(r), ".0f", "%")),
+)
+# Spec dimensions beyond framework, model, devices and data location: a column only
+# when they differ between rows.
+VARYING = (("batch/device", "batch_size"), ("precision", "precision"), ("update", "variable_update"),
+           ("image", "image_size"), ("threads", "threads_per_worker"))
+
+
+def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    varying = [(h, k) for h, k in VARYING if len({r.get(k) for r in records}) > 1]
+    scaling = any(num(r.get("scaling_efficiency")) for r in records)
+    optional = [(h, cell) for h, get, cell in OPTIONAL if any(num(get(r)) for r in records)]
+    columns = ["framework", "model", "devices", "data location", *(h for h, _ in varying),
+               "img/s", "95% CI", "baseline", "change", "verdict"]
+    if scaling:
+        columns += ["scaling eff (95% CI)", "baseline eff", "scaling verdict"]
+    columns += [h for h, _ in optional]
+    rows = []
+    for r in records:
+        cells = [str(r.get("framework")), str(r.get("model")), _devices(r), str(r.get("data_location")),
+                 *(str(r.get(k)) for _, k in varying)]
+        cells += [fmt(r.get("images_per_sec")), _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),
+                  fmt(r.get("baseline_images_per_sec")), fmt(r.get("change"), "+.1%"), _verdict(r, "verdict")]
+        if scaling:
+            eff = fmt(r.get("scaling_efficiency"), ".1%")
+            ci = r.get("scaling_ci") or (None, None)
+            if eff != "-" and num(ci[0]) and num(ci[1]):
+                eff += f" ({ci[0]:.1%}-{ci[1]:.1%})"
+            cells += [eff, fmt(r.get("baseline_scaling_efficiency"), ".1%"), _verdict(r, "scaling_verdict")]
+        cells += [cell(r) for _, cell in optional]
+        rows.append((row_status(r), cells))
+    return columns, rows
+
+
+def _devices(r: dict) -> str:
+    unit = "GPU" if r.get("device_kind") == "cuda" else "CPU"
+    text = f"{r.get('devices')} {unit}"
+    return text + f" x {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else text
+
+
+def _interval(lo, hi, spec: str) -> str:
+    return f"{lo:{spec}}-{hi:{spec}}" if num(lo) and num(hi) else "-"
+
+
+def _verdict(r: dict, key: str) -> str:
+    if r.get("error") and key == "verdict":
+        return ERROR
+    status = r.get(key)
+    if not status:
+        return "-" if key == "scaling_verdict" else MEASURED
+    runs = r.get("runs") or 1
+    text = status.upper() if status in (REGRESSION, INCONCLUSIVE) else status
+    return f"{text} ({runs} runs)" if runs > 1 and key == "verdict" else text
+
+
+def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
+    """(status, headline, detail) per regression, inconclusive verdict, improvement and failed burst,
+    worst first."""
+    out = []
+    for r in records:
+        name = label(r)
+        if r.get("error"):
+            out.append((ERROR, "burst failed", f"{name}: {r['error']}"))
+            continue
+        if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
+            line = (f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
+                    f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"
+                    + (f", p={r['p_value']:.2g}" if num(r.get("p_value")) else "") + ")")
+            if r.get("verdict") == INCONCLUSIVE and r.get("verdict_reason"):
+                line += f": {r['verdict_reason']}"
+            out.append((r["verdict"], r["verdict"], line))
+        if r.get("scaling_verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
+            ci = r.get("scaling_ci") or (None, None)
+            out.append((r["scaling_verdict"], f"scaling {r['scaling_verdict']}",
+                        f"{name}: efficiency {fmt(r.get('scaling_efficiency'), '.1%')}"
+                        f" (95% CI {_interval(ci[0], ci[1], '.1%')}) vs baseline "
+                        f"{fmt(r.get('baseline_scaling_efficiency'), '.1%')}"))
+    return sorted(out, key=lambda c: _ORDER.index(c[0]))
+
+
+def counts(rows: list[tuple[str, list[str]]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for status, _ in rows:
+        out[status] = out.get(status, 0) + 1
+    return {s: out[s] for s in _ORDER if s in out}
+
+
+def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findings_note: str | None = None,
+          plots=(), utilisation=()) -> Report:
+    columns, rows = table(records)
+    return Report(
+        title="perfsuite report",
+        facts=facts,
+        callouts=callouts(records),
+        counts=counts(rows),
+        columns=columns,
+        rows=rows,
+        verdict_columns=tuple(i for i, c in enumerate(columns) if c in ("verdict", "scaling verdict")),
+        findings=list(findings),
+        findings_note=findings_note,
+        plots=list(plots),
+        utilisation=list(utilisation),
+    )
+
+
+_PLURAL = {REGRESSION: "regressions", IMPROVEMENT: "improvements", ERROR: "errors", NO_BASELINE: "without baseline",
+           MEASURED: "measured only"}
+_SINGULAR = {NO_BASELINE: "without baseline", MEASURED: "measured only"}
+
+
+def summary_line(report: Report) -> str:
+    if not report.rows:
+        return "No bursts ran."
+    parts = [f"{n} {(_PLURAL if n > 1 else _SINGULAR).get(status, status)}" for status, n in report.counts.items()]
+    return f"{len(report.rows)} burst{'s' if len(report.rows) != 1 else ''}: {', '.join(parts)}."
+
+
+def cell_status(text: str) -> str | None:
+    """The status a verdict cell shows, for highlighting."""
+    low = text.lower()
+    return next((s for s in (REGRESSION, INCONCLUSIVE, IMPROVEMENT, ERROR) if low.startswith(s)), None)

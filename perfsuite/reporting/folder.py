@@ -1,0 +1,154 @@
+"""The report folder of --perf-report: what goes in it, each file written atomically.
+
+DIR/results.json    the --perf-json payload
+DIR/report.md       header, regressions first, results table, findings, plot links
+DIR/report.html     the same, self-contained (inline CSS, plots embedded as data: URIs)
+DIR/*.png           scaling curve (and data-location bars) per framework x model
+DIR/utilisation/    each burst's raw utilisation series (JSON) and its plot
+
+Plots and utilisation files of an earlier report in DIR that this run did not produce
+are removed, so the folder never mixes two runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from perfsuite.report import write_json
+from perfsuite.reporting import content, header, html, markdown
+from perfsuite.result import BurstResult
+from perfsuite.session import PerfSession
+
+PLOT_PATTERNS = ("scaling-*.png", "data-locations-*.png")
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -> list[str]:
+    """Write the report; return lines for the terminal summary. OSError when DIR cannot be written."""
+    results = list(perf.results.values())
+    records = [r.as_record() for r in results]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "results.json", perf)
+    os.chmod(folder / "results.json", _file_mode())  # its temporary file was private
+    series = {rec["key"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
+    records = content.ordered(records)
+    plots, util_png, notes = _draw(records, series)
+    for plot in plots:
+        atomic_write(folder / plot.name, plot.png)
+    utilisation, images = _write_utilisation(folder, records, series, util_png)
+    kept = {p.name for p in plots} | {Path(path).name for _, data, png in utilisation for path in (data, png) if path}
+    _remove_stale(folder, kept)
+    findings, note = _findings(results, perf)
+    report = content.build(records, header.facts(perf, records, command), findings, note, plots, utilisation)
+    atomic_write(folder / "report.md", markdown.document(report).encode())
+    atomic_write(folder / "report.html", html.document(report, images).encode())
+    summary_file = os.environ.get(STEP_SUMMARY)
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as f:
+            f.write(markdown.summary(report) + f"\nFull report: `{folder / 'report.html'}`\n\n")
+    return [f"report: {folder / 'report.html'}", *notes]
+
+
+def _draw(records: list[dict], series: dict[str, dict]):
+    """Plots, utilisation plots and notes; the tables and findings are written even where plots fail."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return [], {}, ["--perf-report: plots left out: matplotlib is not installed (pip install matplotlib)"]
+    from perfsuite.reporting import plots as draw
+
+    try:
+        return draw.render(records), draw.utilisation_plots(records, series), []
+    except Exception as exc:  # noqa: BLE001 - a plotting fault must not cost the report
+        return [], {}, [f"--perf-report: plots left out: {type(exc).__name__}: {exc}"]
+
+
+def raw_series(result: BurstResult) -> dict | None:
+    util = (result.record or {}).get("utilisation")
+    series = util.get("series") if isinstance(util, dict) else None
+    return series if isinstance(series, dict) and series else None
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """A reader (or a CI artifact upload) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, _file_mode())  # mkstemp makes it private; a report is meant to be read
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _file_mode() -> int:
+    """What open() would have given a new file under this process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _write_utilisation(folder: Path, records: list[dict], series: dict[str, dict], pngs: dict[str, bytes]):
+    from perfsuite.reporting.plots import safe_name
+
+    rows, images = [], {}
+    for rec in records:
+        s = series.get(rec["key"])
+        if s is None:
+            continue
+        name = safe_name(rec["key"])
+        data = f"utilisation/{name}.json"
+        payload = {"key": rec["key"], "label": content.label(rec), "summary": rec.get("utilisation"), "series": s}
+        atomic_write(folder / data, json.dumps(_finite(payload), allow_nan=False, default=str).encode())
+        png = None
+        if rec["key"] in pngs:
+            png = f"utilisation/{name}.png"
+            atomic_write(folder / png, pngs[rec["key"]])
+            images[png] = pngs[rec["key"]]
+        rows.append((content.label(rec), data, png))
+    return rows, images
+
+
+def _remove_stale(folder: Path, kept: set[str]) -> None:
+    """Plots and utilisation files of an earlier report that this one does not have."""
+    stale = [p for pattern in PLOT_PATTERNS for p in folder.glob(pattern)]
+    util = folder / "utilisation"
+    if util.is_dir():
+        stale += [p for ext in ("*.json", "*.png") for p in util.glob(ext)]
+    for p in stale:
+        if p.name not in kept:
+            p.unlink(missing_ok=True)
+
+
+def _findings(results: list[BurstResult], perf: PerfSession) -> tuple[list[tuple[str, str]], str | None]:
+    """Findings of perfsuite.diagnosis; none (and no section) where that module is absent."""
+    try:
+        from perfsuite.diagnosis import diagnose
+    except ModuleNotFoundError as exc:
+        if exc.name == "perfsuite.diagnosis":
+            return [], None
+        return [], f"findings unavailable: {exc}"
+    try:
+        found = list(diagnose(results, min_scaling_efficiency=perf.options.min_scaling_efficiency,
+                              scaling_tolerance=perf.options.scaling_tolerance, healthy=True))
+    except Exception as exc:  # noqa: BLE001 - a report without findings beats no report
+        return [], f"findings unavailable: {type(exc).__name__}: {exc}"
+    rows = [(str(getattr(f, "kind", "")), str(getattr(f, "text", f))) for f in found]
+    return rows, None if rows else "nothing stood out"
+
+
+def _finite(obj):
+    """JSON has no NaN or infinity: a missing reading is null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
