@@ -44,6 +44,8 @@ class PerfGate:
         """Run (or reuse) the burst for ``spec``; fail the test if it produced no result."""
         result = self.session.burst(spec, test=self.item.nodeid)
         if not result.ok:
+            # A crash is not a measurement: its verdict says "error", never "regression".
+            self.item.user_properties.extend([("verdict", "error"), ("burst_error", result.error)])
             pytest.fail(f"burst failed ({spec.label}): {result.error}", pytrace=False)
         return result
 
@@ -158,7 +160,7 @@ class PerfGate:
     def _tolerance(self, entry: dict | None) -> float:
         if self.marker_tolerance is not None:
             return float(self.marker_tolerance)
-        if entry and isinstance(entry.get("tolerance"), (int, float)):
+        if entry and isinstance(entry.get("tolerance"), (int, float)) and not isinstance(entry["tolerance"], bool):
             return float(entry["tolerance"])
         return self.options.perf_tolerance
 
@@ -188,15 +190,21 @@ class PerfGate:
     def _record(self, result: BurstResult, scaling: bool = False) -> None:
         """Figures into the test's user properties, which --junitxml writes out."""
         props = self.item.user_properties
+        props.append(("burst", result.spec.key()))
         if result.images_per_sec is not None:
-            props.append(("images_per_sec", round(result.images_per_sec, 3)))
+            lo, hi = result.interval
+            props.extend([("images_per_sec", round(result.images_per_sec, 3)), ("ci_low", round(lo, 3)),
+                          ("ci_high", round(hi, 3)), ("windows", len(result.samples)), ("bursts", result.runs)])
         verdict = result.scaling_verdict if scaling else result.verdict
         if verdict is not None:
             props.append(("verdict", verdict.status))
+            props.append(("tolerance", round(verdict.tolerance, 4)))
             if verdict.change is not None:
                 props.append(("change", round(verdict.change, 4)))
         if result.baseline:
             props.append(("baseline_images_per_sec", round(result.baseline["images_per_sec"], 3)))
         if scaling and result.scaling_efficiency is not None:
             props.append(("scaling_efficiency", round(result.scaling_efficiency, 4)))
+            if result.baseline and result.baseline.get("scaling_efficiency") is not None:
+                props.append(("baseline_scaling_efficiency", round(result.baseline["scaling_efficiency"], 4)))
         self.session.rows.append((self.item.nodeid, "scaling" if scaling else "throughput", result))

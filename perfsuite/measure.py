@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from perfsuite.utilisation import Sampler
 
 INJECT_ENV = "PERFSUITE_INJECT_STEP_DELAY_MS"
 
@@ -37,6 +38,7 @@ class WindowTimings:
     loss_first: float
     loss_last: float
     window_ends: list[float] = field(default_factory=list)  # clock() at each window's end
+    utilisation: dict | None = None  # perfsuite.utilisation.Sampler's record over the timed windows
 
 
 def run_windows(
@@ -49,12 +51,20 @@ def run_windows(
     steps_per_window: int,
     clock: Callable[[], float] = time.perf_counter,
     on_step: Callable[[int, int, float | None], None] | None = None,
+    max_windows: int = 0,
+    stable: Callable[[list[float]], bool] | None = None,
+    sample_gpus: list[int] | None = None,
 ) -> WindowTimings:
     """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
 
     ``step()`` runs one training step and returns its loss (any framework object);
     ``sync()`` blocks until the device is idle; ``loss_value`` turns a loss into a float.
     ``on_step(done, total, window_seconds_or_None)`` is called after each timed step.
+    With ``stable`` and ``max_windows``, windows are added one at a time, up to
+    ``max_windows``, while ``stable(window_seconds)`` says the spread is too wide.
+    Host CPU and memory (and the GPUs ``sample_gpus``: CUDA ordinals of this process,
+    mapped to NVML devices through CUDA_VISIBLE_DEVICES) are sampled in the background
+    from the first timed window to the last.
     """
     delay = injected_delay()
     if delay:
@@ -79,21 +89,26 @@ def run_windows(
     done = 0
     seconds: list[float] = []
     ends: list[float] = []
-    for _ in range(windows):
-        t0 = clock()
-        for _ in range(steps_per_window):
-            loss = step()
-            if first_loss is None:
-                first_loss = loss
-            done += 1
-            if on_step is not None and done % steps_per_window:
-                on_step(done, total, None)
-        sync()
-        t1 = clock()
-        seconds.append(t1 - t0)
-        ends.append(t1)
-        if on_step is not None:
-            on_step(done, total, t1 - t0)
+    sampler = Sampler(sample_gpus).start()  # after warm-up: only the timed windows are sampled
+    try:
+        while len(seconds) < windows or _extend(seconds, max_windows, stable):
+            total = max(total, done + steps_per_window)
+            t0 = clock()
+            for _ in range(steps_per_window):
+                loss = step()
+                if first_loss is None:
+                    first_loss = loss
+                done += 1
+                if on_step is not None and done % steps_per_window:
+                    on_step(done, total, None)
+            sync()
+            t1 = clock()
+            seconds.append(t1 - t0)
+            ends.append(t1)
+            if on_step is not None:
+                on_step(done, total, t1 - t0)
+    finally:
+        utilisation = sampler.stop()  # a failing step must not leave the thread running
     return WindowTimings(
         window_seconds=seconds,
         steps_per_window=steps_per_window,
@@ -101,7 +116,31 @@ def run_windows(
         loss_first=loss_value(first_loss),
         loss_last=loss_value(loss),
         window_ends=ends,
+        utilisation=utilisation,
     )
+
+
+def _extend(seconds: list[float], max_windows: int, stable: Callable[[list[float]], bool] | None) -> bool:
+    """One more window: the cap allows it and the samples so far are too spread to decide."""
+    return stable is not None and len(seconds) < max_windows and not stable(seconds)
+
+
+def stable_within(width: float) -> Callable[[list[float]], bool]:
+    """``stable`` for run_windows: the median's 95% interval spans at most ``width`` of it.
+
+    A burst whose own interval is wider than the gate's tolerance cannot tell a drop of
+    that size from its noise, so it is lengthened before any verdict is attempted.
+    """
+    from perfsuite.stats import median, median_ci
+
+    def check(window_seconds: list[float]) -> bool:
+        rates = [1.0 / s for s in window_seconds if s > 0]
+        if len(rates) < len(window_seconds) or not rates:
+            return True  # a zero-length window: nothing more windows would fix
+        lo, hi = median_ci(rates)
+        return (hi - lo) <= width * median(rates)
+
+    return check
 
 
 def combine_ranks(rank_window_seconds: list[list[float]], images_per_window_per_rank: int) -> list[float]:

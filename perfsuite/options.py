@@ -70,6 +70,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--steps", "timed steps per burst (default: 100 on GPUs; on CPU workers 5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
     Option("--windows", "timed windows the steps are split into, one throughput sample each "
            "(default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
+    Option("--max-windows", "cap on timed windows: a burst whose windows spread wider than the tolerance "
+           "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)", "int",
+           minimum=1, metavar="N"),
     Option("--warmup-steps", "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)", "int",
            minimum=0, metavar="N"),
     Option("--burst-timeout", "seconds a burst may run before it is killed (default: 600)", "float",
@@ -91,6 +94,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--min-scaling-efficiency", "absolute floor for scaling efficiency, e.g. 0.9", "float", minimum=0.0,
            maximum=2.0, metavar="FRACTION"),
     Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
+    Option("--perf-report", "write a report folder here: results.json, report.md, a self-contained "
+           "report.html, plots and utilisation series", "path", metavar="DIR"),
     Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
     Option("--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0,
            metavar="R"),
@@ -123,6 +128,7 @@ class PerfOptions:
     precision: tuple[str, ...]
     steps: int | None
     windows: int | None
+    max_windows: int | None
     warmup_steps: int | None
     burst_timeout: float
     baseline_dir: Path
@@ -134,6 +140,7 @@ class PerfOptions:
     inconclusive: str
     min_scaling_efficiency: float | None
     perf_json: Path | None
+    perf_report: Path | None
     nnodes: int
     node_rank: int
     rdzv_timeout: float
@@ -293,7 +300,12 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
         )
     if v["windows"] is not None and v["steps"] is not None and v["windows"] > v["steps"]:
         raise OptionError(f"{src['windows']}: {v['windows']} windows need at least as many --steps, got {v['steps']}")
-    if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"]:
+    report = v["perf_report"]
+    if report is not None and report.exists() and not report.is_dir():  # found now, not after an hour of bursts
+        raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
+    # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
+    slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
+    if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:
         raise OptionError("--nnodes > 1 needs --rdzv-endpoint (torch) or --worker-hosts (tf)")
 
 

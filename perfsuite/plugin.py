@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from perfsuite import cases as matrix
-from perfsuite import report
+from perfsuite import progress
+from perfsuite import benchmark_json, report
 from perfsuite.baseline import BaselineError
 from perfsuite.gate import PerfGate
 from perfsuite.hardware import HardwareError, cuda_device_count
@@ -49,6 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except (OptionError, ModelError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = PerfSession(options, config.rootpath)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Here, not in pytest_configure: the terminal reporter registers itself there.
+    _session(session.config).progress = progress.display_for(session.config)
 
 
 def _check_models(options: PerfOptions) -> None:
@@ -176,6 +182,8 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
         warmup_steps=warm,
         steps=steps,
         windows=windows,
+        max_windows=max(windows, options.max_windows or 2 * windows),
+        stable_within=options.perf_tolerance,
         threads=matrix.default_threads(options) if device_kind == "cpu" else 0,
         augment_on=options.augment_on,
         data_dir=str(options.data_dir) if options.data_dir else None,
@@ -210,6 +218,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(str(exc)) from None
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """After the last test, before pytest-benchmark's own session finish reads its list."""
+    try:
+        return (yield)
+    finally:
+        perf = _session(session.config)
+        for result in perf.results.values():
+            perf.fill_scaling(result)
+        benchmark_json.add_bursts(session.config, perf)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    perf = config.stash.get(SESSION, None)
+    if perf is not None:
+        machine_info["perfsuite"] = benchmark_json.machine_info(perf)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
@@ -228,6 +255,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             report.write_json(options.perf_json, perf)
         except OSError as exc:
             perf.messages.append(f"--perf-json: cannot write {options.perf_json}: {exc}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
+    if options.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
+        from perfsuite.reporting import write_report  # loaded only when a report is asked for
+
+        try:
+            perf.messages.extend(write_report(options.perf_report, perf, session.config.invocation_params.args))
+        except Exception as exc:  # a report that cannot be written fails the run with one line, not a traceback
+            what = "cannot write" if isinstance(exc, OSError) else f"failed ({type(exc).__name__})"
+            perf.messages.append(f"--perf-report: {what} {options.perf_report}: {exc}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
     interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR,
                                  pytest.ExitCode.USAGE_ERROR)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from perfsuite import stats
+from perfsuite import mfu, stats
 from perfsuite.spec import BurstSpec
+from perfsuite.utilisation import summary as utilisation_summary
 
 
 @dataclass
@@ -97,6 +98,8 @@ class BurstResult:
             "warmup_steps": s.warmup_steps,
             "steps": s.steps,
             "windows": s.windows,
+            "max_windows": s.max_windows,
+            "windows_run": [len(r) for r in self.run_samples],  # per pooled burst; above windows when lengthened
             "runs": self.runs,
             "run_medians": self.run_medians,
             "images_per_sec": self.images_per_sec,
@@ -105,7 +108,7 @@ class BurstResult:
             "samples": self.samples,
             "window_seconds": rec.get("window_seconds", []),
             "per_rank": [
-                {k: r.get(k) for k in ("rank", "host", "device", "images_per_sec", "peak_memory_bytes")}
+                {k: r.get(k) for k in ("rank", "host", "device", "images_per_sec", "peak_memory_bytes", "utilisation")}
                 for r in rec.get("per_rank", [])
             ],
             "scaling_efficiency": self.scaling_efficiency,
@@ -114,6 +117,9 @@ class BurstResult:
             "loss_last": rec.get("loss_last"),
             "peak_memory_bytes": rec.get("peak_memory_bytes"),
             "wall_seconds": rec.get("wall_seconds"),
+            # Summary only: the time series stay in self.record["utilisation"]["series"].
+            "utilisation": utilisation_summary(rec.get("utilisation")),
+            **mfu.fields(rec, s, self.images_per_sec),
             "verdict": self.verdict.status if self.verdict else ("error" if self.error else None),
             "verdict_reason": self.verdict.reason if self.verdict else self.error,
             "change": self.verdict.change if self.verdict else None,

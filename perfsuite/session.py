@@ -33,7 +33,9 @@ class PerfSession:
     baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="perfsuite-")))
-    progress: Callable[[BurstSpec, dict], None] | None = None
+    # Live progress: called with {} when a burst starts, the worker's progress state while
+    # it runs, and None when it is over (perfsuite.progress).
+    progress: Callable[[BurstSpec, dict | None], None] | None = None
 
     # -- bursts -----------------------------------------------------------------------
     def burst(self, spec: BurstSpec, test: str | None = None) -> BurstResult:
@@ -54,6 +56,9 @@ class PerfSession:
         again = self._run(spec)
         pooled = first.pooled_with(again) if again.ok else first
         pooled.tests = first.tests
+        # Verdicts reached before this rerun stay until a gate recomputes them.
+        for name in ("verdict", "scaling_verdict", "baseline", "baseline_file"):
+            setattr(pooled, name, getattr(first, name))
         self.results[spec] = pooled
         return pooled
 
@@ -62,12 +67,18 @@ class PerfSession:
         workdir = self.workdir / f"burst{len(self.results):04d}"
         options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
                                 node_rank=self.options.node_rank,
-                                rdzv_endpoint=self.options.rdzv_endpoint)
+                                rdzv_endpoint=self.options.rdzv_endpoint,
+                                worker_hosts=self.options.worker_hosts)
         on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
+        if on_progress:
+            on_progress({})
         try:
             record = run_burst(spec, model, workdir, options, on_progress)
         except BurstError as exc:
             return BurstResult(spec, None, str(exc))
+        finally:
+            if on_progress:
+                on_progress(None)
         result = BurstResult(spec, record)
         if result.remote:
             return result

@@ -41,6 +41,10 @@ class BurstSpec:
     data_dir: str | None = None  # user's dataset for `real`; None: a generated one in the cache
     xla: bool = False  # TensorFlow: jit-compile the training step
     seed: int = 0
+    # Adaptive length: windows are added, up to max_windows, while the median's 95%
+    # interval is wider than stable_within of it (0: fixed length).
+    max_windows: int = 0
+    stable_within: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -61,6 +65,10 @@ class BurstSpec:
             problems.append("warmup_steps must be >= 0")
         if self.windows > self.steps:
             problems.append("windows must not exceed steps")
+        if self.max_windows and self.max_windows < self.windows:
+            problems.append("max_windows must be 0 or at least windows")
+        if self.stable_within < 0:
+            problems.append("stable_within must be >= 0")
         if problems:
             raise ValueError("; ".join(problems))
         # One device has no variable update; normalising keeps equal bursts equal.
@@ -96,8 +104,8 @@ class BurstSpec:
     def key(self) -> str:
         """Baseline key: what must match for two bursts to be comparable.
 
-        Burst length (steps, windows, warm-up) is left out on purpose: it changes the
-        sample count, not what the samples estimate.
+        Burst length (steps, windows, warm-up, adaptive cap) is left out on purpose: it
+        changes the sample count, not what the samples estimate.
         """
         kind = "gpu" if self.device_kind == "cuda" else "cpu"
         parts = [

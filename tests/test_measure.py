@@ -54,3 +54,57 @@ def test_injected_delay(monkeypatch):
     assert measure.injected_delay() == 0.25
     monkeypatch.setenv(measure.INJECT_ENV, "junk")
     assert measure.injected_delay() == 0.0
+
+
+class NoisyDevice(FakeDevice):
+    """Every other step costs ``jump`` times more: windows of one step spread widely."""
+
+    def __init__(self, cost, jump):
+        super().__init__(cost)
+        self.jump = jump
+
+    def step(self):
+        out = super().step()
+        if self.steps % 2:
+            self.queued += self.step_cost * (self.jump - 1)
+        return out
+
+
+@given(st.integers(1, 8), st.integers(0, 12))
+def test_a_steady_burst_keeps_its_length(windows, extra):
+    dev = FakeDevice(0.1)
+    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=1, windows=windows, steps_per_window=2,
+                            clock=dev.clock, max_windows=windows + extra, stable=measure.stable_within(0.05))
+    assert len(t.window_seconds) == windows
+
+
+@given(st.integers(2, 6), st.integers(0, 10))
+def test_a_spread_burst_grows_to_its_cap_and_no_further(windows, extra):
+    dev = NoisyDevice(0.1, jump=3.0)
+    cap = windows + extra
+    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=0, windows=windows, steps_per_window=1,
+                            clock=dev.clock, max_windows=cap, stable=measure.stable_within(0.05))
+    assert len(t.window_seconds) == cap
+    assert dev.steps == cap
+
+
+def test_lengthening_stops_once_the_interval_is_narrow():
+    seen = []
+
+    def stable(window_seconds):
+        seen.append(len(window_seconds))
+        return len(window_seconds) >= 7
+
+    dev = FakeDevice(0.1)
+    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=0, windows=5, steps_per_window=1,
+                            clock=dev.clock, max_windows=20, stable=stable)
+    assert len(t.window_seconds) == 7 and seen == [5, 6, 7]
+
+
+@given(st.lists(st.floats(0.01, 10.0), min_size=1, max_size=40), st.floats(0.0, 1.0))
+def test_stable_within_matches_the_median_interval(window_seconds, width):
+    from perfsuite import stats
+
+    rates = [1 / s for s in window_seconds]
+    lo, hi = stats.median_ci(rates)
+    assert measure.stable_within(width)(window_seconds) == ((hi - lo) <= width * stats.median(rates))

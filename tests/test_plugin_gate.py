@@ -11,7 +11,7 @@ from suite_files import SUITE, TINY  # noqa: E402
 pytest_plugins = ["pytester"]
 
 FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
-        "--warmup-steps", "1", "-p", "no:cacheprovider"]
+        "--warmup-steps", "1", "--max-windows", "5", "-p", "no:cacheprovider"]
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 ``PERFSUITE_TINY_STEP_MS`` sets a fixed cost per forward pass so timings are stable on a
 busy machine, and ``PERFSUITE_TINY_SLOWDOWN`` multiplies it: a known, injected slowdown.
-``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
+``PERFSUITE_TINY_JITTER`` adds a random extra cost of up to that many step costs (a noisy
+machine). ``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
 """
 
 import os
@@ -14,6 +15,7 @@ from perfsuite import register_model
                 flops=2 * 192 * 4, num_classes=4)
 def tiny(num_classes: int = 4):
     """A linear classifier on 8x8 images with a fixed, sleep-based cost per step."""
+    import random
     import time
 
     from torch import nn
@@ -23,6 +25,8 @@ def tiny(num_classes: int = 4):
     step_s = float(os.environ.get("PERFSUITE_TINY_STEP_MS", "4")) / 1000
     step_s *= float(os.environ.get("PERFSUITE_TINY_SLOWDOWN", "1"))
     nan = bool(os.environ.get("PERFSUITE_TINY_NAN"))
+    jitter = float(os.environ.get("PERFSUITE_TINY_JITTER", "0"))
+    rng = random.Random(0)
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -30,7 +34,7 @@ def tiny(num_classes: int = 4):
             self.fc = nn.Linear(3 * 8 * 8, num_classes)
 
         def forward(self, x):
-            time.sleep(step_s)
+            time.sleep(step_s * (1 + jitter * rng.random()))
             out = self.fc(x.flatten(1))
             return out * float("nan") if nan else out
 

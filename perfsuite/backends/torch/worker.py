@@ -37,6 +37,7 @@ def run(job: dict, out: Path) -> dict | None:
     from perfsuite.measure import combine_ranks, run_windows
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
+    from perfsuite.utilisation import merge_ranks, rank_share, summary
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -80,6 +81,9 @@ def run(job: dict, out: Path) -> dict | None:
         windows=spec.windows,
         steps_per_window=spec.steps_per_window,
         on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
+        max_windows=spec.max_windows,
+        stable=_stability_check(spec, dist, device),
+        sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
     )
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
@@ -100,6 +104,7 @@ def run(job: dict, out: Path) -> dict | None:
         "loss_last": timings.loss_last,
         "peak_memory_bytes": peak,
         "warmup_seconds": timings.warmup_seconds,
+        "utilisation": rank_share(timings.utilisation),
     }
     ranks = [mine]
     if dist is not None:
@@ -108,6 +113,9 @@ def run(job: dict, out: Path) -> dict | None:
     if not leader:
         return None
     ranks.sort(key=lambda r: r["rank"])
+    utilisation = merge_ranks(timings.utilisation, ranks)
+    for r in ranks:
+        r["utilisation"] = summary(r.get("utilisation"))  # the series live once, in record["utilisation"]
     samples = combine_ranks([r["window_seconds"] for r in ranks], images_per_window)
     record = {
         "spec": spec.as_dict(),
@@ -115,6 +123,9 @@ def run(job: dict, out: Path) -> dict | None:
         "framework_version": torch.__version__,
         "device_name": device_name,
         "precision_dtype": precision_policy(spec, device).dtype,
+        # What fp32 convolutions (nearly all of a CNN's FLOPs) run as: cuDNN may use TF32.
+        "fp32_math": ("tf32" if torch.backends.cudnn.allow_tf32 else "ieee") if device.type == "cuda" else None,
+        "utilisation": utilisation,
         "samples": samples,
         "window_seconds": [max(r["window_seconds"][w] for r in ranks) for w in range(len(samples))],
         "images_per_window": images_per_window * spec.world_size,
@@ -128,6 +139,25 @@ def run(job: dict, out: Path) -> dict | None:
     return record
 
 
+
+
+def _stability_check(spec, dist, device):
+    """The adaptive-length test; with several ranks all must agree, or their steps would diverge."""
+    from perfsuite.measure import stable_within
+
+    if not spec.stable_within or spec.max_windows <= spec.windows:
+        return None
+    local = stable_within(spec.stable_within)
+    if dist is None:
+        return local
+    import torch
+
+    def agreed(window_seconds: list[float]) -> bool:
+        flag = torch.tensor([1 if local(window_seconds) else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return agreed
 
 
 def main(argv: list[str] | None = None) -> int:
