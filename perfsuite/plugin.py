@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from perfsuite import cases as matrix
-from perfsuite import progress
-from perfsuite import benchmark_json, report
+from perfsuite import benchmark_json, progress, report
 from perfsuite.baseline import BaselineError
 from perfsuite.gate import PerfGate
 from perfsuite.hardware import HardwareError, cuda_device_count
