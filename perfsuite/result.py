@@ -127,6 +127,9 @@ class BurstResult:
             "scaling_verdict": self.scaling_verdict.status if self.scaling_verdict else None,
             "baseline_images_per_sec": base.get("images_per_sec"),
             "baseline_scaling_efficiency": base.get("scaling_efficiency"),
+            # The entry's saved img/s, oldest first, ending with the one compared against.
+            "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
+                              + [base.get("images_per_sec")] if base else [],
             "baseline_file": self.baseline_file,
             "error": self.error,
             "tests": self.tests,

@@ -251,3 +251,15 @@ def test_help_lists_the_option_and_plotting_stays_unimported(pytester):
     assert "--perf-report=DIR" in pytester.runpytest("--help").stdout.str()
     code = "import sys, perfsuite.plugin, perfsuite.reporting; sys.exit('matplotlib' in sys.modules)"
     assert pytester.run(sys.executable, "-c", code).ret == 0
+
+
+def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
+    r = result(1, verdict="pass", baseline=101.0)
+    r.baseline["history"] = [{"images_per_sec": 90.0}, {"images_per_sec": 95.5}]
+    plain = result(1, "host", verdict="pass", baseline=99.0)
+    columns, rows = content.table([r.as_record(), plain.as_record()])
+    col = columns.index("baseline trend")
+    cells = {row[columns.index("data location")]: row[col] for _, row in rows}
+    assert cells == {"device": "90 → 95.5 → 101", "host": "99"}
+    # no entry with a past save: no column
+    assert "baseline trend" not in content.table([plain.as_record()])[0]

@@ -125,6 +125,9 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
                "img/s", "95% CI", "baseline", "change", "verdict"]
     if scaling:
         columns += ["scaling eff (95% CI)", "baseline eff", "scaling verdict"]
+    trend = any(len(_trend(r)) > 1 for r in records)
+    if trend:
+        columns.append("baseline trend")
     columns += [h for h, _ in optional]
     rows = []
     for r in records:
@@ -138,9 +141,18 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             if eff != "-" and num(ci[0]) and num(ci[1]):
                 eff += f" ({ci[0]:.1%}-{ci[1]:.1%})"
             cells += [eff, fmt(r.get("baseline_scaling_efficiency"), ".1%"), _verdict(r, "scaling_verdict")]
+        if trend:
+            cells.append(" → ".join(fmt(x) for x in _trend(r)[-TREND_POINTS:]) or "-")
         cells += [cell(r) for _, cell in optional]
         rows.append((row_status(r), cells))
     return columns, rows
+
+
+TREND_POINTS = 5  # the last saves of the entry: enough to see a drift, short enough for a cell
+
+
+def _trend(r: dict) -> list[float]:
+    return [x for x in r.get("baseline_trend") or [] if num(x)]
 
 
 def _devices(r: dict) -> str:
