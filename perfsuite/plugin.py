@@ -182,12 +182,20 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
         steps=steps,
         windows=windows,
         max_windows=max(windows, options.max_windows or 2 * windows),
-        stable_within=options.perf_tolerance,
+        stable_within=_tolerance(request, options),
         threads=matrix.default_threads(options) if device_kind == "cpu" else 0,
         augment_on=options.augment_on,
         data_dir=str(options.data_dir) if options.data_dir else None,
         xla=options.xla and framework == "tf",
     )
+
+
+def _tolerance(request: pytest.FixtureRequest, options: PerfOptions) -> float:
+    """The tolerance this test gates at: a burst is lengthened until it can decide at it."""
+    marker = request.node.get_closest_marker("perf")
+    if marker is not None and marker.kwargs.get("tolerance") is not None:
+        return float(marker.kwargs["tolerance"])
+    return options.perf_tolerance
 
 
 @pytest.fixture

@@ -98,3 +98,28 @@ def test_a_bad_max_windows_is_a_usage_error(suite):
     result = run(suite, "--max-windows", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert len([x for x in result.stderr.lines if x.startswith("ERROR:")]) == 1
+
+
+MARKED = """
+import pytest
+
+@pytest.mark.perf(tolerance=0.001)
+def test_strict(perf, burst_spec):
+    perf.assert_throughput(burst_spec)
+
+def test_loose(perf, burst_spec):
+    perf.assert_throughput(burst_spec)
+"""
+
+
+def test_a_stricter_marker_gets_a_longer_burst(pytester, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
+    pytester.makeconftest(TINY)
+    pytester.makepyfile(test_marked=MARKED)
+    result = run(pytester, "--cpu-workers", "1", "--missing-baseline", "pass", "--perf-tolerance", "0.9",
+                 "--max-windows", "7", "--perf-json", "r.json")
+    result.assert_outcomes(passed=2)
+    records = json.loads((pytester.path / "r.json").read_text())["results"]
+    by_test = {r["tests"][0].rsplit("::", 1)[1].split("[")[0]: r for r in records}
+    assert by_test["test_strict"]["windows_run"] == [7]  # no sleep-timed burst is within 0.1%
+    assert by_test["test_loose"]["windows_run"] == [5]
