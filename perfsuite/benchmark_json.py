@@ -58,10 +58,17 @@ def add_bursts(config, perf: PerfSession) -> int:
     from pytest_benchmark.stats import Metadata
 
     added = 0
+    seen: set[str] = set()
     for result in perf.results.values():
         if not result.ok or result.remote or not result.record.get("window_seconds"):
             continue
-        bench = Metadata(_fixture(result), iterations=1, options=_options(result))
+        fixture = _fixture(result)
+        if fixture.fullname in seen:
+            # A test with its own tolerance ran its own burst of the same key: keep names unique.
+            suffix = f"@{result.spec.stable_within:g}"
+            fixture.name, fixture.fullname = fixture.name + suffix, fixture.fullname + suffix
+        seen.add(fixture.fullname)
+        bench = Metadata(fixture, iterations=1, options=_options(result))
         for seconds in result.record["window_seconds"]:
             bench.stats.update(float(seconds))
         bs.benchmarks.append(bench)

@@ -117,8 +117,10 @@ def test_a_stricter_marker_gets_a_longer_burst(pytester, monkeypatch):
     pytester.makeconftest(TINY)
     pytester.makepyfile(test_marked=MARKED)
     result = run(pytester, "--cpu-workers", "1", "--missing-baseline", "pass", "--perf-tolerance", "0.9",
-                 "--max-windows", "7", "--perf-json", "r.json")
+                 "--max-windows", "7", "--perf-json", "r.json", "--benchmark-json", "b.json")
     result.assert_outcomes(passed=2)
+    names = [b["fullname"] for b in json.loads((pytester.path / "b.json").read_text())["benchmarks"]]
+    assert len(names) == 2 and len(set(names)) == 2
     records = json.loads((pytester.path / "r.json").read_text())["results"]
     by_test = {r["tests"][0].rsplit("::", 1)[1].split("[")[0]: r for r in records}
     assert by_test["test_strict"]["windows_run"] == [7]  # no sleep-timed burst is within 0.1%
