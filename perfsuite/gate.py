@@ -31,13 +31,19 @@ class PerfWarning(UserWarning):
     """A measurement worth a look that does not fail the test (inconclusive, improvement)."""
 
 
+def marker_tolerance(item: pytest.Item) -> float | None:
+    """The tolerance a ``@pytest.mark.perf(tolerance=...)`` gives this test, if any."""
+    marker = item.get_closest_marker("perf")
+    value = marker.kwargs.get("tolerance") if marker else None
+    return None if value is None else float(value)
+
+
 class PerfGate:
     def __init__(self, session: PerfSession, item: pytest.Item):
         self.session = session
         self.item = item
         self.options = session.options
-        marker = item.get_closest_marker("perf")
-        self.marker_tolerance = marker.kwargs.get("tolerance") if marker else None
+        self.marker_tolerance = marker_tolerance(item)
 
     # -- raw bursts -------------------------------------------------------------------
     def burst(self, spec: BurstSpec) -> BurstResult:
@@ -159,7 +165,7 @@ class PerfGate:
 
     def _tolerance(self, entry: dict | None) -> float:
         if self.marker_tolerance is not None:
-            return float(self.marker_tolerance)
+            return self.marker_tolerance
         if entry and isinstance(entry.get("tolerance"), (int, float)) and not isinstance(entry["tolerance"], bool):
             return float(entry["tolerance"])
         return self.options.perf_tolerance

@@ -12,7 +12,7 @@ import pytest
 from perfsuite import cases as matrix
 from perfsuite import benchmark_json, progress, report
 from perfsuite.baseline import BaselineError
-from perfsuite.gate import PerfGate
+from perfsuite.gate import PerfGate, marker_tolerance
 from perfsuite.hardware import HardwareError, cuda_device_count
 from perfsuite.models.registry import ModelError, get_model, model_names
 from perfsuite.options import OptionError, PerfOptions, add_options, read_table, resolve
@@ -182,7 +182,7 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
         steps=steps,
         windows=windows,
         max_windows=max(windows, options.max_windows or 2 * windows),
-        stable_within=_tolerance(request, options),
+        stable_within=_gate_tolerance(request.node, options),
         threads=matrix.default_threads(options) if device_kind == "cpu" else 0,
         augment_on=options.augment_on,
         data_dir=str(options.data_dir) if options.data_dir else None,
@@ -190,12 +190,10 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
     )
 
 
-def _tolerance(request: pytest.FixtureRequest, options: PerfOptions) -> float:
-    """The tolerance this test gates at: a burst is lengthened until it can decide at it."""
-    marker = request.node.get_closest_marker("perf")
-    if marker is not None and marker.kwargs.get("tolerance") is not None:
-        return float(marker.kwargs["tolerance"])
-    return options.perf_tolerance
+def _gate_tolerance(item: pytest.Item, options: PerfOptions) -> float:
+    """The tolerance this test gates at: its burst is lengthened until it can decide at it."""
+    tolerance = marker_tolerance(item)
+    return options.perf_tolerance if tolerance is None else tolerance
 
 
 @pytest.fixture
@@ -253,9 +251,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    perf = _session(session.config)
-    for result in perf.results.values():
-        perf.fill_scaling(result)
+    perf = _session(session.config)  # scaling figures were filled in after the test loop
     options = perf.options
     if options.perf_json is not None and perf.results:
         try:
