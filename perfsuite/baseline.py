@@ -13,12 +13,12 @@ import json
 import os
 import stat
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from perfsuite.files import atomic_write
 from perfsuite.hardware import Fingerprint
 
 SCHEMA_VERSION = 1
@@ -208,72 +208,21 @@ def _document(bf: BaselineFile) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, document: dict[str, Any]) -> None:
-    """Write via a temp file in the same directory and os.replace it onto ``path``.
-
-    Readers see either the old file or the new one, never a partial write; the temp
-    file is removed on any failure.
-    """
+    """Replace ``path`` atomically and durably, keeping the mode of the file it replaces."""
+    try:
+        data = (json.dumps(document, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+    except (TypeError, ValueError) as e:  # not JSON-serialisable, NaN or infinity
+        raise BaselineError(f"{path}: cannot store entries: {e}") from e
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()  # what a plain open() would give, not the temp file's 0600
+        mode = None  # a new file: what a plain open() would give
     except OSError as e:
         raise BaselineError(f"{path}: cannot stat: {e.strerror or e}") from e
-    tmp_name = None
     try:
-        with tempfile.NamedTemporaryFile(
-            "w",
-            encoding="utf-8",
-            dir=path.parent,
-            prefix=f".{path.name}.",
-            suffix=".tmp",
-            delete=False,
-        ) as tmp:
-            tmp_name = tmp.name
-            json.dump(document, tmp, indent=1, sort_keys=True, allow_nan=False)
-            tmp.write("\n")
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
-        tmp_name = None
+        atomic_write(path, data, mode=mode, durable=True)
     except OSError as e:
         raise BaselineError(f"{path}: cannot write: {e.strerror or e}") from e
-    except (TypeError, ValueError) as e:  # not JSON-serialisable, NaN or infinity
-        raise BaselineError(f"{path}: cannot store entries: {e}") from e
-    finally:
-        if tmp_name is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable; best effort, not every platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    # Reading /proc avoids the os.umask() set-and-restore, which races other threads.
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
 
 
 def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:

@@ -255,7 +255,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     options = perf.options
     if options.perf_json is not None and perf.results:
         try:
-            report.write_json(options.perf_json, perf)
+            report.write_json(options.perf_json, [r.as_record() for r in perf.results.values()])
         except OSError as exc:
             perf.messages.append(f"--perf-json: cannot write {options.perf_json}: {exc}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus

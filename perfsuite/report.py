@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from perfsuite import mfu, stats
+from perfsuite.files import atomic_write, json_safe
 from perfsuite.diagnosis import diagnose
 from perfsuite.result import BurstResult
 from perfsuite.session import PerfSession
@@ -118,16 +117,6 @@ def diagnosis_lines(perf: PerfSession) -> list[str]:
     return [f"diagnosis: {f.text}" for f in findings]
 
 
-def write_json(path: Path, perf: PerfSession) -> None:
+def write_json(path: Path, records: list[dict]) -> None:
     """Write {"results": [...]} atomically: a reader never sees half a file."""
-    records = [r.as_record() for r in perf.results.values()]
-    payload = {"results": records}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1, allow_nan=False, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps({"results": json_safe(records)}, indent=1, allow_nan=False, default=str).encode())

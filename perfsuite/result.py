@@ -80,6 +80,7 @@ class BurstResult:
         base = self.baseline or {}
         return {
             "key": s.key(),
+            "label": s.label,
             "framework": s.framework,
             "framework_version": rec.get("framework_version"),
             "model": s.model,

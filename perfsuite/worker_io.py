@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 from pathlib import Path
+
+from perfsuite.files import atomic_write, json_safe
 
 
 def error_path(out: Path, rank: int) -> Path:
@@ -27,20 +27,8 @@ def read_errors(out: Path) -> list[str]:
 
 
 def write_record(out: Path, record: dict) -> None:
-    tmp = out.with_suffix(".tmp")
-    # A non-finite loss is a legal outcome to report, but JSON has no NaN: store null.
-    tmp.write_text(json.dumps(_nullify(record), default=str))
-    os.replace(tmp, out)
-
-
-def _nullify(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _nullify(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nullify(v) for v in obj]
-    return obj
+    # A non-finite loss is a legal outcome to report: it is stored as null.
+    atomic_write(out, json.dumps(json_safe(record), default=str).encode())
 
 
 def progress_writer(path: str | None, images_per_window: int):
@@ -57,8 +45,6 @@ def progress_writer(path: str | None, images_per_window: int):
             last["windows"] += 1
         state = {"step": done, "steps": total, "images_per_sec": last["rate"], "windows": last["windows"],
                  "t": time.time()}
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, target)
+        atomic_write(target, json.dumps(state).encode())
 
     return report

@@ -271,8 +271,8 @@ def test_directory_in_the_way_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "target, error",
     [
-        ("json.dump", OSError(28, "No space left on device")),
-        ("json.dump", KeyboardInterrupt()),
+        ("os.fdopen", OSError(28, "No space left on device")),
+        ("os.fdopen", KeyboardInterrupt()),
         ("os.fsync", OSError(5, "Input/output error")),
         ("os.replace", OSError(18, "Invalid cross-device link")),
         ("os.replace", RuntimeError("boom")),

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, ERROR, MEASURED = (
-    "regression", "inconclusive", "improvement", "pass", "no baseline", "error", "measured")
+from perfsuite.stats import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION
+
+ERROR, MEASURED = "error", "measured"  # a burst that failed; one measured but not gated
 # Worst first: a row and the run take the worst status of their verdicts.
 _ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, MEASURED)
 
@@ -61,13 +62,8 @@ def row_status(rec: dict) -> str:
 
 
 def label(rec: dict) -> str:
-    """Human words, as BurstSpec.label has them, from a record."""
-    unit = "GPU" if rec.get("device_kind") == "cuda" else "CPU worker"
-    n = rec.get("devices") or 1
-    count = f"{n} {unit}{'s' if n != 1 else ''}"
-    if (rec.get("nodes") or 1) > 1:
-        count += f" x {rec['nodes']} nodes"
-    return f"{rec.get('framework')} {rec.get('model')} on {count}, data location {rec.get('data_location')}"
+    """Human words for the burst: BurstSpec.label, as the record carries it."""
+    return str(rec.get("label") or rec.get("key"))
 
 
 def num(x) -> bool:

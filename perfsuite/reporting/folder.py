@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from perfsuite.files import atomic_write, json_safe
 from perfsuite.report import write_json
 from perfsuite.reporting import content, header, html, markdown
 from perfsuite.result import BurstResult
@@ -34,8 +33,7 @@ def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -
     results = list(perf.results.values())
     records = [r.as_record() for r in results]
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "results.json", perf)
-    os.chmod(folder / "results.json", _file_mode())  # its temporary file was private
+    write_json(folder / "results.json", records)
     series = {rec["key"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
     records = content.ordered(records)
     plots, util_png, notes = _draw(records, series)
@@ -73,27 +71,6 @@ def raw_series(result: BurstResult) -> dict | None:
     return series if isinstance(series, dict) and series else None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """A reader (or a CI artifact upload) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, _file_mode())  # mkstemp makes it private; a report is meant to be read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _file_mode() -> int:
-    """What open() would have given a new file under this process's umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def _write_utilisation(folder: Path, records: list[dict], series: dict[str, dict], pngs: dict[str, bytes]):
     from perfsuite.reporting.plots import safe_name
 
@@ -105,7 +82,7 @@ def _write_utilisation(folder: Path, records: list[dict], series: dict[str, dict
         name = safe_name(rec["key"])
         data = f"utilisation/{name}.json"
         payload = {"key": rec["key"], "label": content.label(rec), "summary": rec.get("utilisation"), "series": s}
-        atomic_write(folder / data, json.dumps(_finite(payload), allow_nan=False, default=str).encode())
+        atomic_write(folder / data, json.dumps(json_safe(payload), allow_nan=False, default=str).encode())
         png = None
         if rec["key"] in pngs:
             png = f"utilisation/{name}.png"
@@ -127,28 +104,13 @@ def _remove_stale(folder: Path, kept: set[str]) -> None:
 
 
 def _findings(results: list[BurstResult], perf: PerfSession) -> tuple[list[tuple[str, str]], str | None]:
-    """Findings of perfsuite.diagnosis; none (and no section) where that module is absent."""
+    """(kind, text) per finding of perfsuite.diagnosis, healthy bursts included."""
+    from perfsuite.diagnosis import diagnose
+
     try:
-        from perfsuite.diagnosis import diagnose
-    except ModuleNotFoundError as exc:
-        if exc.name == "perfsuite.diagnosis":
-            return [], None
-        return [], f"findings unavailable: {exc}"
-    try:
-        found = list(diagnose(results, min_scaling_efficiency=perf.options.min_scaling_efficiency,
-                              scaling_tolerance=perf.options.scaling_tolerance, healthy=True))
+        found = diagnose(results, min_scaling_efficiency=perf.options.min_scaling_efficiency,
+                         scaling_tolerance=perf.options.scaling_tolerance, healthy=True)
     except Exception as exc:  # noqa: BLE001 - a report without findings beats no report
         return [], f"findings unavailable: {type(exc).__name__}: {exc}"
-    rows = [(str(getattr(f, "kind", "")), str(getattr(f, "text", f))) for f in found]
+    rows = [(f.kind, f.text) for f in found]
     return rows, None if rows else "nothing stood out"
-
-
-def _finite(obj):
-    """JSON has no NaN or infinity: a missing reading is null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj

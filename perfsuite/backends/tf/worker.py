@@ -80,7 +80,8 @@ def run(job: dict, out: Path) -> dict | None:
         sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
     )
     if gpus:
-        peak = sum(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
+        # Per device, as torch reports it: the fullest GPU is what limits the batch.
+        peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
         device_name = details.get("device_name", "gpu")
     else:

@@ -21,6 +21,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from perfsuite import datasets
+from perfsuite.hardware import _cpu_cores
 from perfsuite.spec import BurstSpec
 
 from perfsuite.datasets import (CIFAR_CONTRAST, CIFAR_MAX_BRIGHTNESS, DECODE_SIDE, IMAGENET_MEAN,
@@ -92,7 +93,9 @@ def loader_workers(world: int) -> int:
     env = os.environ.get("PERFSUITE_LOADER_WORKERS")
     if env:
         return int(env)
-    return min(4, max(1, (os.cpu_count() or 1) // world))
+    # The node's cores are shared by the ranks on this node, not by every rank of the job.
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return min(4, max(1, _cpu_cores() // local))
 
 
 def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: int, world: int) -> DataLoader:
