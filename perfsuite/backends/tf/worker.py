@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import socket
 import sys
 import traceback
 from pathlib import Path
@@ -20,10 +19,10 @@ from perfsuite.worker_io import error_path, progress_writer, write_record
 
 
 def run(job: dict, out: Path) -> dict | None:
-    from perfsuite.measure import combine_ranks, run_windows, stable_within
+    from perfsuite.measure import run_windows, stable_within
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
-    from perfsuite.utilisation import merge_ranks, rank_share, summary
+    from perfsuite.record import build_record, host_peak_memory, rank_entry
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -85,23 +84,9 @@ def run(job: dict, out: Path) -> dict | None:
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
         device_name = details.get("device_name", "gpu")
     else:
-        import resource
-
-        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-        device_name = "cpu"
+        peak, device_name = host_peak_memory(), "cpu"
     images_per_window = global_batch * spec.steps_per_window
-    mine = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "device": device_name,
-        "window_seconds": timings.window_seconds,
-        "images_per_sec": images_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
-        "loss_first": timings.loss_first,
-        "loss_last": timings.loss_last,
-        "peak_memory_bytes": peak,
-        "warmup_seconds": timings.warmup_seconds,
-        "utilisation": rank_share(timings.utilisation),
-    }
+    mine = rank_entry(rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
     if spec.nodes > 1:
         from perfsuite.backends.tf.cluster import all_gather_json
@@ -109,28 +94,14 @@ def run(job: dict, out: Path) -> dict | None:
         ranks = all_gather_json(strategy, mine)  # a collective: every node takes part
         if not leader:
             return None
-    utilisation = merge_ranks(timings.utilisation, ranks)
-    for r in ranks:
-        r["utilisation"] = summary(r.get("utilisation"))  # the series live once, in record["utilisation"]
-    record = {
-        "spec": spec.as_dict(),
-        "model": info.as_dict(),
-        "framework_version": tf.__version__,
-        "device_name": device_name,
-        "precision_dtype": precision.dtype,
-        # What fp32 convolutions and matmuls run as: TensorFlow allows TF32 unless told not to.
-        "fp32_math": ("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
-        # GPUs tagged with rank and host, the same shape as a torch record's
-        "utilisation": utilisation,
-        "samples": combine_ranks([r["window_seconds"] for r in ranks], images_per_window),
-        "window_seconds": [max(r["window_seconds"][w] for r in ranks) for w in range(len(timings.window_seconds))],
-        "images_per_window": images_per_window * len(ranks),
-        "per_rank": ranks,
-        "loss_first": timings.loss_first,
-        "loss_last": timings.loss_last,
-        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
-        "warmup_seconds": timings.warmup_seconds,
-    }
+    record = build_record(
+        spec, info, timings, ranks, images_per_window,
+        framework_version=tf.__version__,
+        device_name=device_name,
+        precision_dtype=precision.dtype,
+        # TensorFlow allows TF32 unless told not to.
+        fp32_math=("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
+    )
     write_record(out, record)
     return record
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import sys
 import traceback
 from pathlib import Path
@@ -34,10 +33,10 @@ def run(job: dict, out: Path) -> dict | None:
 
     from perfsuite.backends.torch.data import batches
     from perfsuite.backends.torch.train import make_step, precision_policy
-    from perfsuite.measure import combine_ranks, run_windows
+    from perfsuite.measure import run_windows
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
-    from perfsuite.utilisation import merge_ranks, rank_share, summary
+    from perfsuite.record import build_record, host_peak_memory, rank_entry
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -89,52 +88,22 @@ def run(job: dict, out: Path) -> dict | None:
         peak = int(torch.cuda.max_memory_allocated(device))
         device_name = torch.cuda.get_device_name(device)
     else:
-        import resource
-
-        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-        device_name = "cpu"
+        peak, device_name = host_peak_memory(), "cpu"
     images_per_window = spec.batch_size * spec.steps_per_window
-    mine = {
-        "rank": rank,
-        "host": socket.gethostname(),
-        "device": device_name,
-        "window_seconds": timings.window_seconds,
-        "images_per_sec": images_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
-        "loss_first": timings.loss_first,
-        "loss_last": timings.loss_last,
-        "peak_memory_bytes": peak,
-        "warmup_seconds": timings.warmup_seconds,
-        "utilisation": rank_share(timings.utilisation),
-    }
+    mine = rank_entry(rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
     if dist is not None:
         ranks = [None] * dist.get_world_size()
         dist.all_gather_object(ranks, mine)
     if not leader:
         return None
-    ranks.sort(key=lambda r: r["rank"])
-    utilisation = merge_ranks(timings.utilisation, ranks)
-    for r in ranks:
-        r["utilisation"] = summary(r.get("utilisation"))  # the series live once, in record["utilisation"]
-    samples = combine_ranks([r["window_seconds"] for r in ranks], images_per_window)
-    record = {
-        "spec": spec.as_dict(),
-        "model": info.as_dict(),
-        "framework_version": torch.__version__,
-        "device_name": device_name,
-        "precision_dtype": precision_policy(spec, device).dtype,
-        # What fp32 convolutions (nearly all of a CNN's FLOPs) run as: cuDNN may use TF32.
-        "fp32_math": ("tf32" if torch.backends.cudnn.allow_tf32 else "ieee") if device.type == "cuda" else None,
-        "utilisation": utilisation,
-        "samples": samples,
-        "window_seconds": [max(r["window_seconds"][w] for r in ranks) for w in range(len(samples))],
-        "images_per_window": images_per_window * spec.world_size,
-        "per_rank": ranks,
-        "loss_first": timings.loss_first,
-        "loss_last": timings.loss_last,
-        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
-        "warmup_seconds": timings.warmup_seconds,
-    }
+    record = build_record(
+        spec, info, timings, ranks, images_per_window,
+        framework_version=torch.__version__,
+        device_name=device_name,
+        precision_dtype=precision_policy(spec, device).dtype,
+        fp32_math=("tf32" if torch.backends.cudnn.allow_tf32 else "ieee") if device.type == "cuda" else None,
+    )
     write_record(out, record)
     return record
 
