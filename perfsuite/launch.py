@@ -26,7 +26,7 @@ import perfsuite
 from perfsuite.backends import SUPPORTED
 from perfsuite.models.registry import ModelInfo
 from perfsuite.spec import BurstSpec
-from perfsuite.worker_io import read_errors
+from perfsuite.worker_io import error_files, read_errors
 
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
 
@@ -124,7 +124,7 @@ def run_burst(
     log = workdir / "worker.log"
     # A TF worker of a multi-node burst marks when it starts and ends joining the others.
     join_file = workdir / "join.json" if spec.framework == "tf" and spec.nodes > 1 else None
-    for stale in [out, progress, join_file, *workdir.glob("result.rank*.error")]:
+    for stale in [out, progress, join_file, *error_files(out)]:
         if stale is None:
             continue
         stale.unlink(missing_ok=True)

@@ -20,6 +20,8 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
+from perfsuite.worker_io import one_line
+
 DEFAULT_INTERVAL_S = 0.1
 # A core this busy has no headroom left: an input pipeline on it cannot go faster.
 BUSY_CORE_PERCENT = 90.0
@@ -29,11 +31,6 @@ CHILDREN_REFRESH_S = 1.0
 # A tail shorter than this since the last tick would give a noisy CPU percentage.
 MIN_TAIL_S = 0.02
 GPU_METRICS = ("util_percent", "memory_used_bytes", "power_watts", "sm_clock_mhz")
-
-
-def _line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:500]
 
 
 # --- CUDA ordinals to NVML devices ---------------------------------------------------
@@ -154,7 +151,7 @@ class Sampler:
             self._thread = threading.Thread(target=self._loop, name="perfsuite-utilisation", daemon=True)
             self._thread.start()
         except Exception as exc:  # noqa: BLE001 - sampling must never fail a burst
-            self._error = _line(exc)
+            self._error = one_line(exc, 500)
         return self
 
     def stop(self) -> dict:
@@ -170,7 +167,7 @@ class Sampler:
                 try:
                     self._rows.append(self._sample())  # the tail since the last tick
                 except Exception as exc:  # noqa: BLE001
-                    self._error = _line(exc)
+                    self._error = one_line(exc, 500)
         if thread is None or not thread.is_alive():
             self._close_gpus()  # a thread stuck inside NVML keeps it open
         return self.result()
@@ -183,7 +180,7 @@ class Sampler:
                 # skip ticks missed while the process was starved, instead of bunching up
                 k = max(k + 1, math.ceil((self._clock() - self._t0) / self.interval_s))
         except Exception as exc:  # noqa: BLE001 - recorded, never raised
-            self._error = _line(exc)
+            self._error = one_line(exc, 500)
 
     # -- one tick -----------------------------------------------------------------------
     def _sample(self) -> tuple:
@@ -230,7 +227,7 @@ class Sampler:
             uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
             names = [_text(nvml.nvmlDeviceGetName(h)) for h in handles]
         except Exception as exc:  # noqa: BLE001 - no driver, no library: CPU sampling goes on
-            self._gpu_error = _line(exc)
+            self._gpu_error = one_line(exc, 500)
             self._close_gpus()
             return
         missing = []

@@ -13,14 +13,30 @@ def error_path(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}.error")
 
 
+def error_files(out: Path) -> list[Path]:
+    """Every rank's error file beside ``out``, in rank order (rank 10 after rank 2)."""
+    found = out.parent.glob(f"{out.stem}.rank*.error")
+    return sorted(found, key=lambda p: int(p.name[len(out.stem) + len(".rank"):].split(".")[0]))
+
+
+def one_line(exc: BaseException, limit: int = 2000) -> str:
+    """An exception as one line. A TensorFlow op error starts "Graph execution error:" and
+    lists where the op was defined; its own message (a failed assertion, a lost node's
+    address) is the last line before gRPC details and the "[[node ...]]" trailer."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Graph execution error"):
+        trailer = ("[[", "The error could be from a previous operation", "Additional GRPC error", ":UNKNOWN:")
+        lines = [line for line in lines[1:] if not line.startswith(trailer)][-1:] or lines
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:limit]
+
+
 def write_error(out: Path, rank: int, exc: BaseException) -> None:
-    line = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    error_path(out, rank).write_text((line[0] if line else type(exc).__name__)[:2000])
+    error_path(out, rank).write_text(one_line(exc))
 
 
 def read_errors(out: Path) -> list[str]:
     lines = []
-    for p in sorted(out.parent.glob(f"{out.stem}.rank*.error")):
+    for p in error_files(out):
         rank = p.name.split(".rank")[1].split(".")[0]
         lines.append(f"rank {rank}: {p.read_text().strip()}")
     return lines

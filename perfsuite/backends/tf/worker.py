@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from perfsuite.worker_io import error_path, progress_writer, write_record
+from perfsuite.worker_io import progress_writer, write_error, write_record
 
 
 def run(job: dict, out: Path) -> dict | None:
@@ -118,24 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         run(json.loads(job_path.read_text()), out)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
         traceback.print_exc()
-        error_path(out, node_rank_from_env()).write_text(error_line(exc))
+        write_error(out, node_rank_from_env(), exc)
         return 1
     return 0
 
 
 def node_rank_from_env() -> int:
     return int(os.environ.get("PERFSUITE_NODE_RANK", "0"))
-
-
-def error_line(exc: BaseException) -> str:
-    """One line for the launcher. A TensorFlow op error starts "Graph execution error:"
-    and lists where the op was defined; its own message (a failed assertion, a lost
-    node's address) is the last line before gRPC details and the "[[node ...]]" trailer."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if lines and lines[0].startswith("Graph execution error"):
-        trailer = ("[[", "The error could be from a previous operation", "Additional GRPC error", ":UNKNOWN:")
-        lines = [line for line in lines[1:] if not line.startswith(trailer)][-1:] or lines
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip().rstrip(":")[:2000]
 
 
 if __name__ == "__main__":
