@@ -53,3 +53,40 @@ def test_replicated_and_parameter_server_agree(tmp_path):
     initial = resolve_builder(get_model("torch", "cifar10"))(num_classes=10).state_dict()
     moved = sum(not torch.equal(initial[k], replicated[k]) for k in initial)
     assert moved >= len(initial) // 2
+
+
+def _scale_after_steps(rank, world, port, out):
+    import contextlib
+
+    import perfsuite.backends.torch.train as train
+    from perfsuite.backends.torch.data import batches
+    from perfsuite.models.registry import get_model, resolve_builder
+
+    # A loss scaler that doubles after every finite step, so rank 0's scale moves each step.
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
+    train.precision_policy = lambda spec, device: train.Precision(contextlib.nullcontext, scaler, "float32")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        spec = BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
+                         variable_update="parameter_server")
+        info = get_model("torch", "cifar10")
+        torch.manual_seed(0)
+        model = resolve_builder(info)(num_classes=info.num_classes)
+        step = train.make_step(spec, model, batches(spec, 10, torch.device("cpu"), seed=1000 * rank),
+                               torch.device("cpu"))
+        for _ in range(STEPS):
+            step()
+        scales = [None] * world
+        dist.all_gather_object(scales, scaler.get_scale())
+        if rank == 0:
+            torch.save(scales, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_parameter_server_ranks_share_rank_0s_loss_scale(tmp_path):
+    out = tmp_path / "scales.pt"
+    mp.spawn(_scale_after_steps, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    scales = torch.load(out)
+    assert scales[0] == scales[1] == 2.0**10 * 2**STEPS

@@ -26,10 +26,18 @@ class Precision:
 def precision_policy(spec: BurstSpec) -> Precision:
     if spec.precision == "fp32":
         return Precision("float32", "float32", False)
-    if spec.device_kind == "cuda":
+    if spec.device_kind == "cuda" and not _gpus_have_bf16():
         # fp16 needs loss scaling to keep small gradients from flushing to zero.
         return Precision("mixed_float16", "float16", True)
     return Precision("mixed_bfloat16", "bfloat16", False)
+
+
+def _gpus_have_bf16() -> bool:
+    """bf16 tensor cores from compute capability 8.0 (Ampere) on: the rule torch's
+    ``is_bf16_supported`` applies, so both frameworks run the same arithmetic under amp."""
+    caps = [tf.config.experimental.get_device_details(g).get("compute_capability")
+            for g in tf.config.list_physical_devices("GPU")]
+    return bool(caps) and all(c is not None and tuple(c) >= (8, 0) for c in caps)
 
 
 class DynamicLossScale:

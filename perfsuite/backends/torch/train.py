@@ -44,6 +44,15 @@ def _average_gradients_to_root(params: list[nn.Parameter], world: int) -> None:
             p.grad.div_(world)
 
 
+def _share_scale(scaler: "torch.amp.GradScaler", device: torch.device, is_root: bool) -> None:
+    """Every rank scales its loss by rank 0's loss scale: rank 0 sums their gradients and
+    unscales them with its own, and only it sees the overflows that move the scale."""
+    scale = torch.tensor(scaler.get_scale() if is_root else 0.0, dtype=torch.float32, device=device)
+    dist.broadcast(scale, src=0)
+    if not is_root:
+        scaler.update(scale)
+
+
 def _broadcast_state(module: nn.Module) -> None:
     for t in list(module.parameters()) + list(module.buffers()):
         dist.broadcast(t.data, src=0)
@@ -101,6 +110,8 @@ def make_step(
                 p.grad = None
         if distributed and spec.variable_update == "parameter_server":
             _broadcast_state(model)
+            if policy.scaler is not None:
+                _share_scale(policy.scaler, device, is_root=optimizer is not None)
         return loss.detach()
 
     return step
