@@ -88,6 +88,15 @@ def ensure_dataset(
     return target
 
 
+def dataset_for(framework: str, image_size: int, data_dir: str | os.PathLike | None) -> tuple[str, Path]:
+    """(kind, dir) that ``framework``'s `real` data location reads for a model of this input size:
+    CIFAR-10 batches for CIFAR-sized models; else a JPEG tree (torch) or TFRecords (tf)."""
+    kind = dataset_kind(image_size)
+    if kind == "cifar10-bin" or framework != "tf":
+        return kind, ensure_dataset(kind, data_dir)
+    return imagenet_dataset(data_dir)
+
+
 def imagenet_dataset(data_dir: str | os.PathLike | None, cache_dir: Path | None = None) -> tuple[str, Path]:
     """(kind, dir) of an ImageNet-style dataset for a TFRecord reader: TFRecord shards,
     else a JPEG tree, so one ``--data-dir`` can serve torch and TensorFlow alike.

@@ -26,7 +26,7 @@ import perfsuite
 from perfsuite.backends import SUPPORTED
 from perfsuite.models.registry import ModelInfo
 from perfsuite.spec import BurstSpec
-from perfsuite.worker_io import error_files, read_errors
+from perfsuite.worker_io import error_files, one_line, read_errors
 
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
 
@@ -109,6 +109,16 @@ def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...
     return env
 
 
+def _prepare_dataset(spec: BurstSpec) -> None:
+    """Check or generate the `real` dataset once, here: not by every rank, inside its warm-up."""
+    try:
+        from perfsuite import datasets  # numpy and Pillow: only for bursts that read files
+
+        datasets.dataset_for(spec.framework, spec.image_size, spec.data_dir)
+    except (ImportError, OSError, ValueError) as exc:
+        raise BurstError(f"real data: {one_line(exc)}") from None
+
+
 def run_burst(
     spec: BurstSpec,
     model: ModelInfo,
@@ -117,6 +127,8 @@ def run_burst(
     on_progress: Callable[[dict], None] | None = None,
 ) -> dict:
     """Run ``spec`` and return the worker's result record; raise BurstError on failure."""
+    if spec.data_location == "real":
+        _prepare_dataset(spec)
     workdir.mkdir(parents=True, exist_ok=True)
     job = workdir / "job.json"
     out = workdir / "result.json"

@@ -33,13 +33,12 @@ INTERLEAVE_FILES = 8
 def real_feed(spec: BurstSpec, strategy: tf.distribute.Strategy, num_classes: int, seed: int) -> Feed:
     """A distributed iterator of per-replica (images float32 NHWC, labels int32) batches."""
     on_device = spec.augment_on == "device"
-    if datasets.dataset_kind(spec.image_size) == "cifar10-bin":
-        root = datasets.ensure_dataset("cifar10-bin", spec.data_dir)
+    kind, root = datasets.dataset_for("tf", spec.image_size, spec.data_dir)
+    if kind == "cifar10-bin":
         _check_classes(len(datasets.CIFAR_CLASSES), num_classes, root)
         make = _cifar_pipeline(spec, root, num_classes, on_device, seed)
         augment = _cifar_device_augment(spec.image_size) if on_device else None
     else:
-        kind, root = datasets.imagenet_dataset(spec.data_dir)
         make = _imagenet_pipeline(spec, kind, root, num_classes, on_device, seed)
         augment = _imagenet_device_augment(spec.image_size) if on_device else None
     iterator = iter(strategy.distribute_datasets_from_function(make))

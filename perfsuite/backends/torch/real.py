@@ -50,8 +50,7 @@ def build_dataset(
     spec: BurstSpec, num_classes: int, rank: int, world: int, device: torch.device, seed: int
 ) -> tuple[Dataset, DeviceAugment | None]:
     """This rank's shard of the dataset, and the device-side augmentation (or None)."""
-    kind = datasets.dataset_kind(spec.image_size)
-    root = datasets.ensure_dataset(kind, spec.data_dir)
+    kind, root = datasets.dataset_for("torch", spec.image_size, spec.data_dir)
     on_device = spec.augment_on == "device"
     if kind == "cifar10-bin":
         items = shard(_cifar_index(root), rank, world, root)
