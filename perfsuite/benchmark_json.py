@@ -58,17 +58,10 @@ def add_bursts(config, perf: PerfSession) -> int:
     from pytest_benchmark.stats import Metadata
 
     added = 0
-    seen: set[str] = set()
     for result in perf.results.values():
         if not result.ok or result.remote or not result.record.get("window_seconds"):
             continue
-        fixture = _fixture(result)
-        if fixture.fullname in seen:
-            # A test with its own tolerance ran its own burst of the same key: keep names unique.
-            suffix = f"@{result.spec.stable_within:g}"
-            fixture.name, fixture.fullname = fixture.name + suffix, fixture.fullname + suffix
-        seen.add(fixture.fullname)
-        bench = Metadata(fixture, iterations=1, options=_options(result))
+        bench = Metadata(_fixture(result), iterations=1, options=_options(result))
         for seconds in result.record["window_seconds"]:
             bench.stats.update(float(seconds))
         bs.benchmarks.append(bench)
@@ -79,13 +72,12 @@ def add_bursts(config, perf: PerfSession) -> int:
 def _fixture(result: BurstResult) -> _BurstFixture:
     spec = result.spec
     record = result.as_record()
-    key = spec.key()
     return _BurstFixture(
-        name=f"burst[{key}]",
+        name=f"burst[{result.id}]",
         # Stable across runs, so --benchmark-compare matches a burst with its past self.
-        fullname=f"{GROUP_PREFIX}::{key}",
+        fullname=f"{GROUP_PREFIX}::{result.id}",
         group=f"{GROUP_PREFIX} {spec.framework} {spec.model}",
-        param=key,
+        param=result.id,
         params={
             "framework": spec.framework,
             "model": spec.model,

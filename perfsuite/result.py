@@ -23,10 +23,16 @@ class BurstResult:
     baseline: dict | None = None  # the baseline entry compared against
     baseline_file: str | None = None
     tests: list[str] = field(default_factory=list)  # node ids of tests that used this burst
+    burst_id: str | None = None  # unique in the session; the spec key unless another burst has it
 
     def __post_init__(self) -> None:
         if self.record and not self.run_samples and self.record.get("samples"):
             self.run_samples = [list(self.record["samples"])]
+
+    @property
+    def id(self) -> str:
+        """Names this burst in reports and pytest-benchmark; two bursts may share a key."""
+        return self.burst_id or self.spec.key()
 
     @property
     def runs(self) -> int:
@@ -70,7 +76,8 @@ class BurstResult:
         record["samples"] = self.samples + other.samples
         record["window_seconds"] = list(self.record["window_seconds"]) + list(other.record["window_seconds"])
         record["loss_first"] = self.record["loss_first"]
-        return BurstResult(self.spec, record, None, self.run_samples + other.run_samples, tests=self.tests)
+        return BurstResult(self.spec, record, None, self.run_samples + other.run_samples, tests=self.tests,
+                           burst_id=self.burst_id)
 
     def as_record(self) -> dict:
         """One row of --perf-json."""
@@ -80,6 +87,7 @@ class BurstResult:
         base = self.baseline or {}
         return {
             "key": s.key(),
+            "id": self.id,
             "label": s.label,
             "framework": s.framework,
             "framework_version": rec.get("framework_version"),

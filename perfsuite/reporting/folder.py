@@ -34,7 +34,7 @@ def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -
     records = [r.as_record() for r in results]
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "results.json", records)
-    series = {rec["key"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
+    series = {rec["id"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
     records = content.ordered(records)
     plots, util_png, notes = _draw(records, series)
     for plot in plots:
@@ -76,18 +76,18 @@ def _write_utilisation(folder: Path, records: list[dict], series: dict[str, dict
 
     rows, images = [], {}
     for rec in records:
-        s = series.get(rec["key"])
+        s = series.get(rec["id"])
         if s is None:
             continue
-        name = safe_name(rec["key"])
+        name = safe_name(rec["id"])
         data = f"utilisation/{name}.json"
         payload = {"key": rec["key"], "label": content.label(rec), "summary": rec.get("utilisation"), "series": s}
         atomic_write(folder / data, json.dumps(json_safe(payload), allow_nan=False, default=str).encode())
         png = None
-        if rec["key"] in pngs:
+        if rec["id"] in pngs:
             png = f"utilisation/{name}.png"
-            atomic_write(folder / png, pngs[rec["key"]])
-            images[png] = pngs[rec["key"]]
+            atomic_write(folder / png, pngs[rec["id"]])
+            images[png] = pngs[rec["id"]]
         rows.append((content.label(rec), data, png))
     return rows, images
 

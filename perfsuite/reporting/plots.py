@@ -41,9 +41,9 @@ def utilisation_plots(records: list[dict], series: dict[str, dict]) -> dict[str,
     """Burst key -> PNG of its CPU % and GPU utilisation over the burst."""
     out = {}
     for r in records:
-        s = series.get(r.get("key"))
+        s = series.get(r.get("id"))
         if s and _usable_series(s):
-            out[r["key"]] = utilisation_plot(r, s)
+            out[r["id"]] = utilisation_plot(r, s)
     return out
 
 
