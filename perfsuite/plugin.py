@@ -260,7 +260,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             perf.messages.append(f"--perf-json: cannot write {options.perf_json}: {exc}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
     if options.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
-        from perfsuite.reporting import write_report  # loaded only when a report is asked for
+        from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for
 
         try:
             perf.messages.extend(write_report(options.perf_report, perf, session.config.invocation_params.args))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfsuite import mfu, stats
+from perfsuite import stats
 from perfsuite.files import atomic_write, json_safe
+from perfsuite.hardware import describe
+from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean
 from perfsuite.diagnosis import diagnose
 from perfsuite.result import BurstResult
 from perfsuite.session import PerfSession
@@ -43,6 +45,8 @@ def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
         if kind == "scaling" and r.baseline and r.baseline.get("scaling_efficiency") is not None:
             eff += f" (base {r.baseline['scaling_efficiency']:.1%})"
     status = verdict.status if verdict is not None else "measured"
+    if status in (stats.REGRESSION, stats.INCONCLUSIVE):
+        status = status.upper()  # what must catch the eye in a long table
     if r.runs > 1:
         status += f" ({r.runs} runs)"
     return (
@@ -53,24 +57,15 @@ def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
         f"{change:+.1%}" if change is not None else "-",
         eff,
         *_evidence(r),
-        status.upper() if status.startswith((stats.REGRESSION, stats.INCONCLUSIVE)) else status,
+        status,
     )
 
 
 def _evidence(r: BurstResult) -> tuple[str, str, str, str]:
-    """CPU%, GPU%, TFLOP/s and MFU cells; "-" where the record has no such figure."""
-    util = r.record.get("utilisation") if isinstance(r.record.get("utilisation"), dict) else {}
-    cpu = (util.get("cpu") or {}).get("percent_mean") if isinstance(util.get("cpu"), dict) else None
-    busy = [g["util_percent"].get("mean") for g in util.get("gpus") or []
-            if isinstance(g, dict) and isinstance(g.get("util_percent"), dict)]
-    busy = [b for b in busy if isinstance(b, (int, float))]
-    f = mfu.fields(r.record, r.spec, r.images_per_sec)
-    return (
-        f"{cpu:.0f}" if isinstance(cpu, (int, float)) else "-",
-        f"{sum(busy) / len(busy):.0f}" if busy else "-",
-        f"{f['achieved_tflops']:.3g}" if f["achieved_tflops"] is not None else "-",
-        f"{f['mfu']:.1%}" if f["mfu"] is not None else "-",
-    )
+    """CPU%, GPU%, TFLOP/s and MFU cells, read as the report reads them; "-" where missing."""
+    rec = r.as_record()
+    return (fmt(cpu_mean(rec), ".0f"), fmt(gpu_mean(rec), ".0f"), fmt(rec.get("achieved_tflops"), ".3g"),
+            fmt(rec.get("mfu"), ".1%"))
 
 
 def _short_id(nodeid: str) -> str:
@@ -95,8 +90,6 @@ def terminal_summary(tr, perf: PerfSession) -> None:
     for line in diagnosis_lines(perf):
         tr.write_line(line)
     for fp in perf.fingerprints.values():
-        from perfsuite.hardware import describe
-
         tr.write_line(f"hardware ({fp.kind}): {describe(fp)}  [baseline file {fp.id}.json]")
     errors = [r for r in perf.results.values() if not r.ok]
     for r in errors:

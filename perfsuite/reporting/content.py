@@ -84,11 +84,11 @@ def _mfu(rec):
     return rec.get("mfu")
 
 
-def _cpu(rec):
+def cpu_mean(rec):
     return ((rec.get("utilisation") or {}).get("cpu") or {}).get("percent_mean")
 
 
-def _gpu(rec):
+def gpu_mean(rec):
     gpus = (rec.get("utilisation") or {}).get("gpus") or []
     means = [(g.get("util_percent") or {}).get("mean") for g in gpus if isinstance(g, dict)]
     means = [m for m in means if num(m)]
@@ -104,8 +104,8 @@ def _mfu_cell(rec) -> str:
 OPTIONAL = (  # header, getter, cell
     ("TFLOP/s", _tflops, lambda r: fmt(_tflops(r), ".3g")),
     ("MFU", _mfu, _mfu_cell),
-    ("CPU % (mean)", _cpu, lambda r: fmt(_cpu(r), ".0f", "%")),
-    ("GPU util (mean)", _gpu, lambda r: fmt(_gpu(r), ".0f", "%")),
+    ("CPU % (mean)", cpu_mean, lambda r: fmt(cpu_mean(r), ".0f", "%")),
+    ("GPU util (mean)", gpu_mean, lambda r: fmt(gpu_mean(r), ".0f", "%")),
 )
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.
