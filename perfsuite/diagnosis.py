@@ -67,7 +67,7 @@ def diagnose(
             twin = by_key.get(r.spec.replace(data_location="device", augment_on="cpu", data_dir=None).key())
             found += _data_location(r, twin)
         if r.spec.world_size > 1:
-            single = by_key.get(r.spec.replace(devices=1, nodes=1, variable_update="replicated").key())
+            single = by_key.get(r.spec.single_device().key())
             found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
         out += found or (_compute(r) if healthy else [])
     return out

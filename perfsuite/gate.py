@@ -112,7 +112,7 @@ class PerfGate:
         result = self.burst(spec)
         if result.remote:
             return result  # node 0 runs the 1-device burst and gates the efficiency
-        single = self.burst(self.session.single_device(spec))
+        single = self.burst(spec.single_device())
         entry, path = self._baseline(spec)
         floor = self.options.min_scaling_efficiency
         verdict = self._scaling_verdict(result, entry, floor)

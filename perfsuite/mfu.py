@@ -104,15 +104,17 @@ def achieved_tflops(flops_per_image: float, images_per_sec: float) -> float:
     return TRAIN_FLOPS_PER_FORWARD * flops_per_image * images_per_sec / 1e12
 
 
-def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, GpuPeak | None]:
-    """Dense peak of one device for ``precision``; TF32 falls back to FP32 on GPUs without it."""
+def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, GpuPeak | None, str]:
+    """(dense peak of one device, its table entry, the precision that peak is for).
+
+    TF32 falls back to FP32 on GPUs without TF32 units (Volta and older): fp32 kernels ran.
+    """
     entry = lookup(device_name)
     if entry is None:
-        return None, None
-    value = entry.tflops.get(precision)
-    if value is None and precision == "tf32":
-        value = entry.tflops.get("fp32")  # no TF32 units (Volta and older): fp32 kernels ran
-    return value, entry
+        return None, None, precision
+    if precision == "tf32" and "tf32" not in entry.tflops:
+        precision = "fp32"
+    return entry.tflops.get(precision), entry, precision
 
 
 def fields(record: dict | None, spec, images_per_sec: float | None) -> dict:
@@ -133,9 +135,7 @@ def fields(record: dict | None, spec, images_per_sec: float | None) -> dict:
     if spec.device_kind != "cuda":
         return out
     precision = compute_precision(spec.precision, record.get("precision_dtype"), record.get("fp32_math"))
-    peak, entry = peak_tflops(record.get("device_name"), precision)
-    if peak is not None and precision == "tf32" and "tf32" not in entry.tflops:
-        precision = "fp32"
+    peak, entry, precision = peak_tflops(record.get("device_name"), precision)
     out["mfu_precision"] = precision
     if peak is None:
         return out

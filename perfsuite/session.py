@@ -112,15 +112,12 @@ class PerfSession:
         return file.get(spec.key()) if file else None
 
     # -- scaling ----------------------------------------------------------------------
-    def single_device(self, spec: BurstSpec) -> BurstSpec:
-        return spec.replace(devices=1, nodes=1, variable_update="replicated")
-
     def fill_scaling(self, result: BurstResult) -> None:
         """Scaling efficiency of an N-device burst against its 1-device twin, if that ran."""
         spec = result.spec
         if spec.world_size < 2 or not result.ok:
             return
-        single = self.results.get(self.single_device(spec))
+        single = self.results.get(spec.single_device())
         if single is None or not single.ok or result.remote:
             return
         n = spec.world_size
@@ -131,7 +128,7 @@ class PerfSession:
         """Efficiency of each pair of pooled runs (N-device run i against 1-device run i)."""
         if result.spec.world_size < 2:
             return []
-        single = self.results.get(self.single_device(result.spec))
+        single = self.results.get(result.spec.single_device())
         if single is None or not single.ok:
             return []
         n = result.spec.world_size

@@ -128,6 +128,10 @@ class BurstSpec:
             parts.append(f"threads{self.threads}")
         return "/".join(parts)
 
+    def single_device(self) -> "BurstSpec":
+        """The 1-device twin that scaling efficiency is measured against."""
+        return self.replace(devices=1, nodes=1, variable_update="replicated")
+
     def replace(self, **changes) -> "BurstSpec":
         return dataclasses.replace(self, **changes)
 
