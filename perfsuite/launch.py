@@ -24,10 +24,13 @@ from typing import Callable
 
 import perfsuite
 from perfsuite.backends import SUPPORTED
+from perfsuite.lifeline import PARENT_ENV
 from perfsuite.models.registry import ModelInfo
+from perfsuite.processes import STOP_GRACE_S, BurstProcesses
 from perfsuite.spec import BurstSpec
 from perfsuite.worker_io import error_files, one_line, read_errors
 
+POLL_S = 0.5  # how often the launcher looks at a running burst: progress, deadlines
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
 
 
@@ -52,7 +55,8 @@ def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions
         _check_cluster(spec, options)
     if spec.framework != "torch" or spec.world_size == 1:
         return [sys.executable, "-m", module, str(job), str(out)]
-    run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={spec.devices}", "--max-restarts=0"]
+    # torchrun itself, armed to die with pytest (perfsuite.torchrun).
+    run = [sys.executable, "-m", "perfsuite.torchrun", f"--nproc-per-node={spec.devices}", "--max-restarts=0"]
     if spec.nodes == 1:
         run.append("--standalone")  # c10d rendezvous on a free local port
     else:
@@ -101,6 +105,7 @@ def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PERFSUITE_NODE_RANK"] = str(node_rank)
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (perfsuite.lifeline)
     if spec.device_kind == "cpu":
         # Each CPU worker stands in for one device: a fixed share of cores, no GPU.
         env["OMP_NUM_THREADS"] = str(spec.threads)
@@ -136,7 +141,7 @@ def run_burst(
     log = workdir / "worker.log"
     # A TF worker of a multi-node burst marks when it starts and ends joining the others.
     join_file = workdir / "join.json" if spec.framework == "tf" and spec.nodes > 1 else None
-    for stale in [out, progress, join_file, *error_files(out)]:
+    for stale in [out, progress, join_file, *error_files(out), *workdir.glob("*.pid")]:
         if stale is None:
             continue
         stale.unlink(missing_ok=True)
@@ -144,6 +149,7 @@ def run_burst(
         json.dumps(
             {
                 "spec": spec.as_dict(),
+                "pid_dir": str(workdir),
                 "model": model.as_dict(),
                 "init_timeout_s": options.init_timeout_s,
                 "progress_file": str(progress),
@@ -154,6 +160,7 @@ def run_burst(
     cmd = worker_command(spec, job, out, options)
     started = time.monotonic()
     with open(log, "wb") as log_file:
+        # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
         proc = subprocess.Popen(
             cmd,
             stdout=log_file,
@@ -161,55 +168,57 @@ def run_burst(
             env=worker_env(spec, options.node_rank if spec.nodes > 1 else 0, options.worker_hosts),
             start_new_session=True,
         )
-        seen = None
-        while True:
-            try:
-                proc.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if on_progress is not None and progress.exists():
-                try:
-                    state = json.loads(progress.read_text())
-                except (OSError, ValueError):
-                    state = None
-                if state and state != seen:
-                    seen = state
-                    on_progress(state)
-            waiting = _join_overdue(join_file, options.init_timeout_s) if join_file else None
-            if waiting is not None:
-                _kill_group(proc, grace=False)  # TensorFlow swallows SIGTERM while joining
-                raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
-            if time.monotonic() - started > options.timeout_s:
-                _kill_group(proc)
-                raise BurstError(
-                    f"burst timed out after {options.timeout_s:.0f} s"
-                    + _suffix(_last_error_line(out, log))
-                )
-    if proc.returncode == 0 and spec.nodes > 1 and options.node_rank != 0:
+    burst = BurstProcesses(proc, workdir)
+    try:
+        returncode = _wait(burst, spec, options, started, out, log, progress, join_file, on_progress)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM, SIGHUP), a timeout, a rendezvous that never
+        # completed: nothing of this burst may outlive it.
+        burst.stop(STOP_GRACE_S)
+        raise
+    if returncode == 0 and spec.nodes > 1 and options.node_rank != 0:
         # Rank 0 lives on node 0 and writes the record there; this node ran its ranks.
         return {"remote_node": options.node_rank, "wall_seconds": time.monotonic() - started, "worker_log": str(log)}
-    if proc.returncode != 0 or not out.exists():
-        raise BurstError(_failure_line(proc.returncode, out, log, spec, options))
+    if returncode != 0 or not out.exists():
+        raise BurstError(_failure_line(returncode, out, log, spec, options))
     record = json.loads(out.read_text())
     record["wall_seconds"] = time.monotonic() - started
     record["worker_log"] = str(log)
     return record
 
 
-def _kill_group(proc: subprocess.Popen, grace: bool = True) -> None:
-    """Take the whole process group down: torchrun, every rank and loader workers."""
-    steps = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)) if grace else ((signal.SIGKILL, 5.0),)
-    for sig, wait_s in steps:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _wait(burst: BurstProcesses, spec: BurstSpec, options: LaunchOptions, started: float, out: Path, log: Path,
+          progress: Path, join_file: Path | None, on_progress) -> int | None:
+    """Wait for the burst to end; returns the launched process's exit code, every process swept."""
+    seen = None
+    while not _exited_within(burst, POLL_S):
+        if on_progress is not None and progress.exists():
+            try:
+                state = json.loads(progress.read_text())
+            except (OSError, ValueError):
+                state = None
+            if state and state != seen:
+                seen = state
+                on_progress(state)
+        waiting = _join_overdue(join_file, options.init_timeout_s) if join_file else None
+        if waiting is not None:
+            burst.stop(grace_s=0)  # TensorFlow swallows SIGTERM while joining
+            raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
+        if time.monotonic() - started > options.timeout_s:
+            burst.stop()
+            raise BurstError(f"burst timed out after {options.timeout_s:.0f} s" + _suffix(_last_error_line(out, log)))
+    # The launched process is done; a rank torchrun could not stop, or a data-loader worker
+    # of a rank that skipped its teardown, is a straggler: it goes now.
+    return burst.stop(grace_s=0)
+
+
+def _exited_within(burst: BurstProcesses, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not burst.exited():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _join_overdue(join_file: Path, timeout_s: float) -> dict | None:
@@ -257,11 +266,44 @@ def _failure_line(returncode: int, out: Path, log: Path, spec: BurstSpec, option
             f"missing: node {' or '.join(others)}, did it run the same pytest command?)"
         )
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name
-        hint = " (out of host memory?)" if -returncode == signal.SIGKILL else ""
-        return f"burst worker killed by {name}{hint}" + _suffix(_last_error_line(out, log))
+        return f"burst worker killed by {_signal_text(-returncode)}" + _suffix(_last_error_line(out, log))
+    killed = _rank_killed(log)
+    if killed is not None:
+        # A rank killed by a signal writes no error line of its own; the others' lines
+        # ("connection closed by peer") are consequences, not the cause.
+        rank, signum = killed
+        return f"rank {rank} killed by {_signal_text(signum)}"
     line = _last_error_line(out, log)
     return line or f"burst worker exited with code {returncode} and no result"
+
+
+def _signal_text(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return name + (" (out of host memory?)" if signum == signal.SIGKILL else "")
+
+
+# torchrun's failure summary, one block per failed rank: "rank : 1 (local_rank: 1)" then
+# "exitcode : -9 (pid: 123)"; the root cause comes last.
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n.*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+
+
+def _rank_killed(log: Path) -> tuple[int, int] | None:
+    """(rank, signal) of a rank that a signal ended, per torchrun's failure summary.
+
+    torchrun ends the surviving ranks with SIGTERM once one has failed, and a rank blocked
+    in a collective may fail first with "connection closed by peer": a rank killed by any
+    other signal is the cause. SIGTERMs are torchrun's own, after some rank's error.
+    """
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    summary = text[text.rfind("ChildFailedError"):] if "ChildFailedError" in text else ""
+    deaths = [(int(rank), -int(code)) for rank, code in _FAILED_RANK.findall(summary) if int(code) < 0]
+    return next(((rank, signum) for rank, signum in deaths if signum != signal.SIGTERM), None)
 
 
 def _rendezvous_timed_out(log: Path) -> bool:

@@ -93,6 +93,8 @@ OPTIONS: tuple[Option, ...] = (
            "warning)", "choice", choices=INCONCLUSIVE_POLICIES, default="pass", metavar="{pass,fail}"),
     Option("--min-scaling-efficiency", "absolute floor for scaling efficiency, e.g. 0.9", "float", minimum=0.0,
            maximum=2.0, metavar="FRACTION"),
+    Option("--keep-burst-dirs", "keep each burst's folder (job, worker log, result record) for debugging; "
+           "removed at the end of the run otherwise", "flag", default=False),
     Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
     Option("--perf-report", "write a report folder here: results.json, report.md, a self-contained "
            "report.html, plots and utilisation series", "path", metavar="DIR"),
@@ -139,6 +141,7 @@ class PerfOptions:
     missing_baseline: str
     inconclusive: str
     min_scaling_efficiency: float | None
+    keep_burst_dirs: bool
     perf_json: Path | None
     perf_report: Path | None
     nnodes: int

@@ -16,8 +16,10 @@ from perfsuite.gate import PerfGate, marker_tolerance
 from perfsuite.hardware import HardwareError, cuda_device_count
 from perfsuite.models.registry import ModelError, get_model, model_names
 from perfsuite.options import OptionError, PerfOptions, add_options, read_table, resolve
+from perfsuite.processes import stop_all
 from perfsuite.session import PerfSession
 from perfsuite.spec import BurstSpec
+from perfsuite.stops import stop_signals_interrupt
 
 SESSION = pytest.StashKey[PerfSession]()
 
@@ -69,6 +71,14 @@ def _check_models(options: PerfOptions) -> None:
 
 def _session(config: pytest.Config) -> PerfSession:
     return config.stash[SESSION]
+
+
+PERF_FIXTURES = ("perf", "burst", "burst_spec")
+
+
+def _is_perf_item(item: pytest.Item) -> bool:
+    """A test that runs bursts: the plugin's checks and signal handling concern it alone."""
+    return any(name in getattr(item, "fixturenames", ()) for name in PERF_FIXTURES)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -225,8 +235,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtestloop(session: pytest.Session):
-    """After the last test, before pytest-benchmark's own session finish reads its list."""
+    """While bursts may run, SIGTERM and SIGHUP stop the session as Ctrl-C does; after the
+    last test, the scaling figures and pytest-benchmark's list (before its own session finish)."""
     try:
+        if any(_is_perf_item(item) for item in session.items):
+            with stop_signals_interrupt():
+                return (yield)
         return (yield)
     finally:
         perf = _session(session.config)
@@ -253,9 +267,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = _session(session.config)  # scaling figures were filled in after the test loop
     options = perf.options
+    perf.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    kept = perf.remove_burst_dirs()
+    if kept:
+        perf.messages.append(kept)
     if options.perf_json is not None and perf.results:
         try:
-            report.write_json(options.perf_json, [r.as_record() for r in perf.results.values()])
+            report.write_json(options.perf_json, [r.as_record() for r in perf.results.values()],
+                              interrupted=perf.interrupted)
         except OSError as exc:
             perf.messages.append(f"--perf-json: cannot write {options.perf_json}: {exc}")
             session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
@@ -282,6 +301,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             except BaselineError as exc:
                 perf.messages.append(f"baselines not saved: {exc}")
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop_all()  # a burst still running here escaped every other stop: it must not outlive pytest
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

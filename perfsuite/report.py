@@ -110,6 +110,10 @@ def diagnosis_lines(perf: PerfSession) -> list[str]:
     return [f"diagnosis: {f.text}" for f in findings]
 
 
-def write_json(path: Path, records: list[dict]) -> None:
-    """Write {"results": [...]} atomically: a reader never sees half a file."""
-    atomic_write(path, json.dumps({"results": json_safe(records)}, indent=1, allow_nan=False, default=str).encode())
+def write_json(path: Path, records: list[dict], interrupted: bool = False) -> None:
+    """Write {"results": [...]} atomically: a reader never sees half a file.
+
+    ``interrupted``: the run was stopped; the records are the bursts that finished.
+    """
+    document = {"interrupted": True, "results": records} if interrupted else {"results": records}
+    atomic_write(path, json.dumps(json_safe(document), indent=1, allow_nan=False, default=str).encode())

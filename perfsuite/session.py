@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from perfsuite import baseline as store
 from perfsuite import hardware, stats
@@ -32,7 +34,9 @@ class PerfSession:
     messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
     baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="perfsuite-")))
+    workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
+    interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
+    _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.progress).
     progress: Callable[[BurstSpec, dict | None], None] | None = None
@@ -68,7 +72,9 @@ class PerfSession:
 
     def _run(self, spec: BurstSpec) -> BurstResult:
         model = get_model(spec.framework, spec.model)
-        workdir = self.workdir / f"burst{len(self.results):04d}"
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="perfsuite-"))
+        workdir = self.workdir / f"burst{next(self._run_numbers):04d}"
         options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
                                 node_rank=self.options.node_rank,
                                 rdzv_endpoint=self.options.rdzv_endpoint,
@@ -89,6 +95,15 @@ class PerfSession:
         if not result.loss_finite:
             result.error = f"loss is not finite (first {record.get('loss_first')}, last {record.get('loss_last')})"
         return result
+
+    def remove_burst_dirs(self) -> str | None:
+        """Remove the bursts' folders unless --keep-burst-dirs; a line for the summary when kept."""
+        if self.workdir is None or not self.workdir.exists():
+            return None
+        if self.options.keep_burst_dirs:
+            return f"burst folders (job, worker log, result record) kept in {self.workdir}"
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return None
 
     # -- baselines --------------------------------------------------------------------
     def fingerprint(self, device_kind: str) -> hardware.Fingerprint:

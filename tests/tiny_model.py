@@ -4,6 +4,8 @@
 busy machine, and ``PERFSUITE_TINY_SLOWDOWN`` multiplies it: a known, injected slowdown.
 ``PERFSUITE_TINY_JITTER`` adds a random extra cost of up to that many step costs (a noisy
 machine). ``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
+``PERFSUITE_TINY_KILL_RANK`` names a rank that sends itself SIGKILL on its fifth forward pass (as
+the OOM killer would end it).
 """
 
 import os
@@ -26,7 +28,9 @@ def tiny(num_classes: int = 4):
     step_s *= float(os.environ.get("PERFSUITE_TINY_SLOWDOWN", "1"))
     nan = bool(os.environ.get("PERFSUITE_TINY_NAN"))
     jitter = float(os.environ.get("PERFSUITE_TINY_JITTER", "0"))
+    doomed = os.environ.get("PERFSUITE_TINY_KILL_RANK") == os.environ.get("RANK", "0")
     rng = random.Random(0)
+    calls = [0]
 
     class Tiny(nn.Module):
         def __init__(self):
@@ -34,6 +38,11 @@ def tiny(num_classes: int = 4):
             self.fc = nn.Linear(3 * 8 * 8, num_classes)
 
         def forward(self, x):
+            calls[0] += 1
+            if doomed and calls[0] == 5:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(step_s * (1 + jitter * rng.random()))
             out = self.fc(x.flatten(1))
             return out * float("nan") if nan else out

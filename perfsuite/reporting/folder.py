@@ -33,7 +33,7 @@ def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -
     results = list(perf.results.values())
     records = [r.as_record() for r in results]
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "results.json", records)
+    write_json(folder / "results.json", records, interrupted=perf.interrupted)
     series = {rec["id"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
     records = content.ordered(records)
     plots, util_png, notes = _draw(records, series)

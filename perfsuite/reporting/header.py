@@ -16,6 +16,9 @@ from perfsuite.session import PerfSession, fingerprint_kind
 def facts(perf: PerfSession, records: list[dict], command: Sequence[str] = ()) -> list[tuple[str, str]]:
     out = [("date", datetime.datetime.now().astimezone().isoformat(timespec="seconds")),
            ("host", socket.gethostname())]
+    if perf.interrupted:
+        out.append(("interrupted", "yes: the run was stopped; only the bursts that finished are shown, "
+                                   "and no baseline was saved"))
     for kind in sorted({fingerprint_kind(r.get("device_kind") or "cpu") for r in records} | set(perf.fingerprints)):
         try:
             fp = perf.fingerprints.get(kind) or perf.fingerprint("cuda" if kind == "gpu" else "cpu")

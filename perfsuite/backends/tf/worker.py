@@ -15,6 +15,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from perfsuite.lifeline import tie_to_parent
+from perfsuite.processes import write_pid_file
 from perfsuite.worker_io import progress_writer, write_error, write_record
 
 
@@ -113,9 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m perfsuite.backends.tf.worker JOB.json OUT.json", file=sys.stderr)
         return 2
+    tie_to_parent()  # before the slow imports: a pytest gone meanwhile must not leave this worker behind
     job_path, out = Path(argv[0]), Path(argv[1])
     try:
-        run(json.loads(job_path.read_text()), out)
+        job = json.loads(job_path.read_text())
+        write_pid_file(job["pid_dir"])
+        run(job, out)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
         traceback.print_exc()
         write_error(out, node_rank_from_env(), exc)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from perfsuite.lifeline import loader_worker_init
 from perfsuite.spec import BurstSpec
 
 
@@ -63,6 +64,7 @@ def python_batches(spec, num_classes, device, seed, workers: int = 2) -> Iterato
         prefetch_factor=4,
         pin_memory=device.type == "cuda",
         persistent_workers=True,
+        worker_init_fn=loader_worker_init(),
     )
     for images, labels in loader:
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from perfsuite import datasets
 from perfsuite.hardware import _cpu_cores
+from perfsuite.lifeline import loader_worker_init
 from perfsuite.spec import BurstSpec
 
 from perfsuite.datasets import (CIFAR_CONTRAST, CIFAR_MAX_BRIGHTNESS, DECODE_SIDE, IMAGENET_MEAN,
@@ -108,6 +109,7 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: i
         num_workers=workers,
         pin_memory=device.type == "cuda",
         generator=torch.Generator().manual_seed(seed),  # seeds the workers' augmentation RNGs
+        worker_init_fn=loader_worker_init(),
         **extra,
     )
 

@@ -14,6 +14,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from perfsuite.lifeline import tie_to_parent
+from perfsuite.processes import write_pid_file
 from perfsuite.worker_io import progress_writer, write_error, write_record
 
 
@@ -134,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m perfsuite.backends.torch.worker JOB.json OUT.json", file=sys.stderr)
         return 2
+    tie_to_parent()  # before the slow imports: a pytest gone meanwhile must not leave this rank behind
     job_path, out = Path(argv[0]), Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))
     code = 0
     try:
         job = json.loads(job_path.read_text())
+        write_pid_file(job["pid_dir"])
         run(job, out)
         _finish_distributed(clean=True)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher as one line
