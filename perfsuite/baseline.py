@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import stat
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from perfsuite.files import atomic_write
+from perfsuite.files import atomic_write, cache_root
 from perfsuite.hardware import Fingerprint
 
 SCHEMA_VERSION = 1
@@ -135,7 +136,7 @@ def remove_entries(path: Path, select: Callable[[str, dict[str, Any]], bool]) ->
     when nothing is selected. A missing or unreadable file raises BaselineError.
     """
     path = Path(path)
-    if not path.exists():  # checked first: locking would leave a stray lock file behind
+    if not path.exists():  # checked first: a missing file is an error, not something to wait for
         raise BaselineError(f"{path}: no such file")
     with _locked(path):
         current = load(path)
@@ -151,12 +152,29 @@ def remove_entries(path: Path, select: Callable[[str, dict[str, Any]], bool]) ->
     return removed, left
 
 
+def lock_file(path: Path) -> Path:
+    """The lock every writer of baseline file ``path`` on this machine takes.
+
+    It lives in perfsuite's cache, not beside the file: a lock file cannot be removed
+    safely once released, and the baseline folder is a reviewed, committed one. Sessions on
+    one machine are serialised; machines that share a baseline folder must not save into
+    the same file at the same time.
+    """
+    real = Path(path).resolve()
+    digest = hashlib.sha1(str(real).encode()).hexdigest()[:16]
+    return cache_root() / "locks" / f"{real.name}.{digest}.lock"
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Hold the lock every writer of ``path`` shares; BaselineError if it cannot be had."""
     import filelock  # only writing needs it; reading and gating do not
 
-    lock_path = f"{path}.lock"
+    lock_path = lock_file(path)
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot lock: cannot create {lock_path.parent}: {e.strerror or e}") from e
     lock = filelock.FileLock(lock_path, timeout=LOCK_TIMEOUT_S)
     try:
         lock.acquire()

@@ -18,6 +18,7 @@ from typing import Any
 
 from perfsuite import baseline as store
 from perfsuite import hardware, stats
+from perfsuite.numbers import fixed
 
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
 
@@ -163,7 +164,9 @@ def prune_selector(patterns: list[str], older_than: float | None, now: datetime)
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    return fixed(value, int(spec[1:-1])) if spec.endswith("g") else format(value, spec)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -198,11 +201,11 @@ def _show(args: argparse.Namespace) -> int:
     header = ("key", "img/s", "95% CI", "run spread", "scaling eff", "tolerance", "saved", "history", "trend")
     rows = []
     for e in info["entries"]:
-        ci = f"{e['ci_low']:.4g}-{e['ci_high']:.4g}" if e["ci_low"] is not None and e["ci_high"] is not None else "-"
+        ci = f"{fixed(e['ci_low'])}-{fixed(e['ci_high'])}" if e["ci_low"] is not None and e["ci_high"] is not None else "-"
         when = _date(e["date"])
         trend = "-"
         if e["history_images_per_sec"]:
-            recent = [f"{v:.4g}" for v in e["history_images_per_sec"][-TREND_POINTS:]]
+            recent = [fixed(v) for v in e["history_images_per_sec"][-TREND_POINTS:]]
             trend = " > ".join([*recent, _fmt(e["images_per_sec"], ".4g")])
             if e["change_since_oldest"] is not None:
                 trend += f" ({e['change_since_oldest']:+.1%} since oldest)"

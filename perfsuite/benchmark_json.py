@@ -136,3 +136,24 @@ def _versions(packages) -> dict:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def drop_from_terminal_table(config) -> None:
+    """Keep bursts out of pytest-benchmark's terminal table: perfsuite's own table shows them.
+
+    They stay in its JSON and saved runs; with --benchmark-histogram or --benchmark-compare,
+    which work on that table, they stay in it too. Runs after pytest-benchmark's session
+    finish, which builds the table's groups.
+    """
+    bs = benchmark_session(config)
+    if bs is None or getattr(bs, "histogram", False) or getattr(bs, "compare", False):
+        return
+    groups = getattr(bs, "groups", None)
+    if not groups:
+        return
+    kept = []
+    for name, benchmarks in groups:
+        ours = [b for b in benchmarks if not str(b.get("fullname", "")).startswith(f"{GROUP_PREFIX}::")]
+        if ours:
+            kept.append((name, ours))
+    bs.groups = kept

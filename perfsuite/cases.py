@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from perfsuite.backends import SUPPORTED, multinode_gap
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
+from perfsuite.mfu import TRAIN_FLOPS_PER_FORWARD
 from perfsuite.options import PerfOptions, sweep
+from perfsuite.spec import BurstSpec
 
 # Fixture names the plugin parametrizes, in id order.
 DIMENSIONS = (
@@ -31,6 +33,7 @@ BURST_LENGTH = {
     "cpu": (2, 5, None),
 }
 CPU_WINDOW_FLOPS = 25e9
+CPU_WINDOW_STEPS_UNKNOWN = 5
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ def is_slow(case: Case) -> bool:
     if case.device_kind != "cpu":
         return False
     info = get_model(case.framework, case.model_name)
+    if info.flops is None:
+        return False  # not known before the worker measures it
     return 3 * info.flops * (case.batch_size or info.cpu_batch_size) > SLOW_CPU_STEP_FLOPS
 
 
@@ -116,7 +121,9 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True) -> s
     if not framework_matters:
         return None
     if not framework_installed(case.framework):
-        return f"{case.framework} is not installed (pip install 'perfsuite[{case.framework}]')"
+        from perfsuite.preflight import install_hint
+
+        return f"{SUPPORTED[case.framework]['package']} is not installed: {install_hint(case.framework)}"
     support = SUPPORTED[case.framework]
     if case.data_location not in support["data_locations"]:
         return f"the {case.framework} backend has no data location {case.data_location!r} yet"
@@ -137,12 +144,67 @@ def default_threads(options: PerfOptions) -> int:
     return max(1, cores // options.cpu_workers)
 
 
-def burst_length(options: PerfOptions, device_kind: str, step_flops: float) -> tuple[int, int, int]:
-    """(warm-up steps, timed steps, windows); options override the defaults."""
+def burst_length(options: PerfOptions, device_kind: str, step_flops: float | None) -> tuple[int, int, int]:
+    """(warm-up steps, timed steps, windows); options override the defaults.
+
+    ``step_flops`` None (a model registered without FLOPs): CPU windows of
+    CPU_WINDOW_STEPS_UNKNOWN steps.
+    """
     warm, windows, per_window = BURST_LENGTH[device_kind]
-    if per_window is None:
+    if per_window is None and step_flops is None:
+        per_window = CPU_WINDOW_STEPS_UNKNOWN
+    elif per_window is None:
         per_window = max(1, min(20, round(CPU_WINDOW_FLOPS / max(step_flops, 1.0))))
     warm = options.warmup_steps if options.warmup_steps is not None else warm
     windows = options.windows if options.windows is not None else windows
     steps = options.steps if options.steps is not None else windows * per_window
     return warm, steps, min(windows, steps)
+
+
+def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpec:
+    """The BurstSpec of a case: its dimensions (``values``, by fixture name) plus the session's
+    options; ``tolerance`` is the test's own, which its burst is made precise enough for."""
+    info = get_model(values["framework"], values["model_name"])
+    kind = values["device_kind"]
+    batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
+    step_flops = TRAIN_FLOPS_PER_FORWARD * info.flops * batch if info.flops is not None else None
+    warm, steps, windows = burst_length(options, kind, step_flops)
+    return BurstSpec(
+        framework=values["framework"],
+        model=values["model_name"],
+        device_kind=kind,
+        devices=values["device_count"],
+        nodes=options.nnodes,
+        data_location=values["data_location"],
+        batch_size=batch,
+        image_size=info.image_size,
+        precision=values["precision"],
+        variable_update=values["variable_update"],
+        warmup_steps=warm,
+        steps=steps,
+        windows=windows,
+        max_windows=max(windows, options.max_windows or 2 * windows),
+        stable_within=tolerance,
+        threads=default_threads(options) if kind == "cpu" else 0,
+        augment_on=options.augment_on,
+        data_dir=str(options.data_dir) if options.data_dir else None,
+        xla=options.xla and values["framework"] == "tf",
+    )
+
+
+def short_id(names: list[str], case: Case) -> str:
+    """The test id of a case in a test parametrized over some dimensions only."""
+    if len(names) == len(DIMENSIONS):
+        return case.id
+    parts = []
+    for name in names:
+        if name == "device_kind" and "device_count" in names:
+            continue
+        if name == "device_count":
+            parts.append(f"{'gpu' if case.device_kind == 'cuda' else 'cpu'}{case.device_count}")
+        elif name == "device_kind":
+            parts.append("gpu" if case.device_kind == "cuda" else "cpu")
+        else:
+            value = case.value(name)
+            parts.append("default" if value is None else str(value))
+    return "-".join(parts)

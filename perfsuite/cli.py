@@ -7,7 +7,7 @@ import json
 import sys
 
 from perfsuite import baseline_cli, hardware
-from perfsuite.models.registry import FRAMEWORKS, all_models
+from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
 
 
 def _fingerprint(args: argparse.Namespace) -> int:
@@ -25,14 +25,16 @@ def _fingerprint(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
+    for path in args.load or ():
+        load_file(path)
     models = all_models(args.framework)
     if args.json:
         print(json.dumps([m.as_dict() for m in models], indent=1))
         return 0
     header = ("name", "framework", "params", "image", "batch/device", "batch/cpu worker", "GFLOPs/image")
     rows = [
-        (m.name, m.framework, f"{m.params / 1e6:.1f}M", str(m.image_size), str(m.batch_size),
-         str(m.cpu_batch_size), f"{m.flops / 1e9:.2f}")
+        (m.name, m.framework, f"{m.params / 1e6:.1f}M" if m.params else "-", str(m.image_size), str(m.batch_size),
+         str(m.cpu_batch_size), f"{m.flops / 1e9:.2f}" if m.flops else "-")
         for m in models
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -56,6 +58,8 @@ def parser() -> argparse.ArgumentParser:
     fp.set_defaults(run=_fingerprint)
     models = sub.add_parser("models", help="list the registered models")
     models.add_argument("--framework", choices=FRAMEWORKS, help="only this framework's models")
+    models.add_argument("--load", action="append", metavar="FILE",
+                        help="a conftest.py or module that registers models of your own (repeatable)")
     models.add_argument("--json", action="store_true", help="machine-readable output")
     models.set_defaults(run=_models)
     baseline_cli.add_parser(sub)

@@ -27,6 +27,8 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
+from perfsuite.files import cache_root
+
 KINDS = ("cifar10-bin", "jpeg", "tfrecord")
 FORMAT_VERSION = 1  # bump when generated content changes, so stale caches are not reused
 DEFAULT_IMAGES = {"cifar10-bin": 2048, "jpeg": 512, "tfrecord": 512}
@@ -117,9 +119,7 @@ def imagenet_dataset(data_dir: str | os.PathLike | None, cache_dir: Path | None 
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("PERFSUITE_CACHE")
-    root = Path(base).expanduser() if base else Path.home() / ".cache" / "perfsuite"
-    return root / "datasets"
+    return cache_root() / "datasets"
 
 
 def _generate_atomically(target: Path, generate) -> None:

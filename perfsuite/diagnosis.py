@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from perfsuite import mfu, stats
+from perfsuite.numbers import fixed
 from perfsuite.result import BurstResult
 
 INPUT_BOUND = "input-bound"
@@ -234,7 +235,7 @@ def _flops_text(r: BurstResult) -> str:
         return ""
     if f["achieved_tflops"] is None:
         return ""
-    text = f"; {f['achieved_tflops']:.3g} TFLOP/s"
+    text = f"; {fixed(f['achieved_tflops'], 3)} TFLOP/s"
     return text + (f", MFU {f['mfu']:.1%}" if f["mfu"] is not None else "")
 
 

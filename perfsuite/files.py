@@ -48,6 +48,21 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, durable: b
         _fsync_dir(path.parent)
 
 
+def cache_root() -> Path:
+    """Where perfsuite keeps what outlives a run but is no result: generated datasets, locks.
+    ``$PERFSUITE_CACHE``, or ``~/.cache/perfsuite``."""
+    base = os.environ.get("PERFSUITE_CACHE")
+    return Path(base).expanduser() if base else Path.home() / ".cache" / "perfsuite"
+
+
+def shown_path(path: Path) -> Path:
+    """A path as a reader would type it: relative to the working directory when inside it."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)
+
+
 def new_file_mode() -> int:
     """The mode open() gives a new file under this process's umask."""
     return 0o666 & ~_umask()

@@ -14,17 +14,13 @@ import pytest
 
 from perfsuite import stats
 from perfsuite.baseline import BaselineError
+from perfsuite.files import shown_path
+from perfsuite.numbers import fixed
 from perfsuite.result import BurstResult
 from perfsuite.session import PerfSession
-from perfsuite.spec import BurstSpec
+from perfsuite.spec import BurstSpec, describe_difference, nearest_key
 
 
-def _shown(path):
-    """The baseline path as a reader would type it: relative to the working directory when inside it."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
 
 
 class PerfWarning(UserWarning):
@@ -57,6 +53,7 @@ class PerfGate:
 
     # -- throughput -------------------------------------------------------------------
     def assert_throughput(self, spec: BurstSpec) -> BurstResult:
+        self._check_windows(spec)
         result = self.burst(spec)
         if result.remote:
             return result  # node 0 holds the figures and gates them
@@ -97,7 +94,7 @@ class PerfGate:
         bound = (f"tolerance {tolerance:.1%}, the baseline's noise floor" if floor > self._tolerance(entry)
                  else f"tolerance {tolerance:.0%}")
         detail = (
-            f"{spec.label}: {result.images_per_sec:.4g} img/s vs baseline {base:.4g} img/s "
+            f"{spec.label}: {fixed(result.images_per_sec)} img/s vs baseline {fixed(base)} img/s "
             f"({verdict.change:+.1%}, {bound}"
             + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
             + f", {result.runs} burst{'s' if result.runs > 1 else ''}) [baseline {path}]"
@@ -109,6 +106,7 @@ class PerfGate:
     def assert_scaling(self, spec: BurstSpec) -> BurstResult:
         if spec.world_size < 2:
             pytest.skip("scaling efficiency needs at least 2 devices")
+        self._check_windows(spec)
         result = self.burst(spec)
         if result.remote:
             return result  # node 0 runs the 1-device burst and gates the efficiency
@@ -157,9 +155,17 @@ class PerfGate:
         return max(runs) - min(runs) if len(runs) >= 2 else 0.0
 
     # -- shared -----------------------------------------------------------------------
+    @staticmethod
+    def _check_windows(spec: BurstSpec) -> None:
+        """A burst too short for a verdict would pass whatever it measured: the gate must be able to fail."""
+        if spec.windows < stats.MIN_SAMPLES:
+            pytest.fail(f"{spec.label}: {spec.windows} windows cannot fail the gate: a verdict needs at least "
+                        f"{stats.MIN_SAMPLES} (with fewer, the rank test cannot reach p < {stats.ALPHA:g})",
+                        pytrace=False)
+
     def _baseline(self, spec: BurstSpec):
         try:
-            return self.session.baseline_entry(spec), _shown(self.session.baseline_path(spec.device_kind))
+            return self.session.baseline_entry(spec), shown_path(self.session.baseline_path(spec.device_kind))
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 
@@ -173,7 +179,11 @@ class PerfGate:
     def _missing(self, spec: BurstSpec, path, what: str = "throughput") -> None:
         if self.options.save_baseline:
             return
-        message = f"no {what} baseline for {spec.key()} in {path}: run with --save-baseline"
+        message = f"no {what} baseline for {spec.key()} in {path}: run with --save-baseline to add it"
+        file = self.session.baseline_file(spec.device_kind)
+        near = nearest_key(spec.key(), file.entries) if file else None
+        if near is not None and near[1]:
+            message += f" (the nearest entry, {near[0]}, differs in {describe_difference(spec.key(), *near)})"
         policy = self.options.missing_baseline
         if policy == "skip":
             pytest.skip(message)

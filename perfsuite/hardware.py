@@ -47,6 +47,7 @@ class Discovery:
     devices: tuple[GpuInfo, ...] = ()
     driver: str | None = None
     cuda: str | None = None
+    problem: str | None = None  # why no device was found, when the sources said: "NVML: Driver Not Loaded"
 
 
 @dataclass(frozen=True)
@@ -140,16 +141,16 @@ def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _query_nvml() -> Discovery | None:
-    """Devices via NVML; None when pynvml or the driver library is unavailable."""
+def _query_nvml() -> Discovery:
+    """Devices via NVML; no devices and the reason when pynvml or the driver is unavailable."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return Discovery(problem="NVML: nvidia-ml-py is not installed")
     try:
         pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
-        return None
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
+        return Discovery(problem=f"NVML: {exc}".strip())
     try:
         devices = []
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -173,8 +174,8 @@ def _query_nvml() -> Discovery | None:
         except Exception:
             cuda = None
         return Discovery(tuple(devices), driver, cuda)
-    except Exception:
-        return None  # a half-working NVML: let nvidia-smi have a go
+    except Exception as exc:  # a half-working NVML: let nvidia-smi have a go
+        return Discovery(problem=f"NVML: {exc}".strip())
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -196,8 +197,13 @@ def _query_nvidia_smi() -> Discovery:
             timeout=_SMI_TIMEOUT_S,
             check=True,
         ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return Discovery()
+    except FileNotFoundError:
+        return Discovery(problem="nvidia-smi: not found")
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stdout or exc.stderr or "").strip().splitlines()
+        return Discovery(problem=f"nvidia-smi: {last[-1] if last else f'exit code {exc.returncode}'}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Discovery(problem=f"nvidia-smi: {exc}")
     devices, driver = [], None
     for line in out.splitlines():
         fields = [f.strip() for f in line.split(",")]
@@ -208,13 +214,19 @@ def _query_nvidia_smi() -> Discovery:
             devices.append(GpuInfo(int(index), name, int(float(memory_mib)) * 2**20, uuid or None))
         except ValueError:
             continue
-    return Discovery(tuple(devices), driver if devices else None, None)
+    return Discovery(tuple(devices), driver if devices else None, None,
+                     None if devices else "nvidia-smi: listed no GPU")
 
 
 def _query_devices() -> Discovery:
     """The raw device source: every physical device. Tests replace this function."""
     found = _query_nvml()
-    return found if found is not None else _query_nvidia_smi()
+    if found.problem is None:
+        return found
+    fallback = _query_nvidia_smi()
+    if fallback.devices:
+        return fallback
+    return dataclasses.replace(fallback, problem=f"{found.problem}; {fallback.problem}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -262,6 +274,20 @@ def cuda_devices() -> list[GpuInfo]:
 
 def cuda_device_count() -> int:
     return len(cuda_devices())
+
+
+def visibility() -> str:
+    """What a search for CUDA devices found, for a line that says why GPUs are missing:
+    '0 visible (NVML: Driver Not Loaded; nvidia-smi: not found; CUDA_VISIBLE_DEVICES unset)'."""
+    found = _discovery()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    parts = []
+    if found.problem and not found.devices:
+        parts.append(found.problem)
+    elif len(found.devices) != cuda_device_count():
+        parts.append(f"{len(found.devices)} on the machine")
+    parts.append("CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible!r}")
+    return f"{cuda_device_count()} visible ({'; '.join(parts)})"
 
 
 def gpu_fingerprint() -> Fingerprint | None:

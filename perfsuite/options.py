@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from perfsuite.spec import DATA_LOCATIONS, PRECISIONS, VARIABLE_UPDATES
+from perfsuite.stats import ALPHA, MIN_SAMPLES
 from perfsuite.models.registry import FRAMEWORKS
 
 MISSING_POLICIES = ("skip", "fail", "pass")
+MISSING_GPU_POLICIES = ("fail", "skip")
+MIN_WINDOWS = MIN_SAMPLES
+WHY_MIN_WINDOWS = (f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever "
+                   "fail the gate")
 INCONCLUSIVE_POLICIES = ("pass", "fail")
 
 
@@ -67,9 +72,10 @@ OPTIONS: tuple[Option, ...] = (
            minimum=1, metavar="N"),
     Option("--precision", "numeric precision; repeatable (default: fp32)", "choice", repeat=True,
            choices=PRECISIONS, default=("fp32",), metavar="{fp32,amp}"),
-    Option("--steps", "timed steps per burst (default: 100 on GPUs; on CPU workers 5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
-    Option("--windows", "timed windows the steps are split into, one throughput sample each "
-           "(default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
+    Option("--steps", "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
+           "5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
+    Option("--windows", "timed windows the steps are split into, one throughput sample each; at least 5, or "
+           "no drop could be significant (default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
     Option("--max-windows", "cap on timed windows: a burst whose windows spread wider than the tolerance "
            "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)", "int",
            minimum=1, metavar="N"),
@@ -89,6 +95,9 @@ OPTIONS: tuple[Option, ...] = (
            minimum=0.0, maximum=1.0, default=0.10, metavar="FRACTION"),
     Option("--missing-baseline", "what a test does without a baseline entry (default: skip)", "choice",
            choices=MISSING_POLICIES, default="skip", metavar="{skip,fail,pass}"),
+    Option("--missing-gpus", "when GPU cases are asked for (-m gpu, --gpus N) and fewer GPUs are visible: fail "
+           "the run up front, or skip those cases (a mixed fleet) (default: fail)", "choice",
+           choices=MISSING_GPU_POLICIES, default="fail", metavar="{fail,skip}"),
     Option("--inconclusive", "what a test does when noise leaves the verdict undecided (default: pass, with a "
            "warning)", "choice", choices=INCONCLUSIVE_POLICIES, default="pass", metavar="{pass,fail}"),
     Option("--min-scaling-efficiency", "absolute floor for scaling efficiency, e.g. 0.9", "float", minimum=0.0,
@@ -139,6 +148,7 @@ class PerfOptions:
     perf_tolerance: float
     scaling_tolerance: float
     missing_baseline: str
+    missing_gpus: str
     inconclusive: str
     min_scaling_efficiency: float | None
     keep_burst_dirs: bool
@@ -278,10 +288,11 @@ def _number(o: Option, raw: Any, where: str) -> float | int:
         raise OptionError(f"{where}: expected {what}, got {raw!r}") from None
     if o.kind == "float" and value != value:  # NaN
         raise OptionError(f"{where}: expected {what}, got {raw!r}")
+    hint = " (a fraction: 0.10 means 10%)" if o.metavar == "FRACTION" else ""
     if o.minimum is not None and value < o.minimum:
-        raise OptionError(f"{where}: must be >= {o.minimum:g}, got {raw!r}")
+        raise OptionError(f"{where}: must be >= {o.minimum:g}, got {raw!r}{hint}")
     if o.maximum is not None and value > o.maximum:
-        raise OptionError(f"{where}: must be <= {o.maximum:g}, got {raw!r}")
+        raise OptionError(f"{where}: must be <= {o.maximum:g}, got {raw!r}{hint}")
     return value
 
 
@@ -301,8 +312,13 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
         raise OptionError(
             f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --nnodes is {v['nnodes']}"
         )
-    if v["windows"] is not None and v["steps"] is not None and v["windows"] > v["steps"]:
-        raise OptionError(f"{src['windows']}: {v['windows']} windows need at least as many --steps, got {v['steps']}")
+    if v["windows"] is not None and v["windows"] < MIN_WINDOWS:
+        raise OptionError(f"{src['windows']}: a verdict needs at least {MIN_WINDOWS} windows, got {v['windows']} "
+                          f"({WHY_MIN_WINDOWS})")
+    windows = v["windows"] or MIN_WINDOWS
+    if v["steps"] is not None and v["steps"] < windows:
+        raise OptionError(f"{src['steps']}: {windows} windows need at least {windows} steps, got {v['steps']} "
+                          f"({WHY_MIN_WINDOWS})")
     report = v["perf_report"]
     if report is not None and report.exists() and not report.is_dir():  # found now, not after an hour of bursts
         raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")

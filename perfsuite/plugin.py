@@ -6,16 +6,18 @@ framework, so ``pytest --help`` stays fast with neither torch nor tensorflow ins
 
 from __future__ import annotations
 
+import sys
 
 import pytest
 
+from perfsuite import benchmark_json, hardware, preflight, progress, report
 from perfsuite import cases as matrix
-from perfsuite import benchmark_json, progress, report
 from perfsuite.baseline import BaselineError
 from perfsuite.gate import PerfGate, marker_tolerance
 from perfsuite.hardware import HardwareError, cuda_device_count
-from perfsuite.models.registry import ModelError, get_model, model_names
-from perfsuite.options import OptionError, PerfOptions, add_options, read_table, resolve
+from perfsuite.models.registry import model_names
+from perfsuite.options import OptionError, add_options, read_table, resolve
+from perfsuite.preflight import PreflightError
 from perfsuite.processes import stop_all
 from perfsuite.session import PerfSession
 from perfsuite.spec import BurstSpec
@@ -47,8 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         table, source = read_table(pyproject)
         options = resolve(lambda dest: config.getoption(f"perf_{dest}"), table, source, pyproject.parent)
-        _check_models(options)
-    except (OptionError, ModelError) as exc:
+    except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = PerfSession(options, config.rootpath)
 
@@ -58,27 +59,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _session(session.config).progress = progress.display_for(session.config)
 
 
-def _check_models(options: PerfOptions) -> None:
-    frameworks = options.framework or None
-    known = set()
-    for fw in frameworks or ("torch", "tf"):
-        known.update(model_names(fw))
-    for name in options.model:
-        if name not in known:
-            where = options.sources.get("model", "--model")
-            raise ModelError(f"{where}: unknown model {name!r} (known: {', '.join(sorted(known)) or 'none'})")
-
-
 def _session(config: pytest.Config) -> PerfSession:
     return config.stash[SESSION]
 
 
-PERF_FIXTURES = ("perf", "burst", "burst_spec")
-
-
 def _is_perf_item(item: pytest.Item) -> bool:
-    """A test that runs bursts: the plugin's checks and signal handling concern it alone."""
-    return any(name in getattr(item, "fixturenames", ()) for name in PERF_FIXTURES)
+    """A case of a test the plugin parametrized: the checks and the signal handling concern it alone."""
+    return item.nodeid.split("[", 1)[0] in _session(item.config).case_functions
+
+
+def _xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+XDIST_REFUSED = ("perfsuite does not run under pytest-xdist (-n): its workers would run bursts side by side on "
+                 "the same cores and devices, and each would measure the others; run the perf suite without -n")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -87,11 +82,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     wanted = "burst_spec" in metafunc.fixturenames or marker is not None or "device_count" in metafunc.fixturenames
     if not names or not wanted:
         return
-    options = _session(metafunc.config).options
+    perf = _session(metafunc.config)
+    perf.case_functions.add(metafunc.definition.nodeid)
     gpus = cuda_device_count()
     min_devices = int(marker.kwargs.get("min_devices", 1)) if marker else 1
     seen, params = set(), []
-    for case in matrix.build_cases(options, gpus, min_devices):
+    for case in matrix.build_cases(perf.options, gpus, min_devices):
         values = tuple(case.value(n) for n in names)
         if values in seen:
             continue
@@ -106,23 +102,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         reason = matrix.skip_reason(case, gpus, framework_matters="framework" in names)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
-        case_id = case.id if len(names) == len(matrix.DIMENSIONS) else "-".join(
-            _short(n, case) for n in names if not (n == "device_kind" and "device_count" in names)
-        )
-        params.append(pytest.param(*values, marks=marks, id=case_id))
+        params.append(pytest.param(*values, marks=marks, id=matrix.short_id(names, case)))
     if not params:
         params = [pytest.param(*([None] * len(names)), marks=pytest.mark.skip(reason="no case matches the options"),
                                id="no-cases")]
     metafunc.parametrize(names, params)
-
-
-def _short(name: str, case: matrix.Case) -> str:
-    if name == "device_count":
-        return f"{'gpu' if case.device_kind == 'cuda' else 'cpu'}{case.device_count}"
-    if name == "device_kind":
-        return "gpu" if case.device_kind == "cuda" else "cpu"
-    value = case.value(name)
-    return "default" if value is None else str(value)
 
 
 # -- fixtures: each dimension falls back to the first selected value when a test is not
@@ -174,41 +158,18 @@ def burst_spec(request, framework, model_name, device_kind, device_count, data_l
                precision, batch_size) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
-    info = get_model(framework, model_name)
-    batch = batch_size or (info.cpu_batch_size if device_kind == "cpu" else info.batch_size)
-    warm, steps, windows = matrix.burst_length(options, device_kind, 3 * info.flops * batch)
-    return BurstSpec(
-        framework=framework,
-        model=model_name,
-        device_kind=device_kind,
-        devices=device_count,
-        nodes=options.nnodes,
-        data_location=data_location,
-        batch_size=batch,
-        image_size=info.image_size,
-        precision=precision,
-        variable_update=variable_update,
-        warmup_steps=warm,
-        steps=steps,
-        windows=windows,
-        max_windows=max(windows, options.max_windows or 2 * windows),
-        stable_within=_gate_tolerance(request.node, options),
-        threads=matrix.default_threads(options) if device_kind == "cpu" else 0,
-        augment_on=options.augment_on,
-        data_dir=str(options.data_dir) if options.data_dir else None,
-        xla=options.xla and framework == "tf",
-    )
-
-
-def _gate_tolerance(item: pytest.Item, options: PerfOptions) -> float:
-    """The tolerance this test gates at: its burst is lengthened until it can decide at it."""
-    tolerance = marker_tolerance(item)
-    return options.perf_tolerance if tolerance is None else tolerance
+    tolerance = marker_tolerance(request.node)
+    values = {"framework": framework, "model_name": model_name, "device_kind": device_kind,
+              "device_count": device_count, "data_location": data_location, "variable_update": variable_update,
+              "precision": precision, "batch_size": batch_size}
+    return matrix.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 
 
 @pytest.fixture
 def perf(request: pytest.FixtureRequest) -> PerfGate:
     """Run bursts and gate them: ``perf.assert_throughput(spec)``, ``perf.assert_scaling(spec)``."""
+    if _xdist_worker(request.config):
+        pytest.fail(XDIST_REFUSED, pytrace=False)
     return PerfGate(_session(request.config), request.node)
 
 
@@ -220,17 +181,55 @@ def burst(perf: PerfGate):
 
 # -- collection, reporting, saving
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, a worker that collected perf cases runs nothing and says why."""
+    if _xdist_worker(config) and any(_is_perf_item(item) for item in items):
+        config.workeroutput["perfsuite_refused"] = XDIST_REFUSED
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    refused = getattr(node, "workeroutput", {}).get("perfsuite_refused")
+    if refused:
+        _session(node.config).refused = refused
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Read every baseline file the collected cases need, so a bad file stops the run up front."""
+    """Before the first burst: what the run asks for is there, and what it writes can be written."""
     perf = _session(session.config)
-    kinds = {item.callspec.params.get("device_kind") for item in session.items if hasattr(item, "callspec")}
-    for kind in kinds & {"cpu", "cuda"}:
-        if kind == "cuda" and cuda_device_count() == 0:
-            continue
-        try:
-            perf.baseline_file(kind)
-        except (BaselineError, HardwareError) as exc:
-            raise pytest.UsageError(str(exc)) from None
+    if not perf.case_functions:
+        return  # no perf test here: this run is none of perfsuite's business
+    cases = [_selected(item) for item in session.items if _is_perf_item(item)]
+    perf.selected_cases = len(cases)
+    try:
+        preflight.check_models(perf.options, model_names())
+        warning = preflight.oversubscription(perf.options, cases, matrix.default_threads(perf.options),
+                                             hardware.cpu_fingerprint().cpu_cores)
+        if warning:
+            perf.messages.append(f"warning: {warning}")  # at the end too, beside the figures it explains
+            reporter = session.config.pluginmanager.getplugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"perfsuite warning: {warning}", yellow=True)
+        if not cases or session.config.option.collectonly:
+            return  # nothing will run or be written: listing the matrix needs no GPU and no folder
+        preflight.check_frameworks(perf.options, cases, matrix.framework_installed)
+        preflight.check_gpus(perf.options, cases, cuda_device_count(), hardware.visibility())
+        preflight.check_outputs(perf.options)
+        for kind in {c.device_kind for c in cases} & {"cpu", "cuda"}:
+            if kind == "cuda" and cuda_device_count() == 0:
+                continue
+            perf.baseline_file(kind)  # a bad file stops the run up front
+    except (PreflightError, BaselineError, HardwareError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _selected(item: pytest.Item) -> preflight.SelectedCase:
+    params = getattr(item, "callspec", None)
+    params = params.params if params is not None else {}
+    return preflight.SelectedCase(params.get("framework"), params.get("model_name"), params.get("device_kind"),
+                                  params.get("device_count"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -238,7 +237,7 @@ def pytest_runtestloop(session: pytest.Session):
     """While bursts may run, SIGTERM and SIGHUP stop the session as Ctrl-C does; after the
     last test, the scaling figures and pytest-benchmark's list (before its own session finish)."""
     try:
-        if any(_is_perf_item(item) for item in session.items):
+        if _session(session.config).selected_cases:
             with stop_signals_interrupt():
                 return (yield)
         return (yield)
@@ -256,51 +255,25 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["perfsuite"] = benchmark_json.machine_info(perf)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
-    outcome = yield
-    rep = outcome.get_result()
+    rep = yield
+    perf = _session(item.config)
     if rep.failed:
-        _session(item.config).failed_tests.add(item.nodeid)
+        perf.failed_tests.add(item.nodeid)
+    elif rep.skipped and isinstance(rep.longrepr, tuple) and _is_perf_item(item):
+        perf.skip_reasons.append(str(rep.longrepr[2]).removeprefix("Skipped: "))
+    return rep
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = _session(session.config)  # scaling figures were filled in after the test loop
-    options = perf.options
-    perf.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-    kept = perf.remove_burst_dirs()
-    if kept:
-        perf.messages.append(kept)
-    if options.perf_json is not None and perf.results:
-        try:
-            report.write_json(options.perf_json, [r.as_record() for r in perf.results.values()],
-                              interrupted=perf.interrupted)
-        except OSError as exc:
-            perf.messages.append(f"--perf-json: cannot write {options.perf_json}: {exc}")
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
-    if options.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
-        from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for
-
-        try:
-            perf.messages.extend(write_report(options.perf_report, perf, session.config.invocation_params.args))
-        except Exception as exc:  # a report that cannot be written fails the run with one line, not a traceback
-            what = "cannot write" if isinstance(exc, OSError) else f"failed ({type(exc).__name__})"
-            perf.messages.append(f"--perf-report: {what} {options.perf_report}: {exc}")
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED if exitstatus == 0 else exitstatus
-    interrupted = exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR,
-                                 pytest.ExitCode.USAGE_ERROR)
-    if options.save_baseline and perf.results:
-        if interrupted:
-            perf.messages.append("baselines not saved: the run was interrupted")
-        elif options.node_rank != 0:
-            perf.messages.append(f"baselines are saved by node 0; this is node {options.node_rank}")
-        else:
-            try:
-                for path, count in perf.save_baselines():
-                    perf.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
-            except BaselineError as exc:
-                perf.messages.append(f"baselines not saved: {exc}")
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    session.exitstatus = perf.finish(exitstatus, session.config.invocation_params.args,
+                                     collect_only=session.config.option.collectonly)
+    benchmark_json.drop_from_terminal_table(session.config)
+    if perf.refused:
+        sys.stderr.write(f"ERROR: {perf.refused}\n")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -14,6 +14,7 @@ import os
 from contextlib import nullcontext
 from typing import Any
 
+from perfsuite.numbers import fixed
 from perfsuite.spec import BurstSpec
 
 CLEAR = "\x1b[K"  # erase to the end of the line
@@ -39,7 +40,7 @@ def text(spec: BurstSpec, state: dict, rate: float | None, width: int | None = N
     if not steps:
         tail = ": warming up"
     else:
-        tail = f": step {state.get('step', 0)}/{steps}" + (f"  {rate:.4g} img/s" if rate is not None else "")
+        tail = f": step {state.get('step', 0)}/{steps}" + (f"  {fixed(rate)} img/s" if rate is not None else "")
     name = spec.label
     if width is not None and len(name) + len(tail) > width:
         name = name[: max(0, width - len(tail) - 1)] + "…"

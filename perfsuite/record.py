@@ -6,10 +6,23 @@ framework's own collective) and ``build_record`` combines them.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
+from typing import Callable
 
 from perfsuite.measure import WindowTimings, combine_ranks
 from perfsuite.utilisation import merge_ranks, rank_share, summary
+
+
+def completed(info, params: Callable[[], int], flops: Callable[[], float]):
+    """``info`` with the parameter count and forward FLOPs its registration left out, counted
+    by the framework (``params()``, ``flops()``) before the burst: never inside a window."""
+    changes = {}
+    if info.params is None:
+        changes["params"] = int(params())
+    if info.flops is None:
+        changes["flops"] = float(flops())
+    return dataclasses.replace(info, **changes) if changes else info
 
 
 def host_peak_memory() -> int:

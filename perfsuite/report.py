@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 from perfsuite import stats
-from perfsuite.files import atomic_write, json_safe
+from perfsuite.baseline import baseline_path
+from perfsuite.files import atomic_write, json_safe, shown_path
 from perfsuite.hardware import describe
+from perfsuite.numbers import fixed
 from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean
 from perfsuite.diagnosis import diagnose
 from perfsuite.result import BurstResult
@@ -45,15 +47,17 @@ def _row(name: str, kind: str, r: BurstResult) -> tuple[str, ...]:
         if kind == "scaling" and r.baseline and r.baseline.get("scaling_efficiency") is not None:
             eff += f" (base {r.baseline['scaling_efficiency']:.1%})"
     status = verdict.status if verdict is not None else "measured"
-    if status in (stats.REGRESSION, stats.INCONCLUSIVE):
+    if r.saved:
+        status = "saved"  # a save run compares nothing: its figures are the new baseline
+    elif status in (stats.REGRESSION, stats.INCONCLUSIVE):
         status = status.upper()  # what must catch the eye in a long table
     if r.runs > 1:
         status += f" ({r.runs} runs)"
     return (
         name,
-        f"{r.images_per_sec:.4g}",
-        f"{lo:.4g}-{hi:.4g}",
-        f"{base:.4g}" if base is not None else "-",
+        fixed(r.images_per_sec),
+        f"{fixed(lo)}-{fixed(hi)}",
+        fmt(base),
         f"{change:+.1%}" if change is not None else "-",
         eff,
         *_evidence(r),
@@ -90,12 +94,11 @@ def terminal_summary(tr, perf: PerfSession) -> None:
     for line in diagnosis_lines(perf):
         tr.write_line(line)
     for fp in perf.fingerprints.values():
-        tr.write_line(f"hardware ({fp.kind}): {describe(fp)}  [baseline file {fp.id}.json]")
+        path = shown_path(baseline_path(perf.options.baseline_dir, fp))
+        tr.write_line(f"hardware ({fp.kind}): {describe(fp)}  [baseline file {path}]")
     errors = [r for r in perf.results.values() if not r.ok]
     for r in errors:
         tr.write_line(f"burst error: {r.spec.label}: {r.error}", red=True)
-    if perf.options.perf_json is not None and perf.results:
-        tr.write_line(f"results: {perf.options.perf_json}")
     for message in perf.messages:
         tr.write_line(message)
 

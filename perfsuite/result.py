@@ -24,6 +24,7 @@ class BurstResult:
     baseline_file: str | None = None
     tests: list[str] = field(default_factory=list)  # node ids of tests that used this burst
     burst_id: str | None = None  # unique in the session; the spec key unless another burst has it
+    saved: bool = False  # merged into its baseline file by --save-baseline
 
     def __post_init__(self) -> None:
         if self.record and not self.run_samples and self.record.get("samples"):
@@ -92,6 +93,9 @@ class BurstResult:
             "framework": s.framework,
             "framework_version": rec.get("framework_version"),
             "model": s.model,
+            # As registered, or counted by the worker where the registration left them out.
+            "model_params": (rec.get("model") or {}).get("params"),
+            "model_flops": (rec.get("model") or {}).get("flops"),
             "device_kind": s.device_kind,
             "device_name": rec.get("device_name"),
             "devices": s.devices,
@@ -140,6 +144,7 @@ class BurstResult:
             "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
                               + [base.get("images_per_sec")] if base else [],
             "baseline_file": self.baseline_file,
+            "saved": self.saved,
             "error": self.error,
             "tests": self.tests,
         }

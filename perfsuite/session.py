@@ -8,7 +8,10 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from collections import Counter
+from typing import Callable, Iterator, Sequence
+
+import pytest
 
 from perfsuite import baseline as store
 from perfsuite import hardware, stats
@@ -36,6 +39,10 @@ class PerfSession:
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
     interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
+    case_functions: set[str] = field(default_factory=set)  # node ids of the tests the plugin parametrized
+    selected_cases: int = 0  # perf cases left after selection (-m, -k)
+    skip_reasons: list[str] = field(default_factory=list)  # of perf cases skipped at run time
+    refused: str | None = None  # why the run was refused after collection (pytest-xdist)
     _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.progress).
@@ -104,6 +111,70 @@ class PerfSession:
             return f"burst folders (job, worker log, result record) kept in {self.workdir}"
         shutil.rmtree(self.workdir, ignore_errors=True)
         return None
+
+    # -- the end of the run ---------------------------------------------------------------
+    def finish(self, exitstatus: int, command: Sequence[str] = (), collect_only: bool = False) -> int:
+        """Save baselines, write --perf-json and --perf-report, remove the burst folders; return
+        the run's exit status, which a file that could not be written, or a run in which no
+        burst ran, turns into a failure."""
+        self.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        status = exitstatus
+        if self.options.save_baseline and self.results:
+            status = self._save(exitstatus, status)
+        status = self._write_results(command, exitstatus, status)
+        kept = self.remove_burst_dirs()
+        if kept:
+            self.messages.append(kept)
+        if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
+            self.messages.append(self._nothing_ran())
+            status = pytest.ExitCode.TESTS_FAILED
+        return status
+
+    def _save(self, exitstatus: int, status: int) -> int:
+        if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+            self.messages.append("baselines not saved: the run was interrupted")
+        elif self.options.node_rank != 0:
+            self.messages.append(f"baselines are saved by node 0; this is node {self.options.node_rank}")
+        else:
+            try:
+                for path, count in self.save_baselines():
+                    self.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
+            except store.BaselineError as exc:
+                self.messages.append(f"baselines not saved: {exc}")
+                return pytest.ExitCode.TESTS_FAILED
+        return status
+
+    def _write_results(self, command: Sequence[str], exitstatus: int, status: int) -> int:
+        from perfsuite import report
+
+        failed = pytest.ExitCode.TESTS_FAILED if status == pytest.ExitCode.OK else status
+        if self.options.perf_json is not None and self.results:
+            try:
+                report.write_json(self.options.perf_json, [r.as_record() for r in self.results.values()],
+                                  interrupted=self.interrupted)
+                self.messages.append(f"results: {self.options.perf_json}")
+            except OSError as exc:
+                self.messages.append(f"--perf-json: cannot write {self.options.perf_json}: {exc}")
+                status = failed
+        if self.options.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
+            from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for
+
+            try:
+                self.messages.extend(write_report(self.options.perf_report, self, command))
+            except Exception as exc:  # a report that cannot be written fails the run with one line, not a traceback
+                what = "cannot write" if isinstance(exc, OSError) else f"failed ({type(exc).__name__})"
+                self.messages.append(f"--perf-report: {what} {self.options.perf_report}: {exc}")
+                status = failed
+        return status
+
+    def _nothing_ran(self) -> str:
+        n = self.selected_cases
+        head = f"no burst ran: {n} selected case{'s' if n != 1 else ''}"
+        if not self.skip_reasons:
+            return f"{head} measured nothing"
+        counts = Counter(self.skip_reasons)
+        reasons = "; ".join(f"{reason} ({count})" for reason, count in counts.most_common())
+        return f"{head}, all skipped: {reasons}"
 
     # -- baselines --------------------------------------------------------------------
     def fingerprint(self, device_kind: str) -> hardware.Fingerprint:
@@ -195,4 +266,7 @@ class PerfSession:
         for path, (fp, entries, versions) in self.entries_to_save().items():
             store.save_entries(path, fp, entries, versions)
             saved.append((path, len(entries)))
+            for result in self.results.values():
+                if result.spec.key() in entries and self.baseline_path(result.spec.device_kind) == path:
+                    result.saved = True
         return saved

@@ -145,3 +145,76 @@ class BurstSpec:
     def from_dict(cls, data: dict) -> "BurstSpec":
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+# Field name -> (words for people, the option that sets it). Position fields come first.
+KEY_FIELDS = {
+    "framework": ("framework", "--framework"),
+    "model": ("model", "--model"),
+    "devices": ("device count", "--gpus / --cpu-workers"),
+    "nodes": ("nodes", "--nnodes"),
+    "data_location": ("data location", "--data-location"),
+    "batch_size": ("batch per device", "--batch-size"),
+    "image_size": ("image size", None),
+    "precision": ("precision", "--precision"),
+    "variable_update": ("variable update", "--variable-update"),
+    "augment_on": ("augmentation place", "--augment-on"),
+    "xla": ("XLA", "--xla"),
+    "threads": ("threads per CPU worker", "--threads-per-worker"),
+}
+_PREFIXED = (("nodes", "nodes"), ("bs", "batch_size"), ("img", "image_size"), ("threads", "threads"),
+             ("augment-", "augment_on"))
+
+
+def key_fields(key: str) -> dict[str, str]:
+    """A baseline key (``BurstSpec.key``) split into its named fields; absent ones take their defaults."""
+    parts = key.split("/")
+    fields = {"framework": parts[0] if parts else "", "model": parts[1] if len(parts) > 1 else "",
+              "devices": parts[2] if len(parts) > 2 else "", "variable_update": "replicated",
+              "augment_on": "cpu", "xla": "no", "threads": "-"}
+    for part in parts[3:]:
+        for prefix, name in _PREFIXED:
+            if part.startswith(prefix) and part[len(prefix):]:
+                fields[name] = part[len(prefix):]
+                break
+        else:
+            if part in DATA_LOCATIONS:
+                fields["data_location"] = part
+            elif part in PRECISIONS:
+                fields["precision"] = part
+            elif part in VARIABLE_UPDATES:
+                fields["variable_update"] = part
+            elif part == "xla":
+                fields["xla"] = "yes"
+    return fields
+
+
+def nearest_key(key: str, candidates) -> tuple[str, list[str]] | None:
+    """The candidate key that differs from ``key`` in the fewest fields, and those fields;
+    None when there is no candidate of the same framework and model."""
+    mine = key_fields(key)
+    best = None
+    for other in candidates:
+        theirs = key_fields(other)
+        if (theirs["framework"], theirs["model"]) != (mine["framework"], mine["model"]):
+            continue
+        differ = [name for name in KEY_FIELDS if mine.get(name) != theirs.get(name)]
+        if best is None or (len(differ), other) < (len(best[1]), best[0]):
+            best = (other, differ)
+    return best
+
+
+def describe_difference(key: str, other: str, fields: list[str]) -> str:
+    """'threads per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)'."""
+    mine, theirs = key_fields(key), key_fields(other)
+    out = []
+    for name in fields:
+        words, option = KEY_FIELDS[name]
+        text = f"{words} ({mine.get(name, '-')} here, {theirs.get(name, '-')} there"
+        value = theirs.get(name)
+        if option and name not in ("devices", "xla") and value not in (None, "-"):
+            text += f": {option} {value} matches it"
+        elif name == "xla":
+            text += ": --xla matches it" if value == "yes" else ": leave out --xla to match it"
+        out.append(text + ")")
+    return ", ".join(out)

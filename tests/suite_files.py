@@ -3,16 +3,27 @@
 import socket
 from pathlib import Path
 
-# The suite as tests_perf/ has it: a throughput test and a scaling test.
+# The suite as perfsuite ships it (and tests_perf/ imports it): a throughput test and a scaling test.
 SUITE = """
-import pytest
+from perfsuite.suite.test_scaling import test_scaling
+from perfsuite.suite.test_throughput import test_throughput
+"""
 
-def test_throughput(perf, burst_spec):
-    perf.assert_throughput(burst_spec)
+# A conftest that stands in for the launcher: each burst returns at once, at
+# $PERFSUITE_FAKE_RATE img/s (default 100) per device, and leaves its key in bursts.log.
+FAKE_BURSTS = """
+import os
+import perfsuite.session
 
-@pytest.mark.perf(min_devices=2)
-def test_scaling(perf, burst_spec):
-    perf.assert_scaling(burst_spec)
+def fake_run_burst(spec, model, workdir, options, on_progress=None):
+    with open("bursts.log", "a") as log:
+        log.write(spec.key() + "\\n")
+    rate = float(os.environ.get("PERFSUITE_FAKE_RATE", "100")) * spec.world_size
+    n = spec.windows
+    return {"samples": [rate] * n, "window_seconds": [1.0] * n, "loss_first": 1.0, "loss_last": 0.9,
+            "images_per_window": rate, "framework_version": "fake"}
+
+perfsuite.session.run_burst = fake_run_burst
 """
 
 # A conftest registering the tiny test model.

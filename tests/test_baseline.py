@@ -47,8 +47,8 @@ def _entry(ips: float, **extra) -> dict:
 
 
 def _leftovers(directory: Path) -> list[str]:
-    """Files other than baselines and their lock files: temp files that leaked."""
-    return sorted(p.name for p in directory.iterdir() if not p.name.endswith((".json", ".lock")))
+    """Files other than baselines: temp files that leaked, or a lock file left in the folder."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".json"))
 
 
 # --- paths and reading -----------------------------------------------------------
@@ -378,7 +378,7 @@ def test_lock_timeout_is_a_baseline_error(tmp_path, monkeypatch):
 
     path = tmp_path / "b.json"
     monkeypatch.setattr(baseline, "LOCK_TIMEOUT_S", 0.05)
-    holder = filelock.FileLock(f"{path}.lock", thread_local=False)
+    holder = filelock.FileLock(baseline.lock_file(path), thread_local=False)
     done = threading.Event()
     acquired = threading.Event()
 

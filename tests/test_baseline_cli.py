@@ -212,7 +212,7 @@ def test_prune_waits_for_the_plugins_lock(tmp_path, capsys, monkeypatch):
     path = _write(tmp_path / "b.json", {ONE: _entry(100.0)})
     raw = path.read_bytes()
     monkeypatch.setattr(baseline, "LOCK_TIMEOUT_S", 0.05)
-    holder = filelock.FileLock(f"{path}.lock", thread_local=False)
+    holder = filelock.FileLock(baseline.lock_file(path), thread_local=False)
     holder.acquire()
     try:
         result = []

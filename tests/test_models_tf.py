@@ -12,6 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from perfsuite.backends.tf.flops import forward_flops  # noqa: E402
 from perfsuite.models import registry  # noqa: E402
 
 # Published parameter counts, each with the counting convention of its source:
@@ -29,11 +30,6 @@ PUBLISHED_PARAMS = {
     "vgg16": (138_357_544, "total"),  # keras.applications.VGG16
 }
 NAMES = sorted(PUBLISHED_PARAMS)
-# Ops whose profiler FLOPs are 2 x multiply-adds; the rest (bias, batch norm, pooling)
-# are left out, as torch's FlopCounterMode leaves them out.
-MAC_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
-
-
 @pytest.fixture(scope="module", params=NAMES)
 def built(request):
     """One model at a time: module scope groups the tests of each model together."""
@@ -46,22 +42,6 @@ def _count(model, convention: str) -> int:
     if convention == "total":
         return model.count_params()
     return sum(int(tf.size(v)) for v in model.trainable_weights)
-
-
-def forward_flops(model, image_size: int) -> int:
-    """Forward FLOPs per image (2 x MACs) from TensorFlow's profiler on the traced graph."""
-    forward = tf.autograph.experimental.do_not_convert(lambda x: model(x, training=False))
-    graph = tf.function(forward).get_concrete_function(tf.TensorSpec([1, image_size, image_size, 3])).graph
-    builder = tf.compat.v1.profiler.ProfileOptionBuilder
-    options = builder(builder.float_operation()).with_empty_output().build()
-    profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
-    by_op, stack = {}, [profile]
-    while stack:  # the "op" view nests op types; each node's own float_ops is its type's
-        node = stack.pop()
-        for child in node.children:
-            by_op[child.name] = child.float_ops
-            stack.append(child)
-    return sum(by_op.get(op, 0) for op in MAC_OPS)
 
 
 def test_registry_lists_the_same_zoo_as_torch():

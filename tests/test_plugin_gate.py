@@ -20,6 +20,7 @@ def suite(pytester, monkeypatch):
     monkeypatch.delenv("PERFSUITE_TINY_SLOWDOWN", raising=False)
     pytester.makeconftest(TINY)
     pytester.makepyfile(test_suite=SUITE)
+    pytester.mkdir("baselines")
     return pytester
 
 
@@ -99,7 +100,6 @@ def test_corrupt_baseline_is_a_usage_error_and_is_never_overwritten(suite):
 
 
 def test_wrong_schema_is_named(suite):
-    (suite.path / "baselines").mkdir()
     run(suite, "--cpu-workers", "1", "--save-baseline")
     path = baseline_files(suite)[0]
     data = json.loads(path.read_text())

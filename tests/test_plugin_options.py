@@ -66,7 +66,11 @@ def test_markers_registered(pytester):
         (["--rdzv-endpoint", "host"], ["--rdzv-endpoint", "HOST:PORT"]),
         (["--rdzv-endpoint", "host:99999"], ["--rdzv-endpoint", "1-65535"]),
         (["--nnodes", "2", "--worker-hosts", "a:1"], ["--worker-hosts", "1 hosts", "--nnodes is 2"]),
-        (["--steps", "3", "--windows", "5"], ["--windows", "5 windows", "3"]),
+        (["--steps", "3", "--windows", "5"], ["--steps", "5 windows need at least 5 steps", "got 3"]),
+        (["--steps", "3"], ["--steps", "5 windows need at least 5 steps", "got 3"]),
+        (["--windows", "2"], ["--windows", "at least 5 windows, got 2", "cannot reach p < 0.01"]),
+        (["--perf-tolerance", "10"], ["--perf-tolerance", "<= 0.99", "a fraction: 0.10 means 10%"]),
+        (["--missing-gpus", "maybe"], ["--missing-gpus", "fail, skip"]),
     ],
 )
 def test_bad_option_is_one_line_usage_error(suite, args, words):
@@ -123,22 +127,6 @@ def test_repeatable_dimensions_multiply(suite):
     assert "test_throughput[torch-cifar10-cpu2-device-ps-amp-bs16]" in out
     # one device has no variable update: no parameter-server twin of the 1-device case
     assert "cpu1-device-ps" not in out
-
-
-def test_gpu_cases_skip_without_gpus(suite):
-    result = suite.runpytest("-m", "gpu", "--gpus", "4", "--framework", "torch", "--model", "cifar10", "-rs")
-    result.assert_outcomes(skipped=5)  # 3 throughput (1, 2, 4) + 2 scaling (2, 4)
-    result.stdout.fnmatch_lines(["*needs 1 CUDA device, found 0*"])
-    result.stdout.fnmatch_lines(["*needs 4 CUDA devices, found 0*"])
-
-
-def test_framework_not_installed_skips(suite, monkeypatch):
-    import perfsuite.cases
-
-    monkeypatch.setattr(perfsuite.cases, "framework_installed", lambda fw: False)
-    result = suite.runpytest_inprocess("-m", "cpu", "--framework", "torch", "--model", "cifar10", "-rs")
-    result.assert_outcomes(skipped=3)
-    assert "torch is not installed (pip install 'perfsuite[torch]')" in result.stdout.str()
 
 
 def test_markers_select_framework_and_device_kind(suite):

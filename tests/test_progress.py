@@ -152,8 +152,8 @@ TEST = """
 def test_one(burst, burst_spec):
     burst(burst_spec)
 """
-ARGS = ["-m", "cpu", "--framework", "torch", "--model", "cifar10", "--cpu-workers", "1", "--steps", "4",
-        "--windows", "2", "-p", "no:cacheprovider"]
+ARGS = ["-m", "cpu", "--framework", "torch", "--model", "cifar10", "--cpu-workers", "1", "--steps", "10",
+        "--windows", "5", "-p", "no:cacheprovider", "--missing-baseline", "pass"]
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_pytest_log_shows_windows(faked):
     lines = result.stdout.lines
     label = "torch cifar10 on 1 CPU worker, batch 64/device, data location device"
     assert f"{label}: warming up" in lines
-    assert [x for x in lines if ": step" in x] == [f"{label}: step 2/4  100 img/s", f"{label}: step 4/4  200 img/s"]
+    assert [x for x in lines if ": step" in x] == [f"{label}: step {2 * k}/10  {100 * k} img/s" for k in range(1, 6)]
     assert any(re.fullmatch(r"test_one.py \.\s+\[100%\]", x) for x in lines)
 
 
@@ -204,7 +204,7 @@ def test_terminal_ends_with_pytest_own_lines(faked):
     os.close(master)
     out = raw.decode(errors="replace").replace("\r\n", "\n")
     assert proc.returncode == 0, out
-    assert "step 4/4  200 img/s" in out  # it was shown ...
+    assert "step 10/10  500 img/s" in out  # it was shown ...
     rows = screen(out)
     assert not any(": step" in r or "warming up" in r for r in rows)  # ... and is gone
     assert any(re.fullmatch(r"test_one.py::test_one\[torch-cifar10-cpu1-device\] PASSED\s+\[100%\]", r)

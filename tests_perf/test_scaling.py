@@ -1,11 +1,3 @@
-"""Scaling efficiency = throughput(N) / (N x throughput(1)) for every N >= 2.
+"""The suite's scaling test, as perfsuite ships it (perfsuite/suite/test_scaling.py)."""
 
-Gated against the baseline's efficiency (in points) and --min-scaling-efficiency.
-"""
-
-import pytest
-
-
-@pytest.mark.perf(min_devices=2)
-def test_scaling(perf, burst_spec):
-    perf.assert_scaling(burst_spec)
+from perfsuite.suite.test_scaling import test_scaling  # noqa: F401

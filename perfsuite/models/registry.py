@@ -47,8 +47,8 @@ class ModelInfo:
     image_size: int  # square input side the model is measured at
     batch_size: int  # default batch per device on an accelerator
     cpu_batch_size: int  # default batch per CPU worker (keeps CPU bursts short)
-    params: int  # published parameter count
-    flops: float  # forward FLOPs per image (multiply-adds x 2)
+    params: int | None  # published parameter count; None: counted by the burst worker
+    flops: float | None  # forward FLOPs per image (multiply-adds x 2); None: measured by the burst worker
     num_classes: int
     builder: str  # "module:qualname" of the builder function
     source: str | None  # file of the builder's module, for models registered outside the package
@@ -72,8 +72,8 @@ def register_model(
     framework: str,
     image_size: int,
     batch_size: int,
-    params: int,
-    flops: float,
+    params: int | None = None,
+    flops: float | None = None,
     num_classes: int = 1000,
     cpu_batch_size: int | None = None,
     description: str = "",
@@ -81,12 +81,19 @@ def register_model(
     """Register a model builder: ``@register_model("resnet50", framework="torch", ...)``.
 
     The builder takes ``num_classes`` (a TensorFlow builder may also take ``image_size``)
-    and returns an untrained model of the framework.
+    and returns an untrained model of the framework. ``params`` and ``flops`` (forward FLOPs
+    per image) may be left out: the burst worker then counts and measures them.
     Registering the same (framework, name) from the same builder again is a no-op, so a
     module may be imported twice (conftest and worker) without complaint.
     """
     if framework not in FRAMEWORKS:
         raise ModelError(f"framework must be one of {', '.join(FRAMEWORKS)}, not {framework!r}")
+    for what, value in (("image_size", image_size), ("batch_size", batch_size), ("params", params),
+                        ("flops", flops), ("num_classes", num_classes), ("cpu_batch_size", cpu_batch_size)):
+        if value is None and what in ("params", "flops", "cpu_batch_size"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ModelError(f"model {name!r}: {what} must be a positive number, got {value!r}")
 
     def decorate(fn: Callable) -> Callable:
         module = fn.__module__
@@ -147,6 +154,24 @@ def get_model(framework: str, name: str) -> ModelInfo:
     except KeyError:
         known = ", ".join(model_names(framework)) or "none"
         raise ModelError(f"no {framework} model named {name!r} (known: {known})") from None
+
+
+def load_file(path: str | Path) -> None:
+    """Run a file that registers models (a conftest.py, say), as pytest would import it."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    name = f"perfsuite_models_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # its own imports, as pytest's rootdir-relative import allows
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
 
 
 def resolve_builder(info: ModelInfo) -> Callable:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from perfsuite.numbers import fixed
 from perfsuite.stats import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION
 
 ERROR, MEASURED = "error", "measured"  # a burst that failed; one measured but not gated
+SAVED = "saved"  # merged into the baseline file by --save-baseline: the new reference, not gated
 # Worst first: a row and the run take the worst status of their verdicts.
-_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, MEASURED)
+_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, SAVED, MEASURED)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ def worst(statuses) -> str:
 def row_status(rec: dict) -> str:
     if rec.get("error"):
         return ERROR
+    if rec.get("saved"):
+        return SAVED
     return worst([rec.get("verdict") or MEASURED, rec.get("scaling_verdict") or MEASURED])
 
 
@@ -71,7 +75,13 @@ def num(x) -> bool:
 
 
 def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
-    return f"{x:{spec}}{suffix}" if num(x) else "-"
+    """``x`` formatted by ``spec``, "-" when missing; a ``.Ng`` spec means N significant digits in
+    fixed-point (perfsuite.numbers.fixed): a table never shows 1.037e+04."""
+    if not num(x):
+        return "-"
+    if spec.endswith("g"):
+        return fixed(x, int(spec[1:-1] or 6)) + suffix
+    return f"{x:{spec}}{suffix}"
 
 
 # -- optional columns: shown only when some record carries the figure -----------------
@@ -158,13 +168,15 @@ def _devices(r: dict) -> str:
 
 
 def _interval(lo, hi, spec: str) -> str:
-    return f"{lo:{spec}}-{hi:{spec}}" if num(lo) and num(hi) else "-"
+    return f"{fmt(lo, spec)}-{fmt(hi, spec)}" if num(lo) and num(hi) else "-"
 
 
 def _verdict(r: dict, key: str) -> str:
     if r.get("error") and key == "verdict":
         return ERROR
     status = r.get(key)
+    if r.get("saved"):
+        status = SAVED if key == "verdict" else None
     if not status:
         return "-" if key == "scaling_verdict" else MEASURED
     runs = r.get("runs") or 1
@@ -181,6 +193,8 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
         if r.get("error"):
             out.append((ERROR, "burst failed", f"{name}: {r['error']}"))
             continue
+        if r.get("saved"):
+            continue  # the new baseline: nothing was gated
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
             line = (f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
                     f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"
@@ -223,7 +237,7 @@ def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findin
 
 
 _PLURAL = {REGRESSION: "regressions", IMPROVEMENT: "improvements", ERROR: "errors", NO_BASELINE: "without baseline",
-           MEASURED: "measured only"}
+           MEASURED: "measured only", SAVED: "saved"}
 _SINGULAR = {NO_BASELINE: "without baseline", MEASURED: "measured only"}
 
 

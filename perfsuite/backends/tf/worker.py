@@ -24,7 +24,7 @@ def run(job: dict, out: Path) -> dict | None:
     from perfsuite.measure import run_windows, stable_within
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
-    from perfsuite.record import build_record, host_peak_memory, rank_entry
+    from perfsuite.record import build_record, completed, host_peak_memory, rank_entry
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -39,6 +39,7 @@ def run(job: dict, out: Path) -> dict | None:
 
     from perfsuite.backends.tf.cluster import sync_local_devices
     from perfsuite.backends.tf.data import feed as make_feed
+    from perfsuite.backends.tf.flops import forward_flops, parameter_count
     from perfsuite.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.backends.tf.strategy import configure_devices, make_strategy
     from perfsuite.backends.tf.train import make_optimizer, make_step
@@ -53,6 +54,7 @@ def run(job: dict, out: Path) -> dict | None:
     keras.utils.set_random_seed(spec.seed)
     with strategy.scope():
         model = builder(**kwargs)
+        info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
         optimizer = make_optimizer()
         optimizer.build(model.trainable_variables)
         loss_scale = DynamicLossScale() if precision.loss_scaling else None

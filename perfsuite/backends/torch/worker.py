@@ -38,7 +38,8 @@ def run(job: dict, out: Path) -> dict | None:
     from perfsuite.measure import run_windows
     from perfsuite.models.registry import ModelInfo, resolve_builder
     from perfsuite.spec import BurstSpec
-    from perfsuite.record import build_record, host_peak_memory, rank_entry
+    from perfsuite.backends.torch.flops import forward_flops, parameter_count
+    from perfsuite.record import build_record, completed, host_peak_memory, rank_entry
 
     spec = BurstSpec.from_dict(job["spec"])
     info = ModelInfo(**job["model"])
@@ -63,6 +64,7 @@ def run(job: dict, out: Path) -> dict | None:
     # Same initial weights on every rank; distinct batches per rank.
     torch.manual_seed(spec.seed)
     model = resolve_builder(info)(num_classes=info.num_classes).to(device)
+    info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
     model.train()
     data = batches(spec, info.num_classes, device, seed=spec.seed + 1000 * rank)
     step = make_step(spec, model, data, device)

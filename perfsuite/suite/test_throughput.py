@@ -1,0 +1,9 @@
+"""Throughput of every selected framework x model x device count x data location.
+
+Each case runs one burst (cached for the session, so the scaling test reuses it) and
+gates its median img/s against the baseline for this machine's hardware fingerprint.
+"""
+
+
+def test_throughput(perf, burst_spec):
+    perf.assert_throughput(burst_spec)
