@@ -27,8 +27,10 @@ perf: setup
 	$(BIN)/python -m pytest tests_perf -m "cpu and not slow" $(PERF_ARGS) --perf-report $(PERF_REPORT) -rs; \
 	status=$$?; if [ -f $(PERF_REPORT)/report.html ]; then echo "report: $(PERF_REPORT)/report.html"; fi; exit $$status
 
+# Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
+# share a heavy import (TensorFlow) stay in one worker through xdist_group.
 test: setup
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) $(PERF_REPORT)

@@ -112,6 +112,7 @@ class BurstResult:
             "steps": s.steps,
             "windows": s.windows,
             "max_windows": s.max_windows,
+            "stable_within": s.stable_within,  # the interval width (of the median) the burst was lengthened for
             "windows_run": [len(r) for r in self.run_samples],  # per pooled burst; above windows when lengthened
             "runs": self.runs,
             "run_medians": self.run_medians,

@@ -40,7 +40,9 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     The ranks come from the Binomial(n, 1/2) quantiles; with too few samples for the
     requested confidence the interval is the whole sample range.
     """
-    from scipy.stats import binom
+    # The binomial CDF from scipy.special: a third of scipy.stats' import time, which every
+    # burst worker that adapts its length would pay.
+    from scipy.special import bdtr
 
     xs = sorted(float(x) for x in samples)
     n = len(xs)
@@ -49,7 +51,7 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     # Largest k whose interval [x_(k), x_(n+1-k)] still covers the median with the
     # requested confidence; none for tiny n, then the full range.
     for k in range(n // 2, 0, -1):
-        if 1 - 2 * binom.cdf(k - 1, n, 0.5) >= confidence:
+        if 1 - 2 * bdtr(k - 1, n, 0.5) >= confidence:
             return xs[k - 1], xs[n - k]
     return xs[0], xs[-1]
 

@@ -1,15 +1,81 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
+from suite_files import FAST, SUITE, TINY, TINY_STEP_MS
+
+NO_HYPOTHESIS = "-p no:hypothesispytest"
 
 # The first example pays for importing scipy; wall-clock deadlines only add flakiness.
 settings.register_profile("perfsuite", deadline=None)
 settings.load_profile("perfsuite")
 
 
+def _run_folder(config, tmp_path_factory) -> Path:
+    """This test run's temporary folder; under pytest-xdist, the one all workers share."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if hasattr(config, "workerinput") else root
+
+
+def pytest_configure(config):
+    # pytest-xdist's marker (--dist loadgroup), declared too for runs without it
+    config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group")
+
+
 @pytest.fixture(scope="session", autouse=True)
-def _own_cache(tmp_path_factory):
-    """Baseline locks and generated datasets of the tests stay out of the user's cache."""
+def _test_environment(request, tmp_path_factory):
+    """Baseline locks and generated datasets of the tests stay out of the user's cache
+    (datasets are generated atomically, so workers sharing the folder is safe)."""
     patch = pytest.MonkeyPatch()
-    patch.setenv("PERFSUITE_CACHE", str(tmp_path_factory.mktemp("perfsuite-cache")))
+    cache = _run_folder(request.config, tmp_path_factory) / "perfsuite-cache"
+    cache.mkdir(exist_ok=True)
+    patch.setenv("PERFSUITE_CACHE", str(cache))
+    # The pytest sessions the tests start need no hypothesis, whose plugin costs each a second.
+    patch.setenv("PYTEST_ADDOPTS", " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), NO_HYPOTHESIS])))
+    # Under pytest-xdist, the sessions the tests start are no xdist workers (pytest-benchmark
+    # would switch itself off in them).
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        patch.delenv(name, raising=False)
     yield
     patch.undo()
+
+
+# -- one saved baseline of the tiny suite, shared by the tests that gate against it ---------
+
+@pytest.fixture(scope="session")
+def saved_tiny(request, tmp_path_factory) -> Path:
+    """A project folder in which the tiny suite (1 and 2 CPU workers) was saved with
+    --save-baseline (1 burst per entry: pooling is tested with fake bursts); its output is in
+    save.out and its records in
+    saved.json. Made once per test run, even across pytest-xdist workers."""
+    import filelock
+
+    root = _run_folder(request.config, tmp_path_factory)
+    folder = root / "saved-tiny"
+    with filelock.FileLock(str(root / "saved-tiny.lock")):
+        if not (folder / "save.out").exists():
+            folder.mkdir(exist_ok=True)
+            (folder / "conftest.py").write_text(TINY)
+            (folder / "test_suite.py").write_text(SUITE)
+            env = dict(os.environ, PERFSUITE_TINY_STEP_MS=TINY_STEP_MS)
+            for name in ("PERFSUITE_TINY_SLOWDOWN", "PERFSUITE_TINY_JITTER", "PERFSUITE_TINY_CRASH"):
+                env.pop(name, None)
+            proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, "--save-baseline", "--baseline-runs", "1",
+                                   "--baseline-dir", "baselines", "--perf-json", "saved.json"], cwd=folder, env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"saving the tiny suite's baseline failed:\n{proc.stdout}\n{proc.stderr}")
+            (folder / "save.out").write_text(proc.stdout)
+    return folder
+
+
+
+@pytest.fixture(autouse=True)
+def _quick_inner_sessions(request, monkeypatch):
+    """pytester clears PYTEST_ADDOPTS; the sessions it starts need no hypothesis either."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)

@@ -1,5 +1,6 @@
 """Files the plugin's own tests write into scratch projects."""
 
+import shutil
 import socket
 from pathlib import Path
 
@@ -34,3 +35,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+TINY_STEP_MS = "20"  # a sleep-dominated step: the tiny model's timings barely depend on load
+FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
+        "--warmup-steps", "1", "--max-windows", "5", "-p", "no:cacheprovider"]
+
+
+def copy_baselines(saved: Path, project: Path) -> Path:
+    """The shared baseline file, copied into a test's own project; returns the copy's path."""
+    (source,) = (saved / "baselines").glob("*.json")
+    target = project / "baselines" / source.name
+    target.parent.mkdir(exist_ok=True)
+    shutil.copyfile(source, target)
+    return target
+
+
+def needs(module: str):
+    """Skip a test module when ``module`` is not installed, without importing it here: the
+    burst workers import the frameworks, and a pytest-xdist worker need not."""
+    import importlib.util
+
+    import pytest
+
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")

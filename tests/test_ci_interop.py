@@ -5,13 +5,16 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("pytest_benchmark")
+from suite_files import SUITE, TINY, TINY_STEP_MS, copy_baselines, needs  # noqa: E402
 
-from suite_files import SUITE, TINY  # noqa: E402
+import scipy.special  # noqa: E402, F401  imported here: pytester forgets modules a test imports, numpy can't reload
+from perfsuite.measure import stable_within  # noqa: E402
+from perfsuite.stats import median  # noqa: E402
 
 pytest_plugins = ["pytester"]
+pytestmark = [needs("torch"), needs("pytest_benchmark")]
 
+# The adaptive length stays on here (no --max-windows): it is what some tests are about.
 FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
         "--warmup-steps", "1", "-p", "no:cacheprovider"]
 
@@ -27,7 +30,7 @@ def test_plain_benchmark(benchmark):
 
 @pytest.fixture
 def suite(pytester, monkeypatch):
-    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", TINY_STEP_MS)
     for name in ("PERFSUITE_TINY_SLOWDOWN", "PERFSUITE_TINY_JITTER", "PERFSUITE_TINY_CRASH"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(TINY)
@@ -44,13 +47,19 @@ def properties(path, name_part):
     return {p.get("name"): p.get("value") for p in case.iter("property")}
 
 
-def test_benchmark_json_and_junit_carry_the_bursts(suite):
+@pytest.mark.xdist_group("saved_tiny")  # the worker that saved the baseline gates against it
+def test_an_unchanged_run_passes_and_ci_tools_read_its_bursts(suite, saved_tiny):
+    """Real bursts gated against the shared baseline (conftest.saved_tiny); what --benchmark-json
+    and --junitxml say of them. The wide tolerances keep this about the plumbing (the fidelity
+    benchmark measures noise)."""
+    path = copy_baselines(saved_tiny, suite.path)
+    before = path.read_bytes()
     suite.makepyfile(test_plain=PLAIN_BENCHMARK)
-    run(suite, "--save-baseline", "--baseline-runs", "1", "--max-windows", "5").assert_outcomes(passed=4)
-    result = run(suite, "--benchmark-json", "bench.json", "--junitxml", "junit.xml", "--perf-tolerance", "0.5",
-                 "--scaling-tolerance", "0.5", "--max-windows", "5")
+    result = run(suite, "--benchmark-json", "bench.json", "--junitxml", "junit.xml", "--perf-json", "r.json",
+                 "--perf-tolerance", "0.5", "--scaling-tolerance", "0.5", "--max-windows", "5")
     result.assert_outcomes(passed=4)
     assert result.ret == pytest.ExitCode.OK
+    assert path.read_bytes() == before  # a gating run never writes the baseline
 
     data = json.loads((suite.path / "bench.json").read_text())
     info = data["machine_info"]["perfsuite"]
@@ -58,30 +67,26 @@ def test_benchmark_json_and_junit_carry_the_bursts(suite):
     bursts = [b for b in data["benchmarks"] if b["fullname"].startswith("perfsuite::")]
     assert {b["params"]["device_count"] for b in bursts} == {1, 2}
     assert any(b["name"] == "test_plain_benchmark" for b in data["benchmarks"])
+    records = {r["id"]: r for r in json.loads((suite.path / "r.json").read_text())["results"]}
     for b in bursts:
         extra = b["extra_info"]
+        record = records[b["param"]]
         assert b["group"] == "perfsuite torch tiny"
-        assert b["stats"]["rounds"] == len(b["stats"]["data"]) == 5  # the windows
+        # Its rounds are its windows, of every pooled burst (a noisy one is rerun).
+        assert b["stats"]["rounds"] == len(b["stats"]["data"]) == sum(record["windows_run"])
+        assert extra["runs"] == record["runs"] and extra["windows_run"] == record["windows_run"]
         per_window = extra["images_per_window"]
-        assert extra["images_per_sec"] == pytest.approx(per_window / b["stats"]["median"], rel=1e-6)
-        assert extra["verdict"] == "pass" and extra["devices"] == b["params"]["device_count"]
+        assert extra["images_per_sec"] == pytest.approx(median([per_window / s for s in b["stats"]["data"]]))
+        assert extra["verdict"] == record["verdict"] and extra["devices"] == b["params"]["device_count"]
 
     props = properties(suite.path / "junit.xml", "test_throughput[torch-tiny-cpu2")
     for name in ("images_per_sec", "baseline_images_per_sec", "change", "verdict", "tolerance", "ci_low", "burst"):
         assert name in props, name
-    assert props["verdict"] == "pass" and float(props["images_per_sec"]) > 0
+    two = next(r for r in records.values() if r["devices"] == 2)
+    assert props["verdict"] == two["verdict"] and float(props["images_per_sec"]) == round(two["images_per_sec"], 3)
+    assert props["bursts"] == str(two["runs"])
     scaling = properties(suite.path / "junit.xml", "test_scaling")
     assert float(scaling["scaling_efficiency"]) > 0 and "baseline_scaling_efficiency" in scaling
-
-
-def test_a_burst_error_is_not_a_regression(suite, monkeypatch):
-    monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")
-    result = run(suite, "--cpu-workers", "1", "--junitxml", "junit.xml", "--missing-baseline", "pass")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    out = result.stdout.str()
-    assert "burst failed" in out and "regression:" not in out and "REGRESSION" not in out
-    props = properties(suite.path / "junit.xml", "test_throughput")
-    assert props["verdict"] == "error" and "tiny model refused to build" in props["burst_error"]
 
 
 def test_a_noisy_burst_is_lengthened_up_to_its_cap(suite, monkeypatch):
@@ -91,7 +96,8 @@ def test_a_noisy_burst_is_lengthened_up_to_its_cap(suite, monkeypatch):
     result.assert_outcomes(passed=1)
     (record,) = json.loads((suite.path / "r.json").read_text())["results"]
     assert record["windows"] == 5 and record["max_windows"] == 8
-    assert record["windows_run"] == [8] and len(record["samples"]) == 8
+    assert_lengthened_by_the_rule(record)
+    assert record["windows_run"][0] > 5  # the jitter is large by construction (a seeded 1x-4x step cost)
 
 
 def test_a_bad_max_windows_is_a_usage_error(suite):
@@ -123,5 +129,20 @@ def test_a_stricter_marker_gets_a_longer_burst(pytester, monkeypatch):
     assert len(names) == 2 and len(set(names)) == 2
     records = json.loads((pytester.path / "r.json").read_text())["results"]
     by_test = {r["tests"][0].rsplit("::", 1)[1].split("[")[0]: r for r in records}
-    assert by_test["test_strict"]["windows_run"] == [7]  # no sleep-timed burst is within 0.1%
-    assert by_test["test_loose"]["windows_run"] == [5]
+    assert by_test["test_strict"]["stable_within"] == 0.001 and by_test["test_loose"]["stable_within"] == 0.9
+    for record in records:
+        assert record["max_windows"] == 7
+        assert_lengthened_by_the_rule(record)
+
+
+def assert_lengthened_by_the_rule(record):
+    """The burst stopped where the stability rule, applied to its own windows, says it must:
+    every shorter run of windows (from the planned count) was too spread to decide, and it
+    ran to the cap or its windows were stable at the end."""
+    seconds = record["window_seconds"]
+    stable = stable_within(record["stable_within"])
+    assert record["windows_run"] == [len(seconds)] == [len(record["samples"])]
+    assert record["windows"] <= len(seconds) <= record["max_windows"]
+    for k in range(record["windows"], len(seconds)):
+        assert not stable(seconds[:k]), k
+    assert len(seconds) == record["max_windows"] or stable(seconds)

@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite_files import needs
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+from perfsuite.models import registry
 
-from perfsuite.backends.tf.flops import forward_flops  # noqa: E402
-from perfsuite.models import registry  # noqa: E402
+# TensorFlow is imported by the tests that need it, not at collection: a pytest-xdist worker
+# that runs none of them never pays for it (the group keeps them on one worker).
+pytestmark = [needs("tensorflow"), pytest.mark.xdist_group("tensorflow")]
 
 # Published parameter counts, each with the counting convention of its source:
 # "total" is Keras's count_params() (batch-norm moving statistics included), as the
@@ -33,6 +34,8 @@ NAMES = sorted(PUBLISHED_PARAMS)
 @pytest.fixture(scope="module", params=NAMES)
 def built(request):
     """One model at a time: module scope groups the tests of each model together."""
+    import keras
+
     keras.backend.clear_session()
     info = registry.get_model("tf", request.param)
     return info, registry.resolve_builder(info)(num_classes=info.num_classes)
@@ -41,6 +44,8 @@ def built(request):
 def _count(model, convention: str) -> int:
     if convention == "total":
         return model.count_params()
+    import tensorflow as tf
+
     return sum(int(tf.size(v)) for v in model.trainable_weights)
 
 
@@ -64,6 +69,8 @@ def test_outputs_logits(built):
 
 def test_flops_metadata_matches_measurement(built):
     info, model = built
+    from perfsuite.backends.tf.flops import forward_flops
+
     assert info.flops == pytest.approx(forward_flops(model, info.image_size), rel=0.02)
 
 

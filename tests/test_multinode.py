@@ -3,14 +3,13 @@
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+from suite_files import SUITE, TINY, free_port, needs
 
-from suite_files import SUITE, TINY, free_port  # noqa: E402
+pytestmark = needs("torch")
 
 
 def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
@@ -45,11 +44,8 @@ def test_two_nodes_on_loopback(project):
 
 
 def test_missing_node_fails_within_its_timeout(project):
-    started = time.monotonic()
-    node = _node(project, 0, free_port(), "--rdzv-timeout", "10", "-k", "throughput")
+    node = _node(project, 0, free_port(), "--rdzv-timeout", "4", "-k", "throughput")
     out = node.communicate(timeout=120)[0]
-    elapsed = time.monotonic() - started
     assert node.returncode == 1, out
-    assert "rendezvous at 127.0.0.1:" in out and "timed out after 10 s" in out
+    assert "rendezvous at 127.0.0.1:" in out and "timed out after 4 s" in out
     assert "missing: node 1" in out
-    assert elapsed < 60

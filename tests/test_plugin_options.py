@@ -74,7 +74,7 @@ def test_markers_registered(pytester):
     ],
 )
 def test_bad_option_is_one_line_usage_error(suite, args, words):
-    result = suite.runpytest_subprocess(*args, "--co")
+    result = suite.runpytest_inprocess(*args, "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert len(errors) == 1, result.stderr.str()

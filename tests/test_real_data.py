@@ -101,6 +101,7 @@ def test_crc32c_and_tfrecord_framing(tmp_path):
         list(datasets.read_tfrecord(path))
 
 
+@pytest.mark.xdist_group("tensorflow")  # TensorFlow in this process: on one pytest-xdist worker only
 def test_tfrecords_parse_with_tensorflow(cache):
     tf = pytest.importorskip("tensorflow")
     root = datasets.ensure_dataset("tfrecord", None, cache_dir=cache, images=9)

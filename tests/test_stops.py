@@ -17,13 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest.importorskip("torch")
-
-from suite_files import TINY  # noqa: E402
+from suite_files import TINY, needs  # noqa: E402
 
 from perfsuite.launch import BurstError, run_burst  # noqa: E402
 from perfsuite.models.registry import get_model  # noqa: E402
 from perfsuite.spec import BurstSpec  # noqa: E402
+
+pytestmark = needs("torch")
 
 STOP_WITHIN_S = 5.0
 
@@ -46,7 +46,7 @@ def pytest_runtest_call(item):
         def interrupt():
             while not list(Path(__import__("os").environ["TMPDIR"]).glob("perfsuite-*/burst*/progress.json")):
                 time.sleep(0.05)
-            time.sleep(2)  # the test takes its snapshot of the burst meanwhile
+            time.sleep(1)  # the test takes its snapshot of the burst meanwhile
             _thread.interrupt_main()
         threading.Thread(target=interrupt, daemon=True).start()
 """

@@ -6,7 +6,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,14 +72,11 @@ def test_two_nodes_on_loopback(project):
 
 
 def test_missing_node_fails_within_its_timeout(project):
-    started = time.monotonic()
-    node = _node(project, 0, _hosts(), "--rdzv-timeout", "10")
+    node = _node(project, 0, _hosts(), "--rdzv-timeout", "4")
     out = node.communicate(timeout=120)[0]
-    elapsed = time.monotonic() - started
     assert node.returncode == 1, out
-    assert "timed out after 10 s" in out and "not all 2 nodes joined" in out
+    assert "timed out after 4 s" in out and "not all 2 nodes joined" in out
     assert "missing: node 1 (127.0.0.1:" in out
-    assert elapsed < 60
 
 
 # --- the pieces, without bursts -------------------------------------------------------------
@@ -126,6 +122,7 @@ def test_unsupported_multinode_cases_are_skipped_with_a_reason():
     assert cases.skip_reason(case(2, "replicated", "cuda"), gpu_count=2) is None
 
 
+@pytest.mark.xdist_group("tensorflow")  # TensorFlow in this process: on one pytest-xdist worker only
 @pytest.mark.parametrize("rank", [0, 1])
 def test_slurm_cluster_resolver(monkeypatch, rank):
     pytest.importorskip("tensorflow")

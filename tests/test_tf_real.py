@@ -14,9 +14,10 @@ from perfsuite.launch import BurstError, run_burst
 from perfsuite.models.registry import ModelInfo, get_model
 from perfsuite.spec import BurstSpec
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
-)
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"),
+    pytest.mark.xdist_group("tensorflow"),  # TensorFlow in this process: on one pytest-xdist worker only
+]
 
 IMAGENET_SIDE = 40  # above CIFAR's 32, so the ImageNet-style pipeline reads it
 CLASSES = datasets.JPEG_CLASSES
@@ -167,17 +168,12 @@ def _check(record: dict, spec: BurstSpec) -> None:
     assert len(record["samples"]) == spec.windows and all(s > 0 for s in record["samples"])
 
 
-def test_cifar_burst_generates_its_dataset_once(tmp_path, monkeypatch):
+def test_cifar_burst_generates_its_dataset_once_and_augments_on_two_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
-    record = run_burst(CIFAR, get_model("tf", "cifar10"), tmp_path / "burst")
-    _check(record, CIFAR)
+    spec = CIFAR.replace(devices=2, augment_on="device")
+    _check(run_burst(spec, get_model("tf", "cifar10"), tmp_path / "burst"), spec)
     made = [p.name for p in (tmp_path / "cache" / "datasets").iterdir()]
     assert made == [f"cifar10-bin-v{datasets.FORMAT_VERSION}-{datasets.DEFAULT_IMAGES['cifar10-bin']}"]
-
-
-def test_cifar_burst_augmenting_on_two_devices(cifar_dir, tmp_path):
-    spec = CIFAR.replace(devices=2, augment_on="device", data_dir=str(cifar_dir))
-    _check(run_burst(spec, get_model("tf", "cifar10"), tmp_path), spec)
 
 
 @pytest.mark.parametrize(

@@ -163,11 +163,28 @@ def test_an_exception_in_setup_is_recorded(monkeypatch):
     json.dumps(u, allow_nan=False)
 
 
-def test_run_windows_samples_the_timed_windows():
-    t = measure.run_windows(lambda: time.sleep(0.05), lambda: None, lambda _: 0.0,
-                            warmup_steps=1, windows=2, steps_per_window=3)
+def test_run_windows_samples_the_timed_windows_only(monkeypatch):
+    events = []
+
+    class Recorder(Sampler):
+        def start(self):
+            events.append("sampler started")
+            return super().start()
+
+        def stop(self):
+            events.append("sampler stopped")
+            return super().stop()
+
+    def step():
+        events.append("step")
+        time.sleep(0.01)
+
+    monkeypatch.setattr(measure, "Sampler", Recorder)
+    t = measure.run_windows(step, lambda: events.append("sync"), lambda _: 0.0,
+                            warmup_steps=2, windows=2, steps_per_window=3)
+    # Warm-up (two steps and their sync) before the sampler; every timed step inside it.
+    assert events == ["step", "step", "sync", "sampler started", *(["step"] * 3 + ["sync"]) * 2, "sampler stopped"]
     assert t.utilisation["samples"] >= 1 and t.utilisation["gpus"] == []
-    assert t.utilisation["series"]["t"][-1] <= sum(t.window_seconds) + 0.1
 
 
 # --- CUDA ordinals to NVML indices -------------------------------------------------------

@@ -12,37 +12,60 @@ from suite_files import free_port  # noqa: E402
 STEPS = 3
 
 
-def _train(rank, world, port, variable_update, out):
+def _train(spec, rank, world):
+    """STEPS steps of cifar10 from seed 0 on this rank's batches; returns the model."""
     from perfsuite.backends.torch.data import batches
     from perfsuite.backends.torch.train import make_step
     from perfsuite.models.registry import get_model, resolve_builder
 
+    info = get_model("torch", "cifar10")
+    torch.manual_seed(0)
+    model = resolve_builder(info)(num_classes=info.num_classes)
+    step = make_step(spec, model, batches(spec, 10, torch.device("cpu"), seed=1000 * rank), torch.device("cpu"))
+    for _ in range(STEPS):
+        step()
+    return model
+
+
+def _ranks(rank, world, port, folder):
+    """Both ranks of one process group: each variable update in turn, then the loss-scale check
+    (every experiment in one spawn: each spawn pays a torch import per rank)."""
+    import contextlib
+
+    import perfsuite.backends.torch.train as train
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        spec = BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
-                         variable_update=variable_update)
-        info = get_model("torch", "cifar10")
-        torch.manual_seed(0)
-        model = resolve_builder(info)(num_classes=info.num_classes)
-        step = make_step(spec, model, batches(spec, 10, torch.device("cpu"), seed=1000 * rank), torch.device("cpu"))
-        for _ in range(STEPS):
-            step()
+        for update in ("replicated", "parameter_server"):
+            spec = BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
+                             variable_update=update)
+            model = _train(spec, rank, world)
+            if rank == 0:
+                torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{folder}/{update}.pt")
+        # A loss scaler that doubles after every finite step, so rank 0's scale moves each step.
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
+        train.precision_policy = lambda spec, device: train.Precision(contextlib.nullcontext, scaler, "float32")
+        _train(BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
+                         variable_update="parameter_server"), rank, world)
+        scales = [None] * world
+        dist.all_gather_object(scales, scaler.get_scale())
         if rank == 0:
-            torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out)
+            torch.save(scales, f"{folder}/scales.pt")
     finally:
         dist.destroy_process_group()
 
 
-def _weights(tmp_path, variable_update):
-    out = tmp_path / f"{variable_update}.pt"
-    mp.spawn(_train, args=(2, free_port(), variable_update, str(out)), nprocs=2, join=True)
-    return torch.load(out)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("variable-update")
+    mp.spawn(_ranks, args=(2, free_port(), str(folder)), nprocs=2, join=True)
+    return folder
 
 
-def test_replicated_and_parameter_server_agree(tmp_path):
-    replicated = _weights(tmp_path, "replicated")
-    parameter_server = _weights(tmp_path, "parameter_server")
+def test_replicated_and_parameter_server_agree(trained):
+    replicated = torch.load(trained / "replicated.pt")
+    parameter_server = torch.load(trained / "parameter_server.pt")
     assert replicated.keys() == parameter_server.keys()
     for name, value in replicated.items():
         torch.testing.assert_close(parameter_server[name], value, rtol=1e-4, atol=1e-6, msg=name)
@@ -55,38 +78,6 @@ def test_replicated_and_parameter_server_agree(tmp_path):
     assert moved >= len(initial) // 2
 
 
-def _scale_after_steps(rank, world, port, out):
-    import contextlib
-
-    import perfsuite.backends.torch.train as train
-    from perfsuite.backends.torch.data import batches
-    from perfsuite.models.registry import get_model, resolve_builder
-
-    # A loss scaler that doubles after every finite step, so rank 0's scale moves each step.
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
-    train.precision_policy = lambda spec, device: train.Precision(contextlib.nullcontext, scaler, "float32")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
-        spec = BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
-                         variable_update="parameter_server")
-        info = get_model("torch", "cifar10")
-        torch.manual_seed(0)
-        model = resolve_builder(info)(num_classes=info.num_classes)
-        step = train.make_step(spec, model, batches(spec, 10, torch.device("cpu"), seed=1000 * rank),
-                               torch.device("cpu"))
-        for _ in range(STEPS):
-            step()
-        scales = [None] * world
-        dist.all_gather_object(scales, scaler.get_scale())
-        if rank == 0:
-            torch.save(scales, out)
-    finally:
-        dist.destroy_process_group()
-
-
-def test_parameter_server_ranks_share_rank_0s_loss_scale(tmp_path):
-    out = tmp_path / "scales.pt"
-    mp.spawn(_scale_after_steps, args=(2, free_port(), str(out)), nprocs=2, join=True)
-    scales = torch.load(out)
+def test_parameter_server_ranks_share_rank_0s_loss_scale(trained):
+    scales = torch.load(trained / "scales.pt")
     assert scales[0] == scales[1] == 2.0**10 * 2**STEPS

@@ -13,8 +13,9 @@ import os
 from perfsuite import register_model
 
 
-@register_model("tiny", framework="torch", image_size=8, batch_size=8, cpu_batch_size=8, params=196,
-                flops=2 * 192 * 4, num_classes=4)
+# Registered without its parameter count and FLOPs, as a user may: every tiny burst has its
+# worker count them (196 parameters; 2 x 192 x 4 = 1536 forward FLOPs per image).
+@register_model("tiny", framework="torch", image_size=8, batch_size=8, cpu_batch_size=8, num_classes=4)
 def tiny(num_classes: int = 4):
     """A linear classifier on 8x8 images with a fixed, sleep-based cost per step."""
     import random

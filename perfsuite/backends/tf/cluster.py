@@ -125,6 +125,20 @@ def all_gather_json(strategy: tf.distribute.Strategy, obj) -> list:
     return [json.loads(row[:size].astype(np.uint8).tobytes()) for row, size in zip(rows, sizes)]
 
 
+def leave_together(strategy: tf.distribute.Strategy) -> None:
+    """A last collective before any worker exits, as torch's barrier before teardown.
+
+    A worker that leaves as soon as its own part of the figures' all-gather is done closes
+    its sockets while a slower worker may still be receiving: the slower one then fails
+    with "Socket closed" though every figure was exchanged. Once a worker has entered this
+    collective, it holds every figure; an error in it only means a peer has already left.
+    """
+    try:
+        all_gather(strategy, np.array([1], np.int32))
+    except (tf.errors.OpError, RuntimeError):
+        pass
+
+
 def sync_local_devices(strategy: tf.distribute.Strategy):
     """``sync()`` for timing windows: wait for this worker's devices only.
 

@@ -93,10 +93,11 @@ def run(job: dict, out: Path) -> dict | None:
     mine = rank_entry(rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
     if spec.nodes > 1:
-        from perfsuite.backends.tf.cluster import all_gather_json
+        from perfsuite.backends.tf.cluster import all_gather_json, leave_together
 
         ranks = all_gather_json(strategy, mine)  # a collective: every node takes part
         if not leader:
+            leave_together(strategy)
             return None
     record = build_record(
         spec, info, timings, ranks, images_per_window,
@@ -107,9 +108,9 @@ def run(job: dict, out: Path) -> dict | None:
         fp32_math=("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
     )
     write_record(out, record)
+    if spec.nodes > 1:
+        leave_together(strategy)
     return record
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
