@@ -1,5 +1,5 @@
 # make perf: set up, then run the CPU performance suite (the main job)
-# make test: set up, then run perfsuite's own tests
+# make test: set up, lint (make lint), then run perfsuite's own tests
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -14,7 +14,7 @@ endif
 PERF_REPORT ?= perf-report
 PERF_ARGS ?= --model cifar10 --model resnet50
 
-.PHONY: setup perf test clean
+.PHONY: setup perf test lint clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -29,8 +29,11 @@ perf: setup
 
 # Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
 # share a heavy import (TensorFlow) stay in one worker through xdist_group.
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup
+
+lint: setup
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) $(PERF_REPORT)

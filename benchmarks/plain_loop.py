@@ -17,10 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfsuite.launch import run_burst
+from perfsuite.analysis.stats import median
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import get_model
-from perfsuite.spec import BurstSpec
-from perfsuite.stats import median
+from perfsuite.plugin.launch import run_burst
 
 PLAIN = r"""
 import sys, time, json, torch
@@ -62,7 +62,7 @@ def suite(model: str, batch: int, threads: int, warmup: int, steps: int, windows
     with tempfile.TemporaryDirectory() as tmp:
         record = run_burst(spec, info, Path(tmp))
     # The suite's figure is the median window; the plain loop's is the mean over all steps.
-    return median(record["samples"]), batch * steps / sum(record["window_seconds"])
+    return median(record.samples), batch * steps / sum(record.window_seconds)
 
 
 def main() -> int:

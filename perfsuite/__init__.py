@@ -1,7 +1,7 @@
 """perfsuite: a pytest plugin and performance regression suite for deep-learning training."""
 
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import ModelInfo, register_model
-from perfsuite.spec import BurstSpec
 
 __all__ = ["BurstSpec", "ModelInfo", "register_model"]
 __version__ = "0.1.0"

@@ -6,8 +6,10 @@ import argparse
 import json
 import sys
 
-from perfsuite import baseline_cli, hardware
+from perfsuite.common import hardware
+from perfsuite.common.text import columns
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
+from perfsuite.store import cli as baseline_cli
 
 
 def _fingerprint(args: argparse.Namespace) -> int:
@@ -37,9 +39,8 @@ def _models(args: argparse.Namespace) -> int:
          str(m.cpu_batch_size), f"{m.flops / 1e9:.2f}" if m.flops else "-")
         for m in models
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    for line in columns(header, rows, left=(0, 1)):
+        print(line)
     return 0
 
 

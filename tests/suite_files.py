@@ -14,17 +14,20 @@ from perfsuite.suite.test_throughput import test_throughput
 # $PERFSUITE_FAKE_RATE img/s (default 100) per device, and leaves its key in bursts.log.
 FAKE_BURSTS = """
 import os
-import perfsuite.session
+import perfsuite.plugin.session
+from perfsuite.contract.record import WorkerRecord
 
 def fake_run_burst(spec, model, workdir, options, on_progress=None):
     with open("bursts.log", "a") as log:
         log.write(spec.key() + "\\n")
     rate = float(os.environ.get("PERFSUITE_FAKE_RATE", "100")) * spec.world_size
     n = spec.windows
-    return {"samples": [rate] * n, "window_seconds": [1.0] * n, "loss_first": 1.0, "loss_last": 0.9,
-            "images_per_window": rate, "framework_version": "fake"}
+    return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
+                        precision_dtype="float32", fp32_math=None, samples=(rate,) * n, window_seconds=(1.0,) * n,
+                        images_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
+                        peak_memory_bytes=0, warmup_seconds=0.0)
 
-perfsuite.session.run_burst = fake_run_burst
+perfsuite.plugin.session.run_burst = fake_run_burst
 """
 
 # A conftest registering the tiny test model.

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfsuite import baseline
-from perfsuite.baseline import HISTORY_LIMIT, SCHEMA_VERSION, BaselineError
-from perfsuite.hardware import Fingerprint
+from perfsuite.common.hardware import Fingerprint
+from perfsuite.store import baseline
+from perfsuite.store.baseline import HISTORY_LIMIT, SCHEMA_VERSION, BaselineError
 
 FP = Fingerprint("cpu", "Intel(R) Xeon(R) Processor", 2)
 TORCH = {"torch": "2.13.0"}
@@ -339,7 +339,7 @@ def test_concurrent_saves_of_disjoint_keys_all_land(tmp_path):
             start.wait()
             for i in range(saves_each):
                 baseline.save_entries(path, FP, {f"w{w}-{i}": _entry(float(i))}, {f"fw{w}": "1"})
-        except BaseException as e:  # surfaced below
+        except BaseException as e:  # noqa: BLE001 - surfaced below
             errors.append(e)
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]

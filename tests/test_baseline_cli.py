@@ -14,10 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfsuite import baseline, baseline_cli
-from perfsuite.baseline import BaselineError
 from perfsuite.cli import main
-from perfsuite.hardware import Fingerprint
+from perfsuite.common.hardware import Fingerprint
+from perfsuite.store import baseline
+from perfsuite.store import cli as baseline_cli
+from perfsuite.store.baseline import BaselineError
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = Fingerprint("cpu", "Intel(R) Xeon(R) Processor", 2)

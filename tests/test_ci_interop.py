@@ -4,12 +4,11 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-
+import scipy.special  # noqa: E402, F401  imported here: pytester forgets modules a test imports, numpy can't reload
 from suite_files import SUITE, TINY, TINY_STEP_MS, copy_baselines, needs  # noqa: E402
 
-import scipy.special  # noqa: E402, F401  imported here: pytester forgets modules a test imports, numpy can't reload
-from perfsuite.measure import stable_within  # noqa: E402
-from perfsuite.stats import median  # noqa: E402
+from perfsuite.analysis.stats import median  # noqa: E402
+from perfsuite.worker.measure import stable_within  # noqa: E402
 
 pytest_plugins = ["pytester"]
 pytestmark = [needs("torch"), needs("pytest_benchmark")]

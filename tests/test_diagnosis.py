@@ -1,14 +1,19 @@
 """Bottleneck diagnosis from synthetic bursts, and the summary lines that show it."""
 
-import types
-
 from hypothesis import given
 from hypothesis import strategies as st
+from records import result, worker_record
 
-from perfsuite import diagnosis, report, stats
-from perfsuite.diagnosis import COMMUNICATION_BOUND, COMPUTE_BOUND, INCONCLUSIVE, INPUT_BOUND, diagnose
-from perfsuite.result import BurstResult
-from perfsuite.spec import BurstSpec
+from perfsuite.analysis import diagnosis, stats
+from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, COMPUTE_BOUND, INCONCLUSIVE, INPUT_BOUND, diagnose
+from perfsuite.analysis.result import BurstResult, Measurement
+from perfsuite.contract.record import RemoteNode
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.reporting import terminal as report
+from perfsuite.reporting.view import RunView
+from perfsuite.store.run import RunInfo
+
+RUN = RunInfo(date="2026-01-01T00:00:00+00:00", host="h", python="3")
 
 
 def util(gpu=None, busy_cores=None, cores=16, cpu=None, n_gpus=1):
@@ -23,11 +28,9 @@ def util(gpu=None, busy_cores=None, cores=16, cpu=None, n_gpus=1):
 
 def burst(ips, utilisation=None, per_rank_ips=None, scaling=None, baseline=None, **spec):
     s = BurstSpec(framework="tf", model="resnet50", device_kind="cuda", batch_size=64).replace(**spec)
-    ranks = [{"rank": i, "images_per_sec": per_rank_ips} for i in range(s.world_size)] if per_rank_ips else []
-    record = {"samples": [ips] * 5, "loss_first": 7.0, "loss_last": 6.0, "per_rank": ranks,
-              "device_name": "NVIDIA H100 80GB HBM3", "precision_dtype": "float32", "fp32_math": "tf32",
-              "model": {"flops": 8.18e9, "image_size": 224}, "utilisation": utilisation}
-    r = BurstResult(s, record)
+    record = worker_record(s, [ips] * 5, flops=8.18e9, per_rank_ips=per_rank_ips, loss_first=7.0, loss_last=6.0,
+                           device_name="NVIDIA H100 80GB HBM3", fp32_math="tf32", utilisation=utilisation)
+    r = result(s, record)
     r.scaling_efficiency = scaling
     r.baseline = baseline
     return r
@@ -165,9 +168,9 @@ def test_no_floor_and_no_baseline_raise_no_scaling_finding():
 
 
 def test_failed_and_remote_bursts_are_skipped():
-    failed = BurstResult(BurstSpec(framework="tf", model="resnet50"), None, "boom")
-    remote = burst(100, util(gpu=99))
-    remote.record["remote_node"] = 1
+    failed = result(BurstSpec(framework="tf", model="resnet50"), error="boom")
+    remote = BurstResult(Measurement(BurstSpec(framework="tf", model="resnet50", nodes=2),
+                                     remote=RemoteNode(node_rank=1, wall_seconds=1.0)))
     assert diagnose([failed, remote]) == []
 
 
@@ -220,12 +223,9 @@ class Writer:
 def test_summary_prints_evidence_columns_and_diagnosis_lines():
     device = burst(2900, util(gpu=97, busy_cores=3, n_gpus=8), devices=8)
     host = burst(1000, util(gpu=31, busy_cores=15.8, n_gpus=8), devices=8, data_location="host")
-    perf = types.SimpleNamespace(
-        rows=[], results={device.spec: device, host.spec: host}, fingerprints={}, messages=[],
-        options=types.SimpleNamespace(perf_json=None, min_scaling_efficiency=None, scaling_tolerance=0.1),
-    )
+    view = RunView(run=RUN, results=(device, host), scaling_tolerance=0.1)
     tr = Writer()
-    report.terminal_summary(tr, perf)
+    report.terminal_summary(tr, view)
     header = tr.lines[1]
     for word in ("img/s", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU", "verdict"):
         assert word in header
@@ -241,6 +241,4 @@ def test_a_broken_diagnosis_never_costs_the_summary(monkeypatch):
         raise RuntimeError("bad")
 
     monkeypatch.setattr(report, "diagnose", boom)
-    perf = types.SimpleNamespace(results={}, options=types.SimpleNamespace(min_scaling_efficiency=None,
-                                                                           scaling_tolerance=0.1))
-    assert report.diagnosis_lines(perf) == ["diagnosis unavailable: RuntimeError: bad"]
+    assert report.diagnosis_lines(RunView(run=RUN, results=())) == ["diagnosis unavailable: RuntimeError: bad"]

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import hardware
-from perfsuite.hardware import Discovery, Fingerprint, GpuInfo, HardwareError
+from perfsuite.common import hardware
+from perfsuite.common.hardware import Discovery, Fingerprint, GpuInfo, HardwareError
 
 H100 = "NVIDIA H100 80GB HBM3"
 UUIDS = (

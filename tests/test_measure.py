@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import measure
+from perfsuite.worker import measure
 
 
 class FakeDevice:
@@ -103,7 +103,7 @@ def test_lengthening_stops_once_the_interval_is_narrow():
 
 @given(st.lists(st.floats(0.01, 10.0), min_size=1, max_size=40), st.floats(0.0, 1.0))
 def test_stable_within_matches_the_median_interval(window_seconds, width):
-    from perfsuite import stats
+    from perfsuite.analysis import stats
 
     rates = [1 / s for s in window_seconds]
     lo, hi = stats.median_ci(rates)

@@ -5,9 +5,10 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from records import worker_record
 
-from perfsuite import mfu
-from perfsuite.spec import BurstSpec
+from perfsuite.analysis import mfu
+from perfsuite.contract.spec import BurstSpec
 
 
 @pytest.mark.parametrize("device, entry", [
@@ -80,8 +81,8 @@ def test_compute_precision(precision, dtype, fp32_math, expected):
 
 
 def record(device_name, dtype="float32", fp32_math="tf32", flops=4e9, image_size=224):
-    return {"device_name": device_name, "precision_dtype": dtype, "fp32_math": fp32_math,
-            "model": {"flops": flops, "image_size": image_size}}
+    return worker_record(gpu_spec(), [1.0] * 5, flops=flops, model_image_size=image_size, device_name=device_name,
+                         precision_dtype=dtype, fp32_math=fp32_math)
 
 
 def gpu_spec(**changes):

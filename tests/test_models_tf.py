@@ -69,7 +69,7 @@ def test_outputs_logits(built):
 
 def test_flops_metadata_matches_measurement(built):
     info, model = built
-    from perfsuite.backends.tf.flops import forward_flops
+    from perfsuite.worker.backends.tf.flops import forward_flops
 
     assert info.flops == pytest.approx(forward_flops(model, info.image_size), rel=0.02)
 

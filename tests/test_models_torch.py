@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perfsuite.backends.torch.flops import forward_flops, parameter_count  # noqa: E402
 from perfsuite.models import registry  # noqa: E402
+from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count  # noqa: E402
 
 # Published parameter counts (torchvision for the ImageNet models it ships; timm/Cadene
 # for Inception-v4; the TensorFlow tutorial's layer sizes for cifar10).

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from suite_files import SUITE, TINY, free_port, needs
 
 pytestmark = needs("torch")

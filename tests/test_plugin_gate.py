@@ -11,10 +11,10 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from suite_files import FAKE_BURSTS, FAST, SUITE, TINY, TINY_STEP_MS, copy_baselines
+from suite_files import FAKE_BURSTS, FAST, SUITE, TINY, TINY_STEP_MS
 
-from perfsuite import baseline as store
-from perfsuite.hardware import cpu_fingerprint
+from perfsuite.common.hardware import cpu_fingerprint
+from perfsuite.store import baseline as store
 
 pytest_plugins = ["pytester"]
 
@@ -95,7 +95,7 @@ def test_a_save_pools_baseline_runs_bursts_into_each_entry(faked):
     (path,) = baseline_files(faked)
     entries = json.loads(path.read_text())["entries"]
     assert len(entries) == 2 and len(faked.path.joinpath("bursts.log").read_text().split()) == 2 * 3
-    for key, entry in entries.items():
+    for entry in entries.values():
         assert entry["runs"] == len(entry["run_medians"]) == 3 and len(entry["samples"]) == 3 * 5
     two = next(v for k, v in entries.items() if "/cpu2/" in k)
     assert two["scaling_efficiency"] == 1.0 and two["scaling_efficiency_runs"] == [1.0, 1.0, 1.0]

@@ -41,7 +41,7 @@ def bursts_run(pytester) -> list[str]:
 # -- 1. GPUs asked for but absent ---------------------------------------------------------
 
 needs_no_gpu = pytest.mark.skipif(
-    __import__("perfsuite.hardware").hardware.cuda_device_count() > 0, reason="this machine has a GPU")
+    __import__("perfsuite.common.hardware").common.hardware.cuda_device_count() > 0, reason="this machine has a GPU")
 
 
 @needs_no_gpu
@@ -83,9 +83,9 @@ def test_a_plain_run_on_a_cpu_node_measures_its_cpu_cases(suite):
 # -- 1b, 2. frameworks ---------------------------------------------------------------------
 
 def test_a_framework_asked_for_but_missing_fails_with_the_install_line(suite, monkeypatch):
-    import perfsuite.cases
+    import perfsuite.plugin.cases
 
-    monkeypatch.setattr(perfsuite.cases, "framework_installed", lambda fw: False)
+    monkeypatch.setattr(perfsuite.plugin.cases, "framework_installed", lambda fw: False)
     result = suite.runpytest_inprocess("-m", "cpu", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = error_line(result)
@@ -94,9 +94,9 @@ def test_a_framework_asked_for_but_missing_fails_with_the_install_line(suite, mo
 
 
 def test_a_missing_framework_among_the_defaults_is_skipped_with_the_install_line(suite, monkeypatch):
-    import perfsuite.cases
+    import perfsuite.plugin.cases
 
-    monkeypatch.setattr(perfsuite.cases, "framework_installed", lambda fw: fw == "torch")
+    monkeypatch.setattr(perfsuite.plugin.cases, "framework_installed", lambda fw: fw == "torch")
     result = suite.runpytest_inprocess("-m", "cpu", "--model", "cifar10", "--missing-baseline", "pass", "-rs")
     result.assert_outcomes(passed=3, skipped=3)
     assert 'tensorflow is not installed: pip install -e ".[tf]" (run in the perfsuite checkout' in result.stdout.str()
@@ -309,7 +309,7 @@ def test_pytest_benchmark_shows_no_second_table_of_the_bursts(suite):
 
 @pytest.mark.parametrize("value", [0.0, 1.0, 200.0, 638.495, 2.3871, 10370.4, 0.012345, 999.96, 1e-7, 123456789.0])
 def test_fixed_point_examples(value):
-    from perfsuite.numbers import fixed
+    from perfsuite.common.numbers import fixed
 
     assert "e" not in fixed(value)
     assert float(fixed(value)) == pytest.approx(value, rel=5e-4, abs=0.5 if value >= 1000 else 0)
@@ -319,7 +319,7 @@ def test_fixed_point_never_uses_an_exponent_and_keeps_four_digits():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from perfsuite.numbers import fixed
+    from perfsuite.common.numbers import fixed
 
     @given(st.floats(min_value=1e-9, max_value=1e12), st.integers(min_value=1, max_value=6))
     def check(x, digits):

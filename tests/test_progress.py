@@ -10,8 +10,8 @@ import sys
 import pytest
 from _pytest._io import TerminalWriter
 
-from perfsuite.progress import ProgressDisplay, text
-from perfsuite.spec import BurstSpec
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.plugin.progress import ProgressDisplay, text
 
 pytest_plugins = ["pytester"]
 
@@ -79,7 +79,7 @@ def test_line_text():
 def test_tty_rewrites_one_line_and_leaves_pytest_line_as_it_was():
     rep = Reporter(tty=True)
     rep._tw.write("tests_perf/test_throughput.py ")
-    display = ProgressDisplay(rep, tty=True)
+    display = ProgressDisplay(rep, rep._tw, tty=True)
     shown = []
     for state in states():
         display(SPEC, state)
@@ -97,7 +97,7 @@ def test_tty_rewrites_one_line_and_leaves_pytest_line_as_it_was():
 def test_tty_line_never_wraps_and_keeps_the_step():
     rep = Reporter(tty=True)
     rep._tw.fullwidth = 60
-    display = ProgressDisplay(rep, tty=True)
+    display = ProgressDisplay(rep, rep._tw, tty=True)
     display(SPEC, {"step": 2, "steps": 6, "images_per_sec": 312.0})
     (line,) = screen(rep.out.getvalue())
     assert len(line) <= 59 and line.startswith("torch cifar10 on 2 CPU") and line.endswith("…: step 2/6  312 img/s")
@@ -107,7 +107,7 @@ def test_tty_line_never_wraps_and_keeps_the_step():
 
 def test_log_line_for_a_window_whose_edge_the_poll_missed():
     rep = Reporter(tty=False)
-    display = ProgressDisplay(rep, tty=False)
+    display = ProgressDisplay(rep, rep._tw, tty=False)
     for state in ({}, {"step": 2, "steps": 6, "images_per_sec": 200.0}, {"step": 3, "steps": 6},
                   {"step": 5, "steps": 6}, None):
         display(SPEC, state)
@@ -118,7 +118,7 @@ def test_log_line_for_a_window_whose_edge_the_poll_missed():
 def test_log_gets_a_line_per_window_not_per_step():
     rep = Reporter(tty=False)
     rep._tw.write("tests_perf/test_throughput.py ")
-    display = ProgressDisplay(rep, tty=False)
+    display = ProgressDisplay(rep, rep._tw, tty=False)
     for state in states():
         display(SPEC, state)
     rep._tw.write(".")
@@ -136,7 +136,8 @@ def test_log_gets_a_line_per_window_not_per_step():
 # -- through pytest, with bursts faked so the states are known --------------------------
 
 FAKE = """
-import perfsuite.session
+import perfsuite.plugin.session
+from perfsuite.contract.record import WorkerRecord
 
 def fake_run_burst(spec, model, workdir, options, on_progress=None):
     for step in range(1, spec.steps + 1):
@@ -144,9 +145,12 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None):
         if on_progress:
             on_progress({"step": step, "steps": spec.steps, "images_per_sec": rate})
     n = spec.windows
-    return {"samples": [100.0] * n, "window_seconds": [1.0] * n, "loss_first": 1.0, "loss_last": 0.9}
+    return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
+                        precision_dtype="float32", fp32_math=None, samples=(100.0,) * n, window_seconds=(1.0,) * n,
+                        images_per_window=100, per_rank=(), loss_first=1.0, loss_last=0.9, peak_memory_bytes=0,
+                        warmup_seconds=0.0)
 
-perfsuite.session.run_burst = fake_run_burst
+perfsuite.plugin.session.run_burst = fake_run_burst
 """
 TEST = """
 def test_one(burst, burst_spec):
@@ -216,8 +220,9 @@ def test_terminal_ends_with_pytest_own_lines(faked):
 def test_launcher_reports_every_window_of_a_real_burst(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import tiny_model  # noqa: F401  registers "tiny"
-    from perfsuite.launch import run_burst
+
     from perfsuite.models.registry import get_model
+    from perfsuite.plugin.launch import run_burst
 
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "300")  # windows far longer than the 0.5 s poll
     spec = BurstSpec("torch", "tiny", "cpu", batch_size=8, image_size=8, steps=6, windows=3, warmup_steps=1)

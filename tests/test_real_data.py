@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from perfsuite import datasets
-from perfsuite.spec import BurstSpec
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.data import datasets
 
 torch = pytest.importorskip("torch")
 
-from perfsuite.backends.torch import real  # noqa: E402
+from perfsuite.worker.backends.torch import real  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -325,7 +325,7 @@ def test_epoch_shuffle_is_endless_and_reshuffles():
 
 
 def test_real_is_a_torch_pipeline(monkeypatch):
-    from perfsuite.backends.torch import data
+    from perfsuite.worker.backends.torch import data
 
     calls = []
     monkeypatch.setattr(real, "real_batches", lambda *args: calls.append(args) or iter(()))

@@ -7,13 +7,15 @@ import types
 from pathlib import Path
 
 import pytest
+from records import result as measured
+from records import worker_record
 
-from perfsuite import stats
-from perfsuite.options import resolve
+from perfsuite.analysis import stats
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.plugin.options import resolve
+from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import content, folder, markdown
-from perfsuite.result import BurstResult
-from perfsuite.session import PerfSession
-from perfsuite.spec import BurstSpec
+from perfsuite.reporting.perf_json import row
 
 pytest_plugins = ["pytester"]
 
@@ -22,12 +24,10 @@ def result(devices=1, location="device", samples=(100.0, 101.0, 99.0, 100.5, 100
            baseline=None, scaling=None, scaling_verdict=None, utilisation=None, error=None, kind="cpu", **extra):
     spec = BurstSpec("torch", "cifar10", kind, devices=devices, data_location=location, batch_size=64,
                      image_size=24, steps=10, windows=5)
-    record = None if error else {"samples": list(samples), "window_seconds": [0.5] * len(samples),
-                                 "loss_first": 2.3, "loss_last": 2.1, "framework_version": "2.13.0+cpu",
-                                 "device_name": "cpu", "model": {"flops": 37.3e6, "image_size": 24}, **extra}
-    if record is not None and utilisation is not None:
-        record["utilisation"] = utilisation
-    r = BurstResult(spec, record, error)
+    record = None if error else worker_record(spec, samples, flops=37.3e6, window_seconds=(0.5,) * len(samples),
+                                              loss_first=2.3, loss_last=2.1, framework_version="2.13.0+cpu",
+                                              utilisation=utilisation, **extra)
+    r = measured(spec, record, error)
     if verdict:
         r.verdict = stats.Verdict(verdict, 0.7 if verdict == stats.REGRESSION else 1.0, 1e-4, 0.1, "test")
     r.baseline = {"images_per_sec": baseline, "scaling_efficiency": 0.98} if baseline else None
@@ -66,7 +66,7 @@ def perf(tmp_path):
 def test_folder_has_every_file(perf, tmp_path, monkeypatch):
     monkeypatch.delenv(folder.STEP_SUMMARY, raising=False)
     out = tmp_path / "rep"
-    lines = folder.write_report(out, perf, ["tests_perf", "--perf-report", str(out)])
+    lines = folder.write_report(out, perf.view(["tests_perf", "--perf-report", str(out)]))
     assert lines[0] == f"report: {out / 'report.html'}"
     names = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert {"results.json", "report.md", "report.html", "scaling-torch-cifar10.png",
@@ -82,7 +82,7 @@ def test_folder_has_every_file(perf, tmp_path, monkeypatch):
 
 
 def test_markdown_calls_out_regressions_first_and_marks_the_row(perf, tmp_path):
-    folder.write_report(tmp_path / "rep", perf)
+    folder.write_report(tmp_path / "rep", perf.view())
     md = (tmp_path / "rep" / "report.md").read_text()
     head, _, table = md.partition("## Results")
     assert "**REGRESSION** torch cifar10 on 2 CPU workers" in head
@@ -102,7 +102,7 @@ def test_markdown_calls_out_regressions_first_and_marks_the_row(perf, tmp_path):
 
 
 def test_html_is_self_contained_and_coloured(perf, tmp_path):
-    folder.write_report(tmp_path / "rep", perf)
+    folder.write_report(tmp_path / "rep", perf.view())
     page = (tmp_path / "rep" / "report.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<link" not in page and "<script" not in page
@@ -116,7 +116,7 @@ def test_step_summary_is_appended(perf, tmp_path, monkeypatch):
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     monkeypatch.setenv(folder.STEP_SUMMARY, str(summary))
-    folder.write_report(tmp_path / "rep", perf)
+    folder.write_report(tmp_path / "rep", perf.view())
     text = summary.read_text()
     assert text.startswith("earlier step\n# perfsuite report")
     assert "🔴 **REGRESSION**" in text and "report.html" in text
@@ -129,7 +129,7 @@ def test_stale_plots_of_an_earlier_report_go(perf, tmp_path):
     (out / "scaling-tf-vgg16.png").write_bytes(b"old")
     (out / "utilisation" / "old.json").write_text("{}")
     (out / "notes.txt").write_text("mine")
-    folder.write_report(out, perf)
+    folder.write_report(out, perf.view())
     assert not (out / "scaling-tf-vgg16.png").exists() and not (out / "utilisation" / "old.json").exists()
     assert (out / "notes.txt").read_text() == "mine"
 
@@ -138,11 +138,11 @@ def test_unwritable_folder_raises_oserror(perf, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(OSError):
-        folder.write_report(blocker / "rep", perf)
+        folder.write_report(blocker / "rep", perf.view())
 
 
 def test_missing_figures_stay_missing():
-    rec = result(1).as_record()
+    rec = row(result(1))
     columns, rows = content.table([rec])
     cells = dict(zip(columns, rows[0][1]))
     assert cells["baseline"] == "-" and cells["change"] == "-" and cells["verdict"] == "measured"
@@ -152,8 +152,8 @@ def test_missing_figures_stay_missing():
 def test_gpu_columns():
     gpu_util = {"cpu": {"percent_mean": 12.0}, "gpus": [
         {"index": 0, "util_percent": {"mean": 97.0, "p95": 99.0}}, {"index": 1, "util_percent": {"mean": 93.0}}]}
-    rec = result(2, kind="cuda", samples=(5000.0,) * 5, device_name="NVIDIA H100 80GB HBM3",
-                 utilisation=gpu_util).as_record()
+    rec = row(result(2, kind="cuda", samples=(5000.0,) * 5, device_name="NVIDIA H100 80GB HBM3",
+                     utilisation=gpu_util))
     columns, rows = content.table([rec])
     cells = dict(zip(columns, rows[0][1]))
     assert cells["GPU util (mean)"] == "95%" and cells["CPU % (mean)"] == "12%"
@@ -170,10 +170,10 @@ def test_findings_of_the_diagnosis_module_are_listed(perf, tmp_path, monkeypatch
         key, kind, text = "torch/cifar10/cpu2/nodes1/device/bs64/img24/fp32/replicated/threads1", "input-bound", \
             "the host copy takes 40% of the step"
 
-    fake = types.ModuleType("perfsuite.diagnosis")
+    fake = types.ModuleType("perfsuite.analysis.diagnosis")
     fake.diagnose = lambda results, **options: [Finding()]
-    monkeypatch.setitem(sys.modules, "perfsuite.diagnosis", fake)
-    folder.write_report(tmp_path / "rep", perf)
+    monkeypatch.setitem(sys.modules, "perfsuite.analysis.diagnosis", fake)
+    folder.write_report(tmp_path / "rep", perf.view())
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Findings" in md
     assert "- the host copy takes 40% of the step" in md
@@ -182,12 +182,12 @@ def test_findings_of_the_diagnosis_module_are_listed(perf, tmp_path, monkeypatch
 def test_a_failing_diagnosis_or_missing_matplotlib_costs_only_its_part(perf, tmp_path, monkeypatch):
     import importlib.util
 
-    fake = types.ModuleType("perfsuite.diagnosis")
+    fake = types.ModuleType("perfsuite.analysis.diagnosis")
     fake.diagnose = lambda results, **options: 1 / 0
-    monkeypatch.setitem(sys.modules, "perfsuite.diagnosis", fake)
+    monkeypatch.setitem(sys.modules, "perfsuite.analysis.diagnosis", fake)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
-    lines = folder.write_report(tmp_path / "rep", perf)
+    lines = folder.write_report(tmp_path / "rep", perf.view())
     assert any("plots left out: matplotlib is not installed" in line for line in lines)
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "findings unavailable: ZeroDivisionError" in md and "## Results" in md
@@ -197,15 +197,14 @@ def test_a_failing_diagnosis_or_missing_matplotlib_costs_only_its_part(perf, tmp
 # -- the option, end to end -------------------------------------------------------------
 
 INJECT = """
-from perfsuite.plugin import SESSION
-from perfsuite.result import BurstResult
-from perfsuite.spec import BurstSpec
+from perfsuite.plugin.hooks import SESSION
+from perfsuite.contract.spec import BurstSpec
+from records import result, worker_record
 
 def pytest_sessionstart(session):
     perf = session.config.stash[SESSION]
     spec = BurstSpec("torch", "cifar10", "cpu", devices=1, batch_size=64, image_size=24, steps=10, windows=5)
-    perf.results[spec] = BurstResult(spec, {"samples": [10.0, 11.0, 12.0, 11.5, 10.5], "loss_first": 1.0,
-                                            "loss_last": 0.9, "window_seconds": [1.0] * 5})
+    perf.results[spec] = result(spec, worker_record(spec, [10.0, 11.0, 12.0, 11.5, 10.5]))
 """
 
 
@@ -249,7 +248,7 @@ def test_option_from_pyproject(injected):
 
 def test_help_lists_the_option_and_plotting_stays_unimported(pytester):
     assert "--perf-report=DIR" in pytester.runpytest("--help").stdout.str()
-    code = "import sys, perfsuite.plugin, perfsuite.reporting; sys.exit('matplotlib' in sys.modules)"
+    code = "import sys, perfsuite.plugin.hooks, perfsuite.reporting; sys.exit('matplotlib' in sys.modules)"
     assert pytester.run(sys.executable, "-c", code).ret == 0
 
 
@@ -257,9 +256,21 @@ def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
     r = result(1, verdict="pass", baseline=101.0)
     r.baseline["history"] = [{"images_per_sec": 90.0}, {"images_per_sec": 95.5}]
     plain = result(1, "host", verdict="pass", baseline=99.0)
-    columns, rows = content.table([r.as_record(), plain.as_record()])
+    columns, rows = content.table([row(r), row(plain)])
     col = columns.index("baseline trend")
     cells = {row[columns.index("data location")]: row[col] for _, row in rows}
     assert cells == {"device": "90 → 95.5 → 101", "host": "99"}
     # no entry with a past save: no column
-    assert "baseline trend" not in content.table([plain.as_record()])[0]
+    assert "baseline trend" not in content.table([row(plain)])[0]
+
+
+def test_perf_json_names_its_schema_and_the_run(injected):
+    injected.runpytest("--perf-json", "r.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    doc = json.loads((injected.path / "r.json").read_text())
+    assert doc["schema_version"] == 2 and "interrupted" not in doc
+    run = doc["run"]
+    assert set(run) == {"date", "host", "python", "git_commit", "fingerprints", "frameworks", "driver", "cuda",
+                        "command", "interrupted"}
+    assert run["command"][:4] == ["--perf-json", "r.json", "-p", "no:cacheprovider"] and run["interrupted"] is False
+    assert run["fingerprints"]["cpu"]["id"].startswith("cpu-") and run["frameworks"] == {"torch": "test"}
+    assert [r["key"] for r in doc["results"]] == ["torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"]

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from suite_files import TINY, needs  # noqa: E402
 
-from perfsuite.launch import BurstError, run_burst  # noqa: E402
+from perfsuite.contract.spec import BurstSpec  # noqa: E402
 from perfsuite.models.registry import get_model  # noqa: E402
-from perfsuite.spec import BurstSpec  # noqa: E402
+from perfsuite.plugin.launch import BurstError, run_burst  # noqa: E402
 
 pytestmark = needs("torch")
 

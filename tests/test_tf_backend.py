@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from perfsuite.launch import BurstError, run_burst
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import ModelInfo, get_model
-from perfsuite.spec import BurstSpec
+from perfsuite.plugin.launch import BurstError, run_burst
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
@@ -64,19 +64,19 @@ def test_tiny_burst(changes, tmp_path):
     info = TINY_BN if spec.model == "tiny_bn" else get_model("tf", spec.model)
     record = run_burst(spec, info, tmp_path)
 
-    assert BurstSpec.from_dict(record["spec"]) == spec
-    assert math.isfinite(record["loss_first"]) and math.isfinite(record["loss_last"])
-    assert len(record["samples"]) == spec.windows
-    assert all(s > 0 for s in record["samples"])
+    assert record.spec == spec
+    assert math.isfinite(record.loss_first) and math.isfinite(record.loss_last)
+    assert len(record.samples) == spec.windows
+    assert all(s > 0 for s in record.samples)
     images = spec.batch_size * spec.devices * spec.steps_per_window
-    assert record["images_per_window"] == images
-    for sample, seconds in zip(record["samples"], record["window_seconds"]):
+    assert record.images_per_window == images
+    for sample, seconds in zip(record.samples, record.window_seconds):
         assert sample == pytest.approx(images / seconds)
-    assert record["device_name"] == "cpu"
-    assert record["precision_dtype"] == ("bfloat16" if spec.precision == "amp" else "float32")
-    assert [r["rank"] for r in record["per_rank"]] == [0]  # one process drives every device
-    assert record["peak_memory_bytes"] > 0
-    assert record["framework_version"]
+    assert record.device_name == "cpu"
+    assert record.precision_dtype == ("bfloat16" if spec.precision == "amp" else "float32")
+    assert [r.rank for r in record.per_rank] == [0]  # one process drives every device
+    assert record.peak_memory_bytes > 0
+    assert record.framework_version
 
 
 def test_failing_burst_raises_one_line(tmp_path):

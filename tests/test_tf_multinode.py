@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from perfsuite import cases, launch
-from perfsuite.options import OptionError, resolve
-from perfsuite.spec import BurstSpec
-
 from suite_files import SUITE, free_port
+
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.plugin import cases, launch
+from perfsuite.plugin.options import OptionError, cluster_gap, resolve
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
@@ -92,13 +91,19 @@ def test_tf_config_comes_from_worker_hosts(monkeypatch):
     assert "TF_CONFIG" not in launch.worker_env(SPEC.replace(nodes=1), 0, hosts)
 
 
-def test_a_cluster_needs_its_hosts(tmp_path, monkeypatch):
+def test_a_cluster_needs_its_hosts(monkeypatch):
+    """Options decide whether a cluster can form, per framework; a TF_CONFIG left in the
+    environment does not count, and the launcher never passes one on."""
     monkeypatch.delenv("SLURM_STEP_NODELIST", raising=False)
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(launch.BurstError, match="needs --worker-hosts"):
-        launch.worker_command(SPEC, tmp_path / "j", tmp_path / "o", launch.LaunchOptions(node_rank=0))
-    with pytest.raises(launch.BurstError, match="lists 1 hosts for 2 nodes"):
-        launch.worker_command(SPEC, tmp_path / "j", tmp_path / "o", launch.LaunchOptions(worker_hosts=("a:1",)))
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["x:1", "y:2"]}, "task": {"type": "worker", "index": 0}}')
+    torch_only = resolve(lambda dest: {"nnodes": "2", "rdzv_endpoint": "h:29500"}.get(dest), {}, "", Path.cwd())
+    assert "needs --worker-hosts" in cluster_gap(torch_only, "tf")
+    assert cluster_gap(torch_only, "torch") is None
+    assert "TF_CONFIG" not in launch.worker_env(SPEC, 0, ())
+    case = cases.Case("tf", "cifar10", "cpu", 1, "device", "replicated", "fp32", None, nodes=2)
+    assert "needs --worker-hosts" in cases.skip_reason(case, gpu_count=0, options=torch_only)
+    with pytest.raises(OptionError, match="lists 1 hosts but --nnodes is 2"):
+        resolve(lambda dest: {"nnodes": "2", "worker_hosts": "a:1"}.get(dest), {}, "", Path.cwd())
 
 
 def test_slurm_allows_nodes_without_endpoints(monkeypatch):
@@ -126,7 +131,7 @@ def test_unsupported_multinode_cases_are_skipped_with_a_reason():
 @pytest.mark.parametrize("rank", [0, 1])
 def test_slurm_cluster_resolver(monkeypatch, rank):
     pytest.importorskip("tensorflow")
-    from perfsuite.backends.tf.cluster import SLURM_PORT, cluster_resolver
+    from perfsuite.worker.backends.tf.cluster import SLURM_PORT, cluster_resolver
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
     for name, value in {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": "gpu[07-08]",

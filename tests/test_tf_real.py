@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfsuite import datasets
-from perfsuite.launch import BurstError, run_burst
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.data import datasets
 from perfsuite.models.registry import ModelInfo, get_model
-from perfsuite.spec import BurstSpec
+from perfsuite.plugin.launch import BurstError, run_burst
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"),
@@ -77,7 +77,7 @@ def tf():
 
 
 def _batches(tf, spec: BurstSpec, num_classes: int, steps: int = 2):
-    from perfsuite.backends.tf.real import real_feed
+    from perfsuite.worker.backends.tf.real import real_feed
 
     feed = real_feed(spec, tf.distribute.OneDeviceStrategy("/cpu:0"), num_classes, seed=0)
     return [tuple(t.numpy() for t in feed.take(feed.source)) for _ in range(steps)]
@@ -103,7 +103,7 @@ def test_cifar_batches(tf, cifar_dir, augment_on):
 def test_imagenet_batches(tf, tfrecord_dir, jpeg_dir, augment_on, layout):
     root = tfrecord_dir if layout == "tfrecord" else jpeg_dir
     spec = IMAGENET.replace(augment_on=augment_on, data_dir=str(root))
-    from perfsuite.backends.tf.real import IMAGENET_MEAN, IMAGENET_STD
+    from perfsuite.worker.backends.tf.real import IMAGENET_MEAN, IMAGENET_STD
 
     for images, labels in _batches(tf, spec, num_classes=1000):
         assert images.shape == (4, IMAGENET_SIDE, IMAGENET_SIDE, 3) and images.dtype == np.float32
@@ -131,7 +131,7 @@ def test_label_beyond_the_model_fails_naming_the_data(tf, tfrecord_dir):
 
 def test_device_crop_geometry_is_exact(tf):
     """A box on whole pixels at the output size copies pixels; a flip mirrors them."""
-    from perfsuite.backends.tf.real import _crop_resize
+    from perfsuite.worker.backends.tf.real import _crop_resize
 
     side = 16
     images = tf.constant(np.arange(2 * side * side * 3, dtype=np.float32).reshape(2, side, side, 3) % 251)
@@ -144,7 +144,7 @@ def test_device_crop_geometry_is_exact(tf):
 
 
 def test_device_boxes_stay_inside(tf):
-    from perfsuite.backends.tf.real import random_resized_boxes
+    from perfsuite.worker.backends.tf.real import random_resized_boxes
 
     top, left, h, w = (t.numpy() for t in random_resized_boxes(4096, tf.constant(256.0)))
     assert (top >= 0).all() and (left >= 0).all() and (top + h <= 256).all() and (left + w <= 256).all()
@@ -163,9 +163,9 @@ def test_imagenet_dataset_prefers_tfrecords(tfrecord_dir, jpeg_dir, tmp_path):
 
 
 def _check(record: dict, spec: BurstSpec) -> None:
-    assert BurstSpec.from_dict(record["spec"]) == spec
-    assert math.isfinite(record["loss_first"]) and math.isfinite(record["loss_last"])
-    assert len(record["samples"]) == spec.windows and all(s > 0 for s in record["samples"])
+    assert record.spec == spec
+    assert math.isfinite(record.loss_first) and math.isfinite(record.loss_last)
+    assert len(record.samples) == spec.windows and all(s > 0 for s in record.samples)
 
 
 def test_cifar_burst_generates_its_dataset_once_and_augments_on_two_devices(tmp_path, monkeypatch):

@@ -3,13 +3,11 @@
 import math
 
 import pytest
-
 from suite_files import needs
 
-from perfsuite.launch import BurstError, run_burst  # noqa: E402
+from perfsuite.contract.spec import BurstSpec  # noqa: E402
 from perfsuite.models.registry import get_model  # noqa: E402
-from perfsuite.spec import BurstSpec  # noqa: E402
-
+from perfsuite.plugin.launch import BurstError, run_burst  # noqa: E402
 
 pytestmark = needs("torch")
 
@@ -21,7 +19,7 @@ def burst(tmp_path, **changes):
 
 
 def finite(record):
-    return all(math.isfinite(record[k]) for k in ("loss_first", "loss_last"))
+    return all(math.isfinite(getattr(record, k)) for k in ("loss_first", "loss_last"))
 
 
 # Every data location, both variable updates, amp and the device-side augmentation, each
@@ -39,15 +37,15 @@ CASES = {
 @pytest.mark.parametrize("changes", CASES.values(), ids=CASES.keys())
 def test_tiny_burst(tmp_path, changes):
     record = burst(tmp_path, **changes)
-    spec = BurstSpec.from_dict(record["spec"])
+    spec = record.spec
     assert finite(record)
-    assert len(record["samples"]) == 2 and all(s > 0 for s in record["samples"])
-    assert record["peak_memory_bytes"] > 0
-    assert record["precision_dtype"] == ("bfloat16" if spec.precision == "amp" else "float32")
-    assert [r["rank"] for r in record["per_rank"]] == list(range(spec.devices))
+    assert len(record.samples) == 2 and all(s > 0 for s in record.samples)
+    assert record.peak_memory_bytes > 0
+    assert record.precision_dtype == ("bfloat16" if spec.precision == "amp" else "float32")
+    assert [r.rank for r in record.per_rank] == list(range(spec.devices))
     # global throughput counts every rank's images over the slowest rank's window
-    for w, sample in enumerate(record["samples"]):
-        slowest = max(r["window_seconds"][w] for r in record["per_rank"])
+    for w, sample in enumerate(record.samples):
+        slowest = max(r.window_seconds[w] for r in record.per_rank)
         assert sample == pytest.approx(spec.devices * 16 * 2 / slowest)
 
 

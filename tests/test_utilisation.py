@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite import measure, utilisation
-from perfsuite.utilisation import Sampler, merge_ranks, nvml_indices, rank_share, summary
+from perfsuite.analysis import utilisation
+from perfsuite.analysis.utilisation import merge_ranks, rank_share, summary
+from perfsuite.worker import measure, sampler
+from perfsuite.worker.sampler import Sampler, nvml_indices
 
 
 def busy(seconds):
@@ -157,7 +159,7 @@ def test_an_exception_in_setup_is_recorded(monkeypatch):
     def boom(*a, **k):
         raise OSError("no /proc")
 
-    monkeypatch.setattr(utilisation.psutil, "cpu_percent", boom)
+    monkeypatch.setattr(sampler.psutil, "cpu_percent", boom)
     u = run_for(Sampler(), 0.15)
     assert u["error"] == "OSError: no /proc" and u["samples"] == 0
     json.dumps(u, allow_nan=False)
@@ -247,7 +249,8 @@ def test_merge_ranks_keeps_the_leaders_host_view_and_every_gpu():
     ranks = [{"rank": 1, "host": "b", "utilisation": rank_share(full(1, 70.0))},
              {"rank": 0, "host": "a", "utilisation": rank_share(leader)}]
     merged = merge_ranks(leader, sorted(ranks, key=lambda r: r["rank"]))
-    assert [(g["rank"], g["host"], g["util_percent"]["mean"]) for g in merged["gpus"]] == [(0, "a", 90.0), (1, "b", 70.0)]
+    gpus = [(g["rank"], g["host"], g["util_percent"]["mean"]) for g in merged["gpus"]]
+    assert gpus == [(0, "a", 90.0), (1, "b", 70.0)]
     assert [g["rank"] for g in merged["series"]["gpus"]] == [0, 1]
     assert merged["series"]["per_core"] == [[50.0], [50.0]]  # the leader's, kept
     assert "per_core" not in rank_share(leader)["series"]

@@ -5,18 +5,18 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-
-from perfsuite.spec import BurstSpec  # noqa: E402
 from suite_files import free_port  # noqa: E402
+
+from perfsuite.contract.spec import BurstSpec  # noqa: E402
 
 STEPS = 3
 
 
 def _train(spec, rank, world):
     """STEPS steps of cifar10 from seed 0 on this rank's batches; returns the model."""
-    from perfsuite.backends.torch.data import batches
-    from perfsuite.backends.torch.train import make_step
     from perfsuite.models.registry import get_model, resolve_builder
+    from perfsuite.worker.backends.torch.data import batches
+    from perfsuite.worker.backends.torch.train import make_step
 
     info = get_model("torch", "cifar10")
     torch.manual_seed(0)
@@ -32,7 +32,7 @@ def _ranks(rank, world, port, folder):
     (every experiment in one spawn: each spawn pays a torch import per rank)."""
     import contextlib
 
-    import perfsuite.backends.torch.train as train
+    import perfsuite.worker.backends.torch.train as train
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -52,6 +52,7 @@ def _ranks(rank, world, port, folder):
         dist.all_gather_object(scales, scaler.get_scale())
         if rank == 0:
             torch.save(scales, f"{folder}/scales.pt")
+        dist.barrier()  # no rank tears gloo down while the other still talks to it (an abort otherwise)
     finally:
         dist.destroy_process_group()
 

@@ -11,9 +11,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+
+from perfsuite.contract.model_info import ModelInfo
 
 FRAMEWORKS = ("torch", "tf")
 
@@ -38,24 +39,6 @@ _BUILTIN_MODULES = {
         "perfsuite.models.tf.vgg",
     ),
 }
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    framework: str
-    image_size: int  # square input side the model is measured at
-    batch_size: int  # default batch per device on an accelerator
-    cpu_batch_size: int  # default batch per CPU worker (keeps CPU bursts short)
-    params: int | None  # published parameter count; None: counted by the burst worker
-    flops: float | None  # forward FLOPs per image (multiply-adds x 2); None: measured by the burst worker
-    num_classes: int
-    builder: str  # "module:qualname" of the builder function
-    source: str | None  # file of the builder's module, for models registered outside the package
-    description: str = ""
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 _REGISTRY: dict[tuple[str, str], ModelInfo] = {}

@@ -1,21 +1,25 @@
 """What a report says, independent of how it is rendered (markdown, HTML).
 
-Built from result records (``BurstResult.as_record()``) only; every figure shown is a
+Built from results rows (``perfsuite.reporting.perf_json.row``) only; every figure shown is a
 measured one or is missing ("-"), never filled in.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from perfsuite.numbers import fixed
-from perfsuite.stats import IMPROVEMENT, INCONCLUSIVE, NO_BASELINE, PASS, REGRESSION
-
-ERROR, MEASURED = "error", "measured"  # a burst that failed; one measured but not gated
-SAVED = "saved"  # merged into the baseline file by --save-baseline: the new reference, not gated
-# Worst first: a row and the run take the worst status of their verdicts.
-_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, SAVED, MEASURED)
+from perfsuite.analysis.stats import (
+    ERROR,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    MEASURED,
+    NO_BASELINE,
+    REGRESSION,
+    SAVED,
+    VERDICT_ORDER,
+    worst,
+)
+from perfsuite.common.numbers import finite, fixed
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,6 @@ def ordered(records: list[dict]) -> list[dict]:
     return sorted(records, key=key)
 
 
-def worst(statuses) -> str:
-    ranked = [s for s in statuses if s in _ORDER]
-    return min(ranked, key=_ORDER.index) if ranked else MEASURED
-
-
 def row_status(rec: dict) -> str:
     if rec.get("error"):
         return ERROR
@@ -70,13 +69,12 @@ def label(rec: dict) -> str:
     return str(rec.get("label") or rec.get("key"))
 
 
-def num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+num = finite
 
 
 def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
     """``x`` formatted by ``spec``, "-" when missing; a ``.Ng`` spec means N significant digits in
-    fixed-point (perfsuite.numbers.fixed): a table never shows 1.037e+04."""
+    fixed-point (perfsuite.common.numbers.fixed): a table never shows 1.037e+04."""
     if not num(x):
         return "-"
     if spec.endswith("g"):
@@ -208,14 +206,14 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
                         f"{name}: efficiency {fmt(r.get('scaling_efficiency'), '.1%')}"
                         f" (95% CI {_interval(ci[0], ci[1], '.1%')}) vs baseline "
                         f"{fmt(r.get('baseline_scaling_efficiency'), '.1%')}"))
-    return sorted(out, key=lambda c: _ORDER.index(c[0]))
+    return sorted(out, key=lambda c: VERDICT_ORDER.index(c[0]))
 
 
 def counts(rows: list[tuple[str, list[str]]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for status, _ in rows:
         out[status] = out.get(status, 0) + 1
-    return {s: out[s] for s in _ORDER if s in out}
+    return {s: out[s] for s in VERDICT_ORDER if s in out}
 
 
 def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findings_note: str | None = None,

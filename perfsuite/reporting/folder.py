@@ -16,24 +16,23 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Sequence
 
-from perfsuite.files import atomic_write, json_safe
-from perfsuite.report import write_json
+from perfsuite.analysis.result import BurstResult
+from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.reporting import content, header, html, markdown
-from perfsuite.result import BurstResult
-from perfsuite.session import PerfSession
+from perfsuite.reporting.perf_json import row, write_json
+from perfsuite.reporting.view import RunView
 
 PLOT_PATTERNS = ("scaling-*.png", "data-locations-*.png")
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
-def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -> list[str]:
+def write_report(folder: Path, view: RunView) -> list[str]:
     """Write the report; return lines for the terminal summary. OSError when DIR cannot be written."""
-    results = list(perf.results.values())
-    records = [r.as_record() for r in results]
+    results = list(view.results)
+    records = [row(r) for r in results]
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "results.json", records, interrupted=perf.interrupted)
+    write_json(folder / "results.json", view.run, records)
     series = {rec["id"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
     records = content.ordered(records)
     plots, util_png, notes = _draw(records, series)
@@ -42,8 +41,8 @@ def write_report(folder: Path, perf: PerfSession, command: Sequence[str] = ()) -
     utilisation, images = _write_utilisation(folder, records, series, util_png)
     kept = {p.name for p in plots} | {Path(path).name for _, data, png in utilisation for path in (data, png) if path}
     _remove_stale(folder, kept)
-    findings, note = _findings(results, perf)
-    report = content.build(records, header.facts(perf, records, command), findings, note, plots, utilisation)
+    findings, note = _findings(results, view)
+    report = content.build(records, header.facts(view, records), findings, note, plots, utilisation)
     atomic_write(folder / "report.md", markdown.document(report).encode())
     atomic_write(folder / "report.html", html.document(report, images).encode())
     summary_file = os.environ.get(STEP_SUMMARY)
@@ -66,7 +65,7 @@ def _draw(records: list[dict], series: dict[str, dict]):
 
 
 def raw_series(result: BurstResult) -> dict | None:
-    util = (result.record or {}).get("utilisation")
+    util = result.record.utilisation if result.record else None
     series = util.get("series") if isinstance(util, dict) else None
     return series if isinstance(series, dict) and series else None
 
@@ -103,13 +102,13 @@ def _remove_stale(folder: Path, kept: set[str]) -> None:
             p.unlink(missing_ok=True)
 
 
-def _findings(results: list[BurstResult], perf: PerfSession) -> tuple[list[tuple[str, str]], str | None]:
-    """(kind, text) per finding of perfsuite.diagnosis, healthy bursts included."""
-    from perfsuite.diagnosis import diagnose
+def _findings(results: list[BurstResult], view: RunView) -> tuple[list[tuple[str, str]], str | None]:
+    """(kind, text) per finding of perfsuite.analysis.diagnosis, healthy bursts included."""
+    from perfsuite.analysis.diagnosis import diagnose
 
     try:
-        found = diagnose(results, min_scaling_efficiency=perf.options.min_scaling_efficiency,
-                         scaling_tolerance=perf.options.scaling_tolerance, healthy=True)
+        found = diagnose(results, min_scaling_efficiency=view.min_scaling_efficiency,
+                         scaling_tolerance=view.scaling_tolerance, healthy=True)
     except Exception as exc:  # noqa: BLE001 - a report without findings beats no report
         return [], f"findings unavailable: {type(exc).__name__}: {exc}"
     rows = [(f.kind, f.text) for f in found]

@@ -2,43 +2,32 @@
 
 from __future__ import annotations
 
-import datetime
-import platform
 import shlex
-import socket
-from typing import Sequence
 
-from perfsuite import hardware
-from perfsuite.baseline import git_commit
-from perfsuite.session import PerfSession, fingerprint_kind
+from perfsuite.common import hardware
+from perfsuite.reporting.view import RunView
 
 
-def facts(perf: PerfSession, records: list[dict], command: Sequence[str] = ()) -> list[tuple[str, str]]:
-    out = [("date", datetime.datetime.now().astimezone().isoformat(timespec="seconds")),
-           ("host", socket.gethostname())]
-    if perf.interrupted:
+def facts(view: RunView, records: list[dict]) -> list[tuple[str, str]]:
+    run = view.run
+    out = [("date", run.date), ("host", run.host)]
+    if run.interrupted:
         out.append(("interrupted", "yes: the run was stopped; only the bursts that finished are shown, "
                                    "and no baseline was saved"))
-    for kind in sorted({fingerprint_kind(r.get("device_kind") or "cpu") for r in records} | set(perf.fingerprints)):
-        try:
-            fp = perf.fingerprints.get(kind) or perf.fingerprint("cuda" if kind == "gpu" else "cpu")
-        except hardware.HardwareError as exc:
-            out.append((f"hardware ({kind})", f"unknown: {exc}"))
-            continue
-        out.append((f"hardware ({kind})", f"{hardware.describe(fp)} (fingerprint {fp.id})"))
-    versions = {}
-    for r in records:
-        if r.get("framework_version"):
-            versions.setdefault(r.get("framework"), r["framework_version"])
-    if versions:
-        out.append(("frameworks", ", ".join(f"{fw} {v}" for fw, v in sorted(versions.items()))))
-    out.append(("python", platform.python_version()))
-    commit = git_commit(perf.rootdir)
-    if commit:
-        out.append(("git commit", commit))
+    for kind in sorted(set(view.fingerprints) | set(view.fingerprint_errors)):
+        fp = view.fingerprints.get(kind)
+        if fp is None:
+            out.append((f"hardware ({kind})", f"unknown: {view.fingerprint_errors[kind]}"))
+        else:
+            out.append((f"hardware ({kind})", f"{hardware.describe(fp)} (fingerprint {fp.id})"))
+    if run.frameworks:
+        out.append(("frameworks", ", ".join(f"{fw} {v}" for fw, v in sorted(run.frameworks.items()))))
+    out.append(("python", run.python))
+    if run.git_commit:
+        out.append(("git commit", run.git_commit))
     files = sorted({r["baseline_file"] for r in records if r.get("baseline_file")})
     if files:
         out.append(("baseline", ", ".join(files)))
-    if command:
-        out.append(("command", "pytest " + shlex.join(str(c) for c in command)))
+    if run.command:
+        out.append(("command", "pytest " + shlex.join(run.command)))
     return out

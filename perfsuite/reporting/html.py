@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from perfsuite.reporting.content import (ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status,
-                                         summary_line)
+from perfsuite.reporting.content import ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status, summary_line
 
 CSS = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from perfsuite.reporting.content import (ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status,
-                                         summary_line)
+from perfsuite.reporting.content import ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status, summary_line
 
 # Markdown has no colour; GitHub renders these marks in colour.
 MARKS = {REGRESSION: "🔴", ERROR: "🔴", INCONCLUSIVE: "🟡", IMPROVEMENT: "🟢"}

@@ -150,8 +150,7 @@ def _series(recs: list[dict]) -> list[tuple[str, list[dict]]]:
 
 def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import (FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator,
-                                   ScalarFormatter)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
     fig = _figure(8.6, 4.6)
     ax = fig.add_subplot()

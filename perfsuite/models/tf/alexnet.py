@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import keras
 
 
 @register_model(
@@ -13,7 +18,7 @@ from perfsuite.models.registry import register_model
     params=61_100_840,
     flops=1.43e9,
 )
-def alexnet(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def alexnet(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """AlexNet (Krizhevsky 2014, "One weird trick"), single-tower layout as in torchvision."""
     import keras
     from keras import layers

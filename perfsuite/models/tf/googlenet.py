@@ -8,8 +8,13 @@ torchvision's ceil-mode pools are "same" pools here: same output sizes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import GOOGLENET_INCEPTION, SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import keras
 
 INCEPTION = GOOGLENET_INCEPTION
 
@@ -21,12 +26,13 @@ INCEPTION = GOOGLENET_INCEPTION
     params=6_624_904,
     flops=3.00e9,
 )
-def googlenet(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def googlenet(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """GoogLeNet / Inception v1 with batch norm (Szegedy et al. 2014, "Going Deeper with Convolutions")."""
     import keras
     from keras import layers
 
-    from perfsuite.models.tf.layers import concat, conv_bn_relu as conv, input_layer
+    from perfsuite.models.tf.layers import concat, input_layer
+    from perfsuite.models.tf.layers import conv_bn_relu as conv
 
     def pool(x, size=3):
         return layers.MaxPooling2D(size, strides=2, padding="same")(x)

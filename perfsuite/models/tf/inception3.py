@@ -3,8 +3,13 @@ Vision" (2015), as keras.applications (no auxiliary head; batch norm without sca
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import keras
 
 
 @register_model(
@@ -14,7 +19,7 @@ from perfsuite.models.registry import register_model
     params=23_851_784,
     flops=1.14e10,
 )
-def inception3(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def inception3(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """Inception v3 (Szegedy et al. 2015, "Rethinking the Inception Architecture"), keras.applications."""
     import keras
 

@@ -3,8 +3,13 @@ Connections on Learning" (2016), laid out as the common timm / Cadene implementa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import keras
 
 
 @register_model(
@@ -14,7 +19,7 @@ from perfsuite.models.registry import register_model
     params=42_679_816,
     flops=2.45e10,
 )
-def inception4(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def inception4(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """Inception-v4 (Szegedy et al. 2016, "Inception-v4, Inception-ResNet and ... Residual Connections")."""
     import keras
     from keras import layers

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import keras
 import tensorflow as tf
 from keras import layers
+
+if TYPE_CHECKING:
+    import keras
 
 
 def conv_bn_relu(x, filters: int, kernel_size, strides=1, padding: str = "same", name: str | None = None):

@@ -6,8 +6,13 @@ batch norm), not torchvision's v1.5: a few more parameters, ~5% fewer FLOPs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import keras
 
 
 def _build(application: str, num_classes: int, image_size: int):
@@ -28,7 +33,7 @@ def _build(application: str, num_classes: int, image_size: int):
     params=25_636_712,
     flops=7.72e9,
 )
-def resnet50(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def resnet50(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """ResNet-50 v1 (He et al. 2015, "Deep Residual Learning for Image Recognition"), keras.applications."""
     return _build("ResNet50", num_classes, image_size or 224)
 
@@ -40,6 +45,6 @@ def resnet50(num_classes: int = 1000, image_size: int | None = None) -> "keras.M
     params=60_419_944,
     flops=2.26e10,
 )
-def resnet152(num_classes: int = 1000, image_size: int | None = None) -> "keras.Model":
+def resnet152(num_classes: int = 1000, image_size: int | None = None) -> keras.Model:
     """ResNet-152 v1 (He et al. 2015, "Deep Residual Learning for Image Recognition"), keras.applications."""
     return _build("ResNet152", num_classes, image_size or 224)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register_model(
@@ -13,7 +18,7 @@ from perfsuite.models.registry import register_model
     params=1_068_298,
     flops=3.69e7,
 )
-def cifar10(num_classes: int = 10) -> "torch.nn.Module":
+def cifar10(num_classes: int = 10) -> torch.nn.Module:
     """CIFAR-10 tutorial CNN (TensorFlow models, after Krizhevsky's cuda-convnet layers-18pct)."""
     from torch import nn
 

@@ -7,8 +7,13 @@ published weights and the 6.6M parameter count bake in; a true 5x5 gives 7.01M).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import GOOGLENET_INCEPTION, SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import torch
 
 INCEPTION = GOOGLENET_INCEPTION
 
@@ -20,7 +25,7 @@ INCEPTION = GOOGLENET_INCEPTION
     params=6_624_904,
     flops=3.00e9,
 )
-def googlenet(num_classes: int = 1000) -> "torch.nn.Module":
+def googlenet(num_classes: int = 1000) -> torch.nn.Module:
     """GoogLeNet / Inception v1 with batch norm (Szegedy et al. 2014, "Going Deeper with Convolutions")."""
     from torch import nn
 

@@ -3,8 +3,13 @@ Connections on Learning" (2016), laid out as the common timm / Cadene implementa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import torch
 
 
 @register_model(
@@ -14,20 +19,12 @@ from perfsuite.models.registry import register_model
     params=42_679_816,
     flops=2.45e10,
 )
-def inception4(num_classes: int = 1000) -> "torch.nn.Module":
+def inception4(num_classes: int = 1000) -> torch.nn.Module:
     """Inception-v4 (Szegedy et al. 2016, "Inception-v4, Inception-ResNet and ... Residual Connections")."""
     from torch import nn
 
-    from perfsuite.models.torch.layers import Concat, ConvBNReLU, init_weights
-
-    def conv(in_ch, out_ch, kernel_size, stride=1, padding=0):
-        return ConvBNReLU(in_ch, out_ch, kernel_size, stride, padding, eps=1e-3)
-
-    def conv_1x7(in_ch, out_ch):
-        return conv(in_ch, out_ch, (1, 7), padding=(0, 3))
-
-    def conv_7x1(in_ch, out_ch):
-        return conv(in_ch, out_ch, (7, 1), padding=(3, 0))
+    from perfsuite.models.torch.layers import Concat, conv_1x7, conv_7x1, init_weights
+    from perfsuite.models.torch.layers import inception_conv as conv
 
     def seq(*layers):
         return nn.Sequential(*layers)

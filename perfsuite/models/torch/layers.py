@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ConvBNReLU(nn.Sequential):
@@ -18,6 +22,20 @@ class ConvBNReLU(nn.Sequential):
             nn.BatchNorm2d(out_ch, eps=eps),
             nn.ReLU(inplace=True),
         )
+
+
+def inception_conv(in_ch: int, out_ch: int, kernel_size, stride=1, padding=0) -> ConvBNReLU:
+    """Conv-BN-ReLU with the Inception papers' batch-norm epsilon (1e-3)."""
+    return ConvBNReLU(in_ch, out_ch, kernel_size, stride, padding, eps=1e-3)
+
+
+def conv_1x7(in_ch: int, out_ch: int) -> ConvBNReLU:
+    """Half of a factorised 7x7 (Inception v3 and v4)."""
+    return inception_conv(in_ch, out_ch, (1, 7), padding=(0, 3))
+
+
+def conv_7x1(in_ch: int, out_ch: int) -> ConvBNReLU:
+    return inception_conv(in_ch, out_ch, (7, 1), padding=(3, 0))
 
 
 class Concat(nn.Module):

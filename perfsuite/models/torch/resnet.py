@@ -7,8 +7,13 @@ more accurate.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import torch
 
 # Table 1 of the paper: bottleneck blocks in conv2_x .. conv5_x.
 RESNET50 = (3, 4, 6, 3)
@@ -55,7 +60,7 @@ def _build(blocks_per_stage, num_classes):
     params=25_557_032,
     flops=8.18e9,
 )
-def resnet50(num_classes: int = 1000) -> "torch.nn.Module":
+def resnet50(num_classes: int = 1000) -> torch.nn.Module:
     """ResNet-50 v1.5 (He et al. 2015, "Deep Residual Learning for Image Recognition")."""
     return _build(RESNET50, num_classes)
 
@@ -67,6 +72,6 @@ def resnet50(num_classes: int = 1000) -> "torch.nn.Module":
     params=60_192_808,
     flops=2.30e10,
 )
-def resnet152(num_classes: int = 1000) -> "torch.nn.Module":
+def resnet152(num_classes: int = 1000) -> torch.nn.Module:
     """ResNet-152 v1.5 (He et al. 2015, "Deep Residual Learning for Image Recognition")."""
     return _build(RESNET152, num_classes)

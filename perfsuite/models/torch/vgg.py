@@ -3,8 +3,13 @@ Recognition" (2014)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from perfsuite.models.catalog import SHAPES
 from perfsuite.models.registry import register_model
+
+if TYPE_CHECKING:
+    import torch
 
 # Table 1 of the paper, configuration D: conv3 widths, "M" for a 2x2 max pool.
 VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
@@ -17,7 +22,7 @@ VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512
     params=138_357_544,
     flops=3.09e10,
 )
-def vgg16(num_classes: int = 1000) -> "torch.nn.Module":
+def vgg16(num_classes: int = 1000) -> torch.nn.Module:
     """VGG-16, configuration D without batch norm (Simonyan & Zisserman 2014)."""
     from torch import nn
 

@@ -1,0 +1,272 @@
+"""Bottleneck diagnosis: why a burst is slow, read from the evidence its record holds.
+
+Each rule compares bursts that differ in one dimension only (the data location, or
+the device count) and names a bottleneck only when the utilisation sampled during the
+timed windows backs it; where it does not, the finding says the evidence is
+inconclusive rather than guess. One plain line per finding, with its numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.analysis import mfu, stats
+from perfsuite.analysis.result import BurstResult
+from perfsuite.common.numbers import finite, fixed
+from perfsuite.contract.record import WorkerRecord
+
+INPUT_BOUND = "input-bound"
+COMMUNICATION_BOUND = "communication-bound"
+COMPUTE_BOUND = "compute-bound"
+INCONCLUSIVE = "inconclusive"
+KINDS = (INPUT_BOUND, COMMUNICATION_BOUND, COMPUTE_BOUND, INCONCLUSIVE)
+
+# A data location under 90% of `device` loses more than the default --perf-tolerance
+# (10%) allows between two runs of one spec: the input path costs throughput.
+DATA_LOCATION_SLOWDOWN = 0.90
+# NVML utilisation is the share of time some kernel ran. Training at full speed keeps
+# it in the high 90s; under 80% the GPU waited on something for a fifth of each step.
+DEVICE_BUSY_PERCENT = 80.0
+# Cores at >= 90% (utilisation.BUSY_CORE_PERCENT) on 80% of the host's cores, or the
+# host 80% busy overall: no spare core is left to feed the devices faster.
+HOST_SATURATED_FRACTION = 0.80
+# Same per-device batch at N devices: if the device's busy time per step stays within
+# 15% of the 1-device burst, it computed the same and the added step time is waiting.
+BUSY_TIME_FLAT = 1.15
+# A 1-device to N-device drop in GPU busy share this large (points) is not noise.
+BUSY_DROP_POINTS = 10.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str  # the burst's spec key
+    kind: str  # one of KINDS
+    text: str  # one line, with the evidence numbers
+
+
+def diagnose(
+    results: Iterable[BurstResult],
+    *,
+    min_scaling_efficiency: float | None = None,
+    scaling_tolerance: float | None = None,
+    healthy: bool = False,
+) -> list[Finding]:
+    """Findings for the bursts of one session; never raises on partial records.
+
+    Only what calls for an explanation (a data location well below `device`, scaling
+    below its floor or baseline) gets a finding; with ``healthy`` every other burst
+    whose devices were kept busy is also named compute-bound, as the report lists it.
+    """
+    results = [r for r in results if r.ok and not r.remote]
+    by_key = {r.spec.key(): r for r in results}
+    out: list[Finding] = []
+    for r in results:
+        found = []
+        if r.spec.data_location != "device":
+            twin = by_key.get(r.spec.replace(data_location="device", augment_on="cpu", data_dir=None).key())
+            found += _data_location(r, twin)
+        if r.spec.world_size > 1:
+            single = by_key.get(r.spec.single_device().key())
+            found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
+        out += found or (_compute(r) if healthy else [])
+    return out
+
+
+# --- the rules --------------------------------------------------------------------------
+
+
+def _data_location(r: BurstResult, twin: BurstResult | None) -> list[Finding]:
+    ips, twin_ips = _positive(r.images_per_sec), _positive(twin.images_per_sec) if twin else None
+    if ips is None or twin_ips is None or ips >= DATA_LOCATION_SLOWDOWN * twin_ips:
+        return []
+    name, ev = r.spec.short_name, Evidence(r)
+    tail = f"`device` data reaches {twin_ips / ips:.1f}x the throughput"
+    if r.spec.device_kind != "cuda":
+        # The CPU is the device: the input pipeline and compute share the same cores.
+        if ev.host_saturated:
+            return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.host_text}, shared by the input pipeline and "
+                                       f"compute; {tail}")]
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but {ev.host_text}: host CPU capacity is "
+                                    f"not shown to be what it waits on")]
+    if ev.gpu_busy is None:
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but no GPU utilisation was recorded")]
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
+        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.host_text}; {tail}")]
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT:
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail} and {ev.gpus_text}, but {ev.host_text}: "
+                                    f"host CPU capacity is not shown to be what they wait on")]
+    return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, yet {ev.gpus_text}: the extra time is device "
+                                f"work, not starvation")]
+
+
+def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, tolerance: float | None) -> list[Finding]:
+    eff = _finite(r.scaling_efficiency)
+    if eff is None:
+        return []
+    base = _finite(r.baseline.get("scaling_efficiency")) if isinstance(r.baseline, dict) else None
+    why = []
+    if _finite(floor) is not None and eff < floor:
+        why.append(f"floor {floor:.0%}")
+    if base is not None and eff < base - (_finite(tolerance) or 0.0):
+        why.append(f"baseline {base:.0%}")
+    if not why and not (r.scaling_verdict is not None and r.scaling_verdict.status == stats.REGRESSION):
+        return []
+    name, ev = r.spec.short_name, Evidence(r)
+    head = f"scaling efficiency {eff:.0%}" + (f" (below {', '.join(why)})" if why else "")
+    one = Evidence(single) if single is not None and single.ok else None
+    step = _ratio(ev.step_seconds, one.step_seconds if one else None)
+    step_text = f"per-device step {step:.2f}x the 1-device step" if step else "no 1-device step to compare"
+
+    if r.spec.device_kind != "cuda":
+        needed = r.spec.devices * r.spec.threads
+        if ev.host_saturated and ev.cores and needed >= ev.cores:
+            return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {head}; {r.spec.devices} workers x "
+                                         f"{_plural(r.spec.threads, 'thread')} want {needed} cores and "
+                                         f"{ev.host_text}: more workers add no compute")]
+        if ev.host_saturated and r.spec.data_location != "device":
+            return [_f(r, INPUT_BOUND, f"{name}: input-bound — {head}; {ev.host_text} by {r.spec.world_size} "
+                                       f"workers' input pipelines and compute")]
+        if ev.host_saturated is False and step and step > 1:
+            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; {step_text} while only "
+                                               f"{ev.host_text}: workers wait on the gradient exchange")]
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}; {ev.host_text}")]
+
+    if ev.gpu_busy is None:
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, no GPU utilisation recorded")]
+    one_busy = one.gpu_busy if one else None
+    busy_then = f" (1 GPU: {one_busy:.0f}%)" if one_busy is not None else ""
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
+        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {head}; {ev.gpus_text}{busy_then} while {ev.host_text}")]
+    busy_time = step * ev.gpu_busy / one_busy if step and one_busy else None
+    if ev.host_saturated is not True and step and step > 1:
+        if busy_time is not None and busy_time <= BUSY_TIME_FLAT:
+            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; {step_text} while GPU busy "
+                                               f"time per step stayed {busy_time:.2f}x, so the added time is "
+                                               f"waiting; {ev.host_text}")]
+        if one_busy is not None and ev.gpu_busy <= one_busy - BUSY_DROP_POINTS:
+            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; GPU busy fell from "
+                                               f"{one_busy:.0f}% to {ev.gpu_busy:.0f}% while the {step_text}; "
+                                               f"{ev.host_text}")]
+    if ev.gpu_busy >= DEVICE_BUSY_PERCENT:
+        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, yet {ev.gpus_text}: collective "
+                                    f"kernels count as busy, so a profile must tell communication from contention")]
+    return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, {ev.gpus_text}{busy_then}; "
+                                f"{ev.host_text}")]
+
+
+def _compute(r: BurstResult) -> list[Finding]:
+    """Devices kept busy (and, for N devices, scaling not flagged): compute-bound."""
+    name, ev = r.spec.short_name, Evidence(r)
+    extra = _flops_text(r)
+    if r.spec.device_kind == "cuda":
+        if ev.gpu_busy is not None and ev.gpu_busy >= DEVICE_BUSY_PERCENT:
+            return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {ev.gpus_text}{extra}")]
+        return []
+    needed = r.spec.devices * r.spec.threads
+    if ev.busy_cores is not None and ev.cores and ev.busy_cores >= HOST_SATURATED_FRACTION * min(needed, ev.cores):
+        return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {ev.host_text} with "
+                                     f"{_plural(needed, 'compute thread')}{extra}")]
+    return []
+
+
+# --- evidence ---------------------------------------------------------------------------
+
+
+class Evidence:
+    """The numbers a rule reads from one burst's record; None wherever they are missing."""
+
+    def __init__(self, r: BurstResult) -> None:
+        rec = r.record
+        util = rec.utilisation if rec is not None and isinstance(rec.utilisation, dict) else {}
+        cpu = util.get("cpu") if isinstance(util.get("cpu"), dict) else {}
+        self.busy_cores = _finite(cpu.get("busy_cores_mean"))
+        cores = _finite(cpu.get("cores"))
+        self.cores = int(cores) if cores and cores >= 1 else None
+        self.cpu_percent = _finite(cpu.get("percent_mean"))
+        gpus = util.get("gpus") if isinstance(util.get("gpus"), list) else []
+        busy = [_finite(_get(g, "util_percent", "mean")) for g in gpus]
+        busy = [b for b in busy if b is not None]
+        self.gpu_busy = sum(busy) / len(busy) if busy else None
+        self.gpu_count = len(busy)
+        self.step_seconds = _step_seconds(r, rec)
+
+    @property
+    def host_saturated(self) -> bool | None:
+        shares = []
+        if self.busy_cores is not None and self.cores:
+            shares.append(self.busy_cores / self.cores)
+        if self.cpu_percent is not None:
+            shares.append(self.cpu_percent / 100)
+        return max(shares) >= HOST_SATURATED_FRACTION if shares else None
+
+    @property
+    def host_text(self) -> str:
+        """A clause: '15.8 of 16 host cores were saturated'."""
+        if self.busy_cores is not None and self.cores:
+            return f"{self.busy_cores:.1f} of {self.cores} host cores were saturated"
+        if self.cpu_percent is not None:
+            return f"the host CPU was {self.cpu_percent:.0f}% busy"
+        return "host CPU use was not recorded"
+
+    @property
+    def gpus_text(self) -> str:
+        word = "GPU" if self.gpu_count == 1 else "GPUs"
+        return f"{word} {self.gpu_busy:.0f}% busy (mean)" if self.gpu_busy is not None else "GPU use not recorded"
+
+
+def _step_seconds(r: BurstResult, rec: WorkerRecord | None) -> float | None:
+    """Seconds per step of a typical rank: per-device batch over its own throughput."""
+    batch = r.spec.batch_size
+    ranks = rec.per_rank if rec is not None else ()
+    per_rank = [_positive(x.images_per_sec) for x in ranks]
+    per_rank = [x for x in per_rank if x is not None]
+    if per_rank:
+        return batch / statistics.median(per_rank)
+    ips = _positive(r.images_per_sec)
+    return batch * r.spec.world_size / ips if ips else None
+
+
+def _flops_text(r: BurstResult) -> str:
+    try:
+        f = mfu.fields(r.record, r.spec, r.images_per_sec)
+    except Exception:  # noqa: BLE001 - a malformed record only loses the figure
+        return ""
+    if f["achieved_tflops"] is None:
+        return ""
+    text = f"; {fixed(f['achieved_tflops'], 3)} TFLOP/s"
+    return text + (f", MFU {f['mfu']:.1%}" if f["mfu"] is not None else "")
+
+
+# --- small helpers ---------------------------------------------------------------------
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _f(r: BurstResult, kind: str, text: str) -> Finding:
+    return Finding(r.spec.key(), kind, text)
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if finite(x) else None
+
+
+def _positive(x: Any) -> float | None:
+    x = _finite(x)
+    return x if x is not None and x > 0 else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None

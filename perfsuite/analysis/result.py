@@ -1,0 +1,115 @@
+"""A burst's measurement, and the verdicts reached on it, held apart.
+
+``Measurement`` is what a burst (and any rerun pooled with it) measured: immutable, so
+a figure once shown cannot change behind a verdict's back. ``BurstResult`` pairs the
+latest measurement of a spec with what the gate concluded from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfsuite.analysis import stats
+from perfsuite.common.numbers import finite
+from perfsuite.contract.record import RemoteNode, WorkerRecord
+from perfsuite.contract.spec import BurstSpec
+
+
+@dataclass(frozen=True)
+class Measurement:
+    spec: BurstSpec
+    record: WorkerRecord | None = None  # None when the burst failed, or ran on a node other than 0
+    error: str | None = None  # the burst's error line
+    remote: RemoteNode | None = None  # a multi-node burst seen from a node other than 0
+    run_samples: tuple[tuple[float, ...], ...] = ()  # window samples of each pooled burst
+
+    @classmethod
+    def of(cls, spec: BurstSpec, outcome: WorkerRecord | RemoteNode) -> Measurement:
+        if isinstance(outcome, RemoteNode):
+            return cls(spec, remote=outcome)
+        measured = cls(spec, outcome, run_samples=(tuple(outcome.samples),))
+        if not measured.loss_finite:
+            return cls(spec, outcome, f"loss is not finite (first {outcome.loss_first}, last {outcome.loss_last})",
+                       run_samples=measured.run_samples)
+        return measured
+
+    @property
+    def ok(self) -> bool:
+        """A measurement to gate or save: it ran, its loss is finite, and it is node 0's."""
+        return self.error is None and (self.record is not None or self.remote is not None)
+
+    @property
+    def samples(self) -> list[float]:
+        return list(self.record.samples) if self.record else []
+
+    @property
+    def runs(self) -> int:
+        return max(1, len(self.run_samples))
+
+    @property
+    def run_medians(self) -> list[float]:
+        return [stats.median(s) for s in self.run_samples if s]
+
+    @property
+    def images_per_sec(self) -> float | None:
+        return stats.median(self.samples) if self.samples else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return stats.median_ci(self.samples) if self.samples else None
+
+    @property
+    def loss_finite(self) -> bool:
+        if self.record is None:
+            return False
+        losses = (self.record.loss_first, self.record.loss_last)
+        return all(finite(x) for x in losses)
+
+    def pooled_with(self, other: Measurement) -> Measurement:
+        """A rerun's windows appended to these: more samples of the same spec."""
+        if not (self.record and other.record):
+            return self
+        record = other.record.replace(samples=self.record.samples + other.record.samples,
+                                      window_seconds=self.record.window_seconds + other.record.window_seconds,
+                                      loss_first=self.record.loss_first)
+        return Measurement(self.spec, record, None, None, self.run_samples + other.run_samples)
+
+
+@dataclass(eq=False)
+class BurstResult:
+    measurement: Measurement
+    burst_id: str | None = None  # unique in the session; the spec key unless another burst has it
+    tests: list[str] = field(default_factory=list)  # node ids of tests that used this burst
+    # What the run concluded; the gate and the session set these, never the figures above.
+    verdict: stats.Verdict | None = None
+    scaling_verdict: stats.Verdict | None = None
+    scaling_efficiency: float | None = None  # against the 1-device twin's measurement
+    scaling_interval: tuple[float, float] | None = None
+    scaling_runs: list[float] = field(default_factory=list)  # per pair of pooled runs
+    baseline: dict | None = None  # the baseline entry compared against
+    baseline_file: str | None = None
+    saved: bool = False  # merged into its baseline file by --save-baseline
+
+    @property
+    def id(self) -> str:
+        """Names this burst in reports and pytest-benchmark; two bursts may share a key."""
+        return self.burst_id or self.spec.key()
+
+    # The measurement's figures, read through.
+    spec = property(lambda self: self.measurement.spec)
+    record = property(lambda self: self.measurement.record)
+    error = property(lambda self: self.measurement.error)
+    ok = property(lambda self: self.measurement.ok)
+    remote = property(lambda self: self.measurement.remote)
+    samples = property(lambda self: self.measurement.samples)
+    runs = property(lambda self: self.measurement.runs)
+    run_samples = property(lambda self: self.measurement.run_samples)
+    run_medians = property(lambda self: self.measurement.run_medians)
+    images_per_sec = property(lambda self: self.measurement.images_per_sec)
+    interval = property(lambda self: self.measurement.interval)
+    loss_finite = property(lambda self: self.measurement.loss_finite)
+
+    def measured(self, measurement: Measurement) -> None:
+        """A newer measurement of the same spec (a rerun, pooled); the verdicts stay until recomputed."""
+        assert measurement.spec == self.spec
+        self.measurement = measurement

@@ -1,0 +1,1 @@
+"""Leaf helpers both sides use: files, number formatting, hardware discovery. Import nothing of perfsuite's."""

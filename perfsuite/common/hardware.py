@@ -1,0 +1,325 @@
+"""Device discovery and the hardware fingerprint that names a baseline file.
+
+Imported by the pytest plugin, so it must stay light: no torch or tensorflow, and
+NVML (``pynvml``) is imported lazily. A machine without a driver simply has zero
+CUDA devices; discovery never raises for that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import platform
+import re
+import subprocess
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from perfsuite.common.text import text
+
+KINDS = ("cpu", "gpu")
+_SMI_TIMEOUT_S = 10.0
+_MAX_SLUG = 80  # keeps file names well under any file-system limit
+
+
+class HardwareError(RuntimeError):
+    """The hardware asked for is not there."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One visible CUDA device.
+
+    ``index`` is the CUDA ordinal this process would use (``cuda:<index>``), i.e. the
+    position after CUDA_VISIBLE_DEVICES filtering, not the physical NVML index.
+    """
+
+    index: int
+    name: str
+    memory_total_bytes: int
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What a raw device source reports: every physical device, before filtering."""
+
+    devices: tuple[GpuInfo, ...] = ()
+    driver: str | None = None
+    cuda: str | None = None
+    problem: str | None = None  # why no device was found, when the sources said: "NVML: Driver Not Loaded"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The hardware a measurement ran on, plus the software versions seen there."""
+
+    kind: str
+    cpu_model: str
+    cpu_cores: int
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    driver: str | None = None
+    cuda: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def id(self) -> str:
+        """File-name-safe slug of the hardware only.
+
+        Driver and CUDA versions are left out on purpose: a nightly gate must compare
+        a new driver against the baseline recorded on the same hardware.
+        """
+        if self.kind == "gpu":
+            return f"gpu-{_slug(self.gpu_model or '')}-x{self.gpu_count}"
+        return f"cpu-{_slug(self.cpu_model)}-{self.cpu_cores}c"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Fingerprint:
+        """Inverse of ``as_dict``; unknown keys are ignored so older readers cope."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def _slug(text: str) -> str:
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    text = re.sub(r"\((r|tm|c)\)", "", text)
+    text = re.sub(r"[^a-z0-9]+", "-", text)[:_MAX_SLUG].strip("-")
+    return text or "unknown"
+
+
+def describe(fp: Fingerprint) -> str:
+    """One line for humans: '1 x NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA 13.0'."""
+    if fp.kind == "cpu":
+        return f"{fp.cpu_cores} x {fp.cpu_model}"
+    parts = [f"{fp.gpu_count} x {fp.gpu_model}"]
+    if fp.driver:
+        parts.append(f"driver {fp.driver}")
+    if fp.cuda:
+        parts.append(f"CUDA {fp.cuda}")
+    return ", ".join(parts)
+
+
+# --- CPU -------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_cores() -> int:
+    """Logical CPUs this process may run on (affinity and cgroup cpusets shrink it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_fingerprint() -> Fingerprint:
+    return Fingerprint(kind="cpu", cpu_model=_cpu_model(), cpu_cores=cpu_cores())
+
+
+# --- CUDA devices ----------------------------------------------------------------
+
+
+
+def _query_nvml() -> Discovery:
+    """Devices via NVML; no devices and the reason when pynvml or the driver is unavailable."""
+    try:
+        import pynvml
+    except ImportError:
+        return Discovery(problem="NVML: nvidia-ml-py is not installed")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
+        return Discovery(problem=f"NVML: {exc}".strip())
+    try:
+        devices = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                uuid: str | None = text(pynvml.nvmlDeviceGetUUID(handle))
+            except pynvml.NVMLError:
+                uuid = None
+            devices.append(
+                GpuInfo(
+                    index=i,
+                    name=text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    uuid=uuid,
+                )
+            )
+        driver = text(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            version = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 13000
+            cuda: str | None = f"{version // 1000}.{version % 1000 // 10}"
+        except pynvml.NVMLError:
+            cuda = None
+        return Discovery(tuple(devices), driver, cuda)
+    except Exception as exc:  # noqa: BLE001 - a half-working NVML: let nvidia-smi have a go
+        return Discovery(problem=f"NVML: {exc}".strip())
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _query_nvidia_smi() -> Discovery:
+    """Devices via nvidia-smi; no binary, a hang or an error all mean no devices."""
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,name,memory.total,uuid,driver_version",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=_SMI_TIMEOUT_S,
+            check=True,
+        ).stdout
+    except FileNotFoundError:
+        return Discovery(problem="nvidia-smi: not found")
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stdout or exc.stderr or "").strip().splitlines()
+        return Discovery(problem=f"nvidia-smi: {last[-1] if last else f'exit code {exc.returncode}'}")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Discovery(problem=f"nvidia-smi: {exc}")
+    devices, driver = [], None
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 5:
+            continue
+        index, name, memory_mib, uuid, driver = fields
+        try:
+            devices.append(GpuInfo(int(index), name, int(float(memory_mib)) * 2**20, uuid or None))
+        except ValueError:
+            continue
+    return Discovery(tuple(devices), driver if devices else None, None,
+                     None if devices else "nvidia-smi: listed no GPU")
+
+
+def _query_devices() -> Discovery:
+    """The raw device source: every physical device. Tests replace this function."""
+    found = _query_nvml()
+    if found.problem is None:
+        return found
+    fallback = _query_nvidia_smi()
+    if fallback.devices:
+        return fallback
+    return dataclasses.replace(fallback, problem=f"{found.problem}; {fallback.problem}")
+
+
+@functools.lru_cache(maxsize=1)
+def _discovery() -> Discovery:
+    return _query_devices()
+
+
+def _visible(devices: tuple[GpuInfo, ...], spec: str | None) -> list[GpuInfo]:
+    """Apply CUDA_VISIBLE_DEVICES the way the CUDA runtime does.
+
+    Entries are indices or UUID prefixes ("GPU-8a3f..."), in the order listed; like
+    CUDA, the first invalid, unknown, ambiguous or repeated entry ends the list, so
+    "" and "-1" hide every device.
+    """
+    if spec is None:
+        chosen = list(devices)
+    else:
+        chosen = []
+        for token in (t.strip() for t in spec.split(",")):
+            match = match_device(devices, token)
+            if match is None or match in chosen:
+                break
+            chosen.append(match)
+    return [dataclasses.replace(d, index=i) for i, d in enumerate(chosen)]
+
+
+def match_device(devices: tuple[GpuInfo, ...], token: str) -> GpuInfo | None:
+    if not token:
+        return None
+    if re.fullmatch(r"[+-]?\d+", token):
+        wanted = int(token)
+        return next((d for d in devices if d.index == wanted), None)
+    prefix = token.lower() if token.lower().startswith(("gpu-", "mig-")) else f"gpu-{token.lower()}"
+    hits = [d for d in devices if d.uuid and d.uuid.lower().startswith(prefix)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def cuda_devices() -> list[GpuInfo]:
+    """Visible CUDA devices, found without importing torch.
+
+    The physical list is cached per process; CUDA_VISIBLE_DEVICES is read on each call.
+    """
+    return _visible(_discovery().devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def cuda_device_count() -> int:
+    return len(cuda_devices())
+
+
+def visibility() -> str:
+    """What a search for CUDA devices found, for a line that says why GPUs are missing:
+    '0 visible (NVML: Driver Not Loaded; nvidia-smi: not found; CUDA_VISIBLE_DEVICES unset)'."""
+    found = _discovery()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    parts = []
+    if found.problem and not found.devices:
+        parts.append(found.problem)
+    elif len(found.devices) != cuda_device_count():
+        parts.append(f"{len(found.devices)} on the machine")
+    parts.append("CUDA_VISIBLE_DEVICES unset" if visible is None else f"CUDA_VISIBLE_DEVICES={visible!r}")
+    return f"{cuda_device_count()} visible ({'; '.join(parts)})"
+
+
+def gpu_fingerprint() -> Fingerprint | None:
+    """Fingerprint of the visible CUDA devices; None when there are none."""
+    devices = cuda_devices()
+    if not devices:
+        return None
+    names = list(dict.fromkeys(d.name for d in devices))  # distinct, in device order
+    found = _discovery()
+    return Fingerprint(
+        kind="gpu",
+        cpu_model=_cpu_model(),
+        cpu_cores=cpu_cores(),
+        gpu_model=" + ".join(names),
+        gpu_count=len(devices),
+        driver=found.driver,
+        cuda=found.cuda,
+    )
+
+
+def fingerprint(kind: str) -> Fingerprint:
+    """Fingerprint for ``kind`` "cpu" or "gpu"; HardwareError when no GPU is visible."""
+    if kind == "cpu":
+        return cpu_fingerprint()
+    if kind == "gpu":
+        fp = gpu_fingerprint()
+        if fp is None:
+            raise HardwareError("no CUDA device visible")
+        return fp
+    raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+
+
+def clear_cache() -> None:
+    """Forget cached discovery results (tests; after changing the raw source)."""
+    _discovery.cache_clear()
+    _cpu_model.cache_clear()

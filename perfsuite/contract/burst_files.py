@@ -1,0 +1,71 @@
+"""The burst folder: the files a launcher and its burst processes share, and their formats.
+
+job.json (``Job``) goes in; result.json (``WorkerRecord``), one error line per failed
+rank, a pid file per burst process and the leader's progress state come out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfsuite.common.files import atomic_write
+from perfsuite.common.text import one_line
+from perfsuite.contract.record import WorkerRecord
+
+JOB = "job.json"
+RESULT = "result.json"
+PROGRESS = "progress.json"
+LOG = "worker.log"
+JOIN = "join.json"
+PID_SUFFIX = ".pid"
+
+
+def error_path(out: Path, rank: int) -> Path:
+    return out.with_name(f"{out.stem}.rank{rank}.error")
+
+
+def error_files(out: Path) -> list[Path]:
+    """Every rank's error file beside ``out``, in rank order (rank 10 after rank 2)."""
+    found = out.parent.glob(f"{out.stem}.rank*.error")
+    return sorted(found, key=lambda p: int(p.name[len(out.stem) + len(".rank"):].split(".")[0]))
+
+
+def write_error(out: Path, rank: int, exc: BaseException) -> None:
+    error_path(out, rank).write_text(one_line(exc))
+
+
+def read_errors(out: Path) -> list[str]:
+    lines = []
+    for p in error_files(out):
+        rank = p.name.split(".rank")[1].split(".")[0]
+        lines.append(f"rank {rank}: {p.read_text().strip()}")
+    return lines
+
+
+def write_result(out: Path, record: WorkerRecord) -> None:
+    atomic_write(out, record.to_json().encode())
+
+
+def read_result(out: Path) -> WorkerRecord:
+    return WorkerRecord.from_json(out.read_text())
+
+
+def pid_file(folder: Path, pid: int) -> Path:
+    return folder / f"{pid}{PID_SUFFIX}"
+
+
+def pid_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f"*{PID_SUFFIX}"))
+
+
+def write_progress(path: Path, state: dict) -> None:
+    """k/n steps and the last window's rate: {"step", "steps", "images_per_sec", "windows", "t"}."""
+    atomic_write(path, json.dumps(state).encode())
+
+
+def read_progress(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,104 @@
+"""WorkerRecord: what a burst worker hands back, written to the burst folder as result.json.
+
+It is the only thing that goes from a worker to pytest, besides per-rank error lines
+(``perfsuite.contract.burst_files``). ``RemoteNode`` is the outcome of a multi-node burst
+seen from a node other than 0: its ranks ran, and node 0 holds the figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from perfsuite.common.files import json_safe
+from perfsuite.contract.job import ContractError
+from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.spec import BurstSpec
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """One rank's figures (for TensorFlow: one process driving all of a node's replicas)."""
+
+    rank: int
+    host: str
+    device: str
+    window_seconds: tuple[float, ...]
+    images_per_sec: float  # what this rank (or process) trained per second over its windows
+    loss_first: float | None
+    loss_last: float | None
+    peak_memory_bytes: int
+    warmup_seconds: float
+    utilisation: dict | None = None  # the rank's sampling summary (perfsuite.analysis.utilisation)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RankEntry:
+        return cls(**{**data, "window_seconds": tuple(data["window_seconds"])})
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    spec: BurstSpec
+    model: ModelInfo  # as registered, with params and FLOPs counted by the worker where left out
+    framework_version: str
+    device_name: str
+    precision_dtype: str
+    fp32_math: str | None  # what fp32 convolutions ran as on a GPU: "tf32" or "ieee"; None on CPU
+    samples: tuple[float, ...]  # img/s of each timed window, all ranks together
+    window_seconds: tuple[float, ...]  # each window's time on its slowest rank
+    images_per_window: int
+    per_rank: tuple[RankEntry, ...]
+    loss_first: float | None  # None: not finite
+    loss_last: float | None
+    peak_memory_bytes: int
+    warmup_seconds: float
+    utilisation: dict | None = None  # the leader's host view plus every rank's GPUs, with series
+    # Set by the launcher, not the worker: the burst's wall time and its log file.
+    wall_seconds: float | None = None
+    worker_log: str | None = None
+    version: int = field(default=RECORD_VERSION)
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["spec"] = self.spec.as_dict()
+        return out
+
+    def to_json(self) -> str:
+        # A non-finite loss is a legal outcome to report: it is stored as null.
+        return json.dumps(json_safe(self.as_dict()), default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WorkerRecord:
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != RECORD_VERSION:
+            raise ContractError(f"worker record version {version!r}; this perfsuite reads version {RECORD_VERSION}")
+        try:
+            return cls(**{
+                **data,
+                "spec": BurstSpec.from_dict(data["spec"]),
+                "model": ModelInfo.from_dict(data["model"]),
+                "samples": tuple(data["samples"]),
+                "window_seconds": tuple(data["window_seconds"]),
+                "per_rank": tuple(RankEntry.from_dict(r) for r in data["per_rank"]),
+            })
+        except (KeyError, TypeError) as exc:
+            raise ContractError(f"worker record without a valid field: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerRecord:
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes) -> WorkerRecord:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RemoteNode:
+    """A multi-node burst seen from node ``node_rank`` > 0: it ran its ranks; node 0 has the figures."""
+
+    node_rank: int
+    wall_seconds: float
+    worker_log: str | None = None

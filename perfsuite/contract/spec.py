@@ -1,0 +1,242 @@
+"""BurstSpec: the one immutable description of a measurement."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+DEVICE_KINDS = ("cuda", "cpu")
+# A device kind's short form, in keys, ids, fingerprints and baseline files: "gpu" or "cpu".
+SHORT_KINDS = {"cuda": "gpu", "cpu": "cpu"}
+DATA_LOCATIONS = ("device", "host", "python", "real")
+VARIABLE_UPDATES = ("replicated", "parameter_server")
+PRECISIONS = ("fp32", "amp")
+AUGMENT_PLACES = ("cpu", "device")
+
+
+def short_kind(device_kind: str) -> str:
+    return SHORT_KINDS[device_kind]
+
+
+def device_kind_of(short: str) -> str:
+    """The device kind a short form names: "gpu" -> "cuda"."""
+    return next(kind for kind, name in SHORT_KINDS.items() if name == short)
+
+
+def device_label(device_kind: str, devices: int, nodes: int = 1) -> str:
+    """'gpu8', 'cpu2', 'gpu8x2' (two nodes)."""
+    return f"{short_kind(device_kind)}{devices}" + (f"x{nodes}" if nodes > 1 else "")
+
+
+@dataclass(frozen=True)
+class BurstSpec:
+    """Everything that decides what a burst measures.
+
+    ``devices`` is the device count on one node: CUDA devices, or CPU workers (one
+    process each, ``threads`` intra-op threads apiece) standing in for devices.
+    ``steps`` timed steps are split into ``windows`` equal windows; the device is
+    synchronised at every window edge and each window gives one throughput sample.
+    """
+
+    framework: str
+    model: str
+    device_kind: str = "cpu"
+    devices: int = 1
+    nodes: int = 1
+    data_location: str = "device"
+    batch_size: int = 32  # per device
+    image_size: int = 224
+    precision: str = "fp32"
+    variable_update: str = "replicated"
+    warmup_steps: int = 2
+    steps: int = 10
+    windows: int = 5
+    threads: int = 1  # intra-op threads per CPU worker; 0 on CUDA
+    augment_on: str = "cpu"  # where the `real` pipeline decodes/augments: host cores or the compute device
+    data_dir: str | None = None  # user's dataset for `real`; None: a generated one in the cache
+    xla: bool = False  # TensorFlow: jit-compile the training step
+    seed: int = 0
+    # Adaptive length: windows are added, up to max_windows, while the median's 95%
+    # interval is wider than stable_within of it (0: fixed length).
+    max_windows: int = 0
+    stable_within: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.device_kind not in DEVICE_KINDS:
+            problems.append(f"device_kind must be one of {DEVICE_KINDS}")
+        if self.data_location not in DATA_LOCATIONS:
+            problems.append(f"data_location must be one of {DATA_LOCATIONS}")
+        if self.variable_update not in VARIABLE_UPDATES:
+            problems.append(f"variable_update must be one of {VARIABLE_UPDATES}")
+        if self.augment_on not in AUGMENT_PLACES:
+            problems.append(f"augment_on must be one of {AUGMENT_PLACES}")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {PRECISIONS}")
+        for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.warmup_steps < 0:
+            problems.append("warmup_steps must be >= 0")
+        if self.windows > self.steps:
+            problems.append("windows must not exceed steps")
+        if self.max_windows and self.max_windows < self.windows:
+            problems.append("max_windows must be 0 or at least windows")
+        if self.stable_within < 0:
+            problems.append("stable_within must be >= 0")
+        if problems:
+            raise ValueError("; ".join(problems))
+        # One device has no variable update; normalising keeps equal bursts equal.
+        if self.world_size == 1 and self.variable_update != "replicated":
+            object.__setattr__(self, "variable_update", "replicated")
+
+    @property
+    def world_size(self) -> int:
+        return self.devices * self.nodes
+
+    @property
+    def steps_per_window(self) -> int:
+        return self.steps // self.windows
+
+    @property
+    def label(self) -> str:
+        """Human words for messages: 'torch resnet50 on 2 CPU workers, data location device'."""
+        unit = "GPU" if self.device_kind == "cuda" else "CPU worker"
+        count = f"{self.devices} {unit}{'s' if self.devices != 1 else ''}"
+        if self.nodes > 1:
+            count += f" x {self.nodes} nodes"
+        extra = []
+        if self.precision != "fp32":
+            extra.append(self.precision)
+        if self.world_size > 1:
+            extra.append(self.variable_update)
+        tail = f" ({', '.join(extra)})" if extra else ""
+        return (
+            f"{self.framework} {self.model} on {count}, batch {self.batch_size}/device, "
+            f"data location {self.data_location}{tail}"
+        )
+
+    def key(self) -> str:
+        """Baseline key: what must match for two bursts to be comparable.
+
+        Burst length (steps, windows, warm-up, adaptive cap) is left out on purpose: it
+        changes the sample count, not what the samples estimate.
+        """
+        parts = [
+            self.framework,
+            self.model,
+            device_label(self.device_kind, self.devices),
+            f"nodes{self.nodes}",
+            self.data_location,
+            f"bs{self.batch_size}",
+            f"img{self.image_size}",
+            self.precision,
+        ]
+        if self.world_size > 1:
+            parts.append(self.variable_update)
+        if self.data_location == "real" and self.augment_on != "cpu":
+            parts.append(f"augment-{self.augment_on}")
+        if self.xla:
+            parts.append("xla")
+        if self.device_kind == "cpu":
+            parts.append(f"threads{self.threads}")
+        return "/".join(parts)
+
+    @property
+    def short_name(self) -> str:
+        """'tf-resnet50-gpu8-host': enough to find the burst's row in a table."""
+        parts = [self.framework, self.model, device_label(self.device_kind, self.devices, self.nodes),
+                 self.data_location]
+        if self.precision != "fp32":
+            parts.append(self.precision)
+        if self.world_size > 1 and self.variable_update != "replicated":
+            parts.append(self.variable_update)
+        return "-".join(parts)
+
+    def single_device(self) -> BurstSpec:
+        """The 1-device twin that scaling efficiency is measured against."""
+        return self.replace(devices=1, nodes=1, variable_update="replicated")
+
+    def replace(self, **changes) -> BurstSpec:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BurstSpec:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+# Field name -> (words for people, the option that sets it). Position fields come first.
+KEY_FIELDS = {
+    "framework": ("framework", "--framework"),
+    "model": ("model", "--model"),
+    "devices": ("device count", "--gpus / --cpu-workers"),
+    "nodes": ("nodes", "--nnodes"),
+    "data_location": ("data location", "--data-location"),
+    "batch_size": ("batch per device", "--batch-size"),
+    "image_size": ("image size", None),
+    "precision": ("precision", "--precision"),
+    "variable_update": ("variable update", "--variable-update"),
+    "augment_on": ("augmentation place", "--augment-on"),
+    "xla": ("XLA", "--xla"),
+    "threads": ("threads per CPU worker", "--threads-per-worker"),
+}
+_PREFIXED = (("nodes", "nodes"), ("bs", "batch_size"), ("img", "image_size"), ("threads", "threads"),
+             ("augment-", "augment_on"))
+
+
+def key_fields(key: str) -> dict[str, str]:
+    """A baseline key (``BurstSpec.key``) split into its named fields; absent ones take their defaults."""
+    parts = key.split("/")
+    fields = {"framework": parts[0] if parts else "", "model": parts[1] if len(parts) > 1 else "",
+              "devices": parts[2] if len(parts) > 2 else "", "variable_update": "replicated",
+              "augment_on": "cpu", "xla": "no", "threads": "-"}
+    for part in parts[3:]:
+        for prefix, name in _PREFIXED:
+            if part.startswith(prefix) and part[len(prefix):]:
+                fields[name] = part[len(prefix):]
+                break
+        else:
+            if part in DATA_LOCATIONS:
+                fields["data_location"] = part
+            elif part in PRECISIONS:
+                fields["precision"] = part
+            elif part in VARIABLE_UPDATES:
+                fields["variable_update"] = part
+            elif part == "xla":
+                fields["xla"] = "yes"
+    return fields
+
+
+def nearest_key(key: str, candidates) -> tuple[str, list[str]] | None:
+    """The candidate key that differs from ``key`` in the fewest fields, and those fields;
+    None when there is no candidate of the same framework and model."""
+    mine = key_fields(key)
+    best = None
+    for other in candidates:
+        theirs = key_fields(other)
+        if (theirs["framework"], theirs["model"]) != (mine["framework"], mine["model"]):
+            continue
+        differ = [name for name in KEY_FIELDS if mine.get(name) != theirs.get(name)]
+        if best is None or (len(differ), other) < (len(best[1]), best[0]):
+            best = (other, differ)
+    return best
+
+
+def describe_difference(key: str, other: str, fields: list[str]) -> str:
+    """'threads per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)'."""
+    mine, theirs = key_fields(key), key_fields(other)
+    out = []
+    for name in fields:
+        words, option = KEY_FIELDS[name]
+        text = f"{words} ({mine.get(name, '-')} here, {theirs.get(name, '-')} there"
+        value = theirs.get(name)
+        if option and name not in ("devices", "xla") and value not in (None, "-"):
+            text += f": {option} {value} matches it"
+        elif name == "xla":
+            text += ": --xla matches it" if value == "yes" else ": leave out --xla to match it"
+        out.append(text + ")")
+    return ", ".join(out)

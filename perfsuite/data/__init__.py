@@ -1,0 +1,1 @@
+"""Datasets for the `real` data location: generated into the cache, or checked in the user's folder."""

@@ -1,0 +1,208 @@
+"""The measurement matrix: which (framework, model, devices, data location, ...) cases a
+test is parametrized over, with their ids, markers and up-front skips."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from dataclasses import dataclass
+
+from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD
+from perfsuite.common import hardware
+from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
+from perfsuite.contract.spec import BurstSpec, device_label, short_kind
+from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
+from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
+
+# Fixture names the plugin parametrizes, in id order.
+DIMENSIONS = (
+    "framework", "model_name", "device_kind", "device_count",
+    "data_location", "variable_update", "precision", "batch_size",
+)
+
+# A CPU case is `slow` when one training step of one worker costs more than this
+# (3 x forward FLOPs x batch): several seconds a step on one core.
+SLOW_CPU_STEP_FLOPS = 120e9
+
+# Default burst length by device kind: (warm-up steps, windows, steps per window).
+# On CPU workers the steps per window follow the model's cost so that a window lasts
+# about half a second on one core (~25 GFLOP): long enough to smooth scheduler noise,
+# short enough that `make perf` stays within its budget.
+BURST_LENGTH = {
+    "cuda": (20, 10, 10),
+    "cpu": (2, 5, None),
+}
+CPU_WINDOW_FLOPS = 25e9
+CPU_WINDOW_STEPS_UNKNOWN = 5
+
+
+@dataclass(frozen=True)
+class Case:
+    framework: str
+    model_name: str
+    device_kind: str
+    device_count: int
+    data_location: str
+    variable_update: str
+    precision: str
+    batch_size: int | None  # None: the model's default for the device kind
+    nodes: int = 1
+
+    @property
+    def id(self) -> str:
+        parts = [self.framework, self.model_name, device_label(self.device_kind, self.device_count),
+                 self.data_location]
+        if self.nodes > 1:
+            parts.append(f"{self.nodes}nodes")
+        if self.device_count * self.nodes > 1 and self.variable_update != "replicated":
+            parts.append("ps" if self.variable_update == "parameter_server" else self.variable_update)
+        if self.precision != "fp32":
+            parts.append(self.precision)
+        if self.batch_size is not None:
+            parts.append(f"bs{self.batch_size}")
+        return "-".join(parts)
+
+    def value(self, name: str):
+        return getattr(self, name)
+
+
+def is_slow(case: Case) -> bool:
+    if case.device_kind != "cpu":
+        return False
+    info = get_model(case.framework, case.model_name)
+    if info.flops is None:
+        return False  # not known before the worker measures it
+    return TRAIN_FLOPS_PER_FORWARD * info.flops * (case.batch_size or info.cpu_batch_size) > SLOW_CPU_STEP_FLOPS
+
+
+def framework_installed(framework: str) -> bool:
+    return importlib.util.find_spec(SUPPORTED[framework]["package"]) is not None
+
+
+def selected_models(options: PerfOptions) -> list[tuple[str, str]]:
+    frameworks = options.framework or FRAMEWORKS
+    pairs = []
+    for fw in frameworks:
+        names = [m.name for m in all_models(fw)]
+        chosen = [n for n in options.model if n in names] if options.model else names
+        pairs.extend((fw, n) for n in chosen)
+    return pairs
+
+
+def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
+    gpus = options.gpus if options.gpus is not None else max(1, gpu_count)
+    return [("cuda", n) for n in sweep(gpus)] + [("cpu", n) for n in sweep(options.cpu_workers)]
+
+
+def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
+    cases = []
+    for (fw, model), (kind, n), loc, vu, prec, bs in itertools.product(
+        selected_models(options),
+        device_slots(options, gpu_count),
+        options.data_location,
+        options.variable_update,
+        options.precision,
+        options.batch_size or (None,),
+    ):
+        world = n * options.nnodes
+        if world < min_devices:
+            continue
+        if world == 1 and vu != options.variable_update[0]:
+            continue  # one device has no variable update to vary
+        cases.append(Case(fw, model, kind, n, loc, vu if world > 1 else "replicated", prec, bs, options.nnodes))
+    return cases
+
+
+def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
+                options: PerfOptions | None = None) -> str | None:
+    """Why a case cannot run here; ``framework_matters`` is False for tests that only sweep devices."""
+    if case.device_kind == "cuda" and case.device_count > gpu_count:
+        plural = "s" if case.device_count != 1 else ""
+        return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
+    if not framework_matters:
+        return None
+    if not framework_installed(case.framework):
+        from perfsuite.plugin.preflight import install_hint
+
+        return f"{SUPPORTED[case.framework]['package']} is not installed: {install_hint(case.framework)}"
+    support = SUPPORTED[case.framework]
+    if case.data_location not in support["data_locations"]:
+        return f"the {case.framework} backend has no data location {case.data_location!r} yet"
+    if case.device_count * case.nodes > 1 and case.variable_update not in support["variable_updates"]:
+        return f"the {case.framework} backend has no variable update {case.variable_update!r} yet"
+    if case.nodes > 1:
+        gap = cluster_gap(options, case.framework) if options is not None else None
+        return gap or multinode_gap(case.framework, case.device_kind, case.device_count, case.variable_update)
+    return None
+
+
+def default_threads(options: PerfOptions) -> int:
+    if options.threads_per_worker is not None:
+        return options.threads_per_worker
+    return max(1, hardware.cpu_cores() // options.cpu_workers)
+
+
+def burst_length(options: PerfOptions, device_kind: str, step_flops: float | None) -> tuple[int, int, int]:
+    """(warm-up steps, timed steps, windows); options override the defaults.
+
+    ``step_flops`` None (a model registered without FLOPs): CPU windows of
+    CPU_WINDOW_STEPS_UNKNOWN steps.
+    """
+    warm, windows, per_window = BURST_LENGTH[device_kind]
+    if per_window is None and step_flops is None:
+        per_window = CPU_WINDOW_STEPS_UNKNOWN
+    elif per_window is None:
+        per_window = max(1, min(20, round(CPU_WINDOW_FLOPS / max(step_flops, 1.0))))
+    warm = options.warmup_steps if options.warmup_steps is not None else warm
+    windows = options.windows if options.windows is not None else windows
+    steps = options.steps if options.steps is not None else windows * per_window
+    return warm, steps, min(windows, steps)
+
+
+def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpec:
+    """The BurstSpec of a case: its dimensions (``values``, by fixture name) plus the session's
+    options; ``tolerance`` is the test's own, which its burst is made precise enough for."""
+    info = get_model(values["framework"], values["model_name"])
+    kind = values["device_kind"]
+    batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
+    step_flops = TRAIN_FLOPS_PER_FORWARD * info.flops * batch if info.flops is not None else None
+    warm, steps, windows = burst_length(options, kind, step_flops)
+    return BurstSpec(
+        framework=values["framework"],
+        model=values["model_name"],
+        device_kind=kind,
+        devices=values["device_count"],
+        nodes=options.nnodes,
+        data_location=values["data_location"],
+        batch_size=batch,
+        image_size=info.image_size,
+        precision=values["precision"],
+        variable_update=values["variable_update"],
+        warmup_steps=warm,
+        steps=steps,
+        windows=windows,
+        max_windows=max(windows, options.max_windows or 2 * windows),
+        stable_within=tolerance,
+        threads=default_threads(options) if kind == "cpu" else 0,
+        augment_on=options.augment_on,
+        data_dir=str(options.data_dir) if options.data_dir else None,
+        xla=options.xla and values["framework"] == "tf",
+    )
+
+
+def short_id(names: list[str], case: Case) -> str:
+    """The test id of a case in a test parametrized over some dimensions only."""
+    if len(names) == len(DIMENSIONS):
+        return case.id
+    parts = []
+    for name in names:
+        if name == "device_kind" and "device_count" in names:
+            continue
+        if name == "device_count":
+            parts.append(device_label(case.device_kind, case.device_count))
+        elif name == "device_kind":
+            parts.append(short_kind(case.device_kind))
+        else:
+            value = case.value(name)
+            parts.append("default" if value is None else str(value))
+    return "-".join(parts)

@@ -1,0 +1,222 @@
+"""The ``perf`` fixture's object: run a burst, compare it with its baseline, assert.
+
+Failure messages are plain one-liners (no traceback): a regression names the spec,
+measured vs baseline img/s, the change, the tolerance and the baseline file; a burst
+that crashed says so and is never called a regression.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from perfsuite.analysis import stats
+from perfsuite.analysis.result import BurstResult
+from perfsuite.common.files import shown_path
+from perfsuite.common.numbers import fixed
+from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key
+from perfsuite.plugin.session import PerfSession
+from perfsuite.store.baseline import BaselineError
+
+
+class PerfWarning(UserWarning):
+    """A measurement worth a look that does not fail the test (inconclusive, improvement)."""
+
+
+def marker_tolerance(item: pytest.Item) -> float | None:
+    """The tolerance a ``@pytest.mark.perf(tolerance=...)`` gives this test, if any."""
+    marker = item.get_closest_marker("perf")
+    value = marker.kwargs.get("tolerance") if marker else None
+    return None if value is None else float(value)
+
+
+class PerfGate:
+    def __init__(self, session: PerfSession, item: pytest.Item):
+        self.session = session
+        self.item = item
+        self.options = session.options
+        self.marker_tolerance = marker_tolerance(item)
+
+    # -- raw bursts -------------------------------------------------------------------
+    def burst(self, spec: BurstSpec) -> BurstResult:
+        """Run (or reuse) the burst for ``spec``; fail the test if it produced no result."""
+        result = self.session.burst(spec, test=self.item.nodeid)
+        if not result.ok:
+            # A crash is not a measurement: its verdict says "error", never "regression".
+            self.item.user_properties.extend([("verdict", "error"), ("burst_error", result.error)])
+            pytest.fail(f"burst failed ({spec.label}): {result.error}", pytrace=False)
+        return result
+
+    # -- throughput -------------------------------------------------------------------
+    def assert_throughput(self, spec: BurstSpec) -> BurstResult:
+        self._check_windows(spec)
+        result = self.burst(spec)
+        if result.remote:
+            return result  # node 0 holds the figures and gates them
+        entry, path = self._baseline(spec)
+        tolerance = self._tolerance(entry)
+        if entry is None:
+            result.verdict = stats.compare(result.samples, None, tolerance)
+            self._record(result)
+            self._missing(spec, path)
+            return result
+        # The floor widens the tolerance at most twofold: three bursts estimate the spread
+        # roughly, and one stray burst must not blind the gate to a large drop.
+        floor = min(stats.run_spread(entry.get("run_medians") or []), 2 * tolerance)
+        tolerance = max(tolerance, floor)
+        base_samples = entry["samples"]
+        verdict = stats.compare(result.samples, base_samples, tolerance)
+        if verdict.status == stats.REGRESSION:
+            # Confirm on a fresh burst: a whole burst can land in a slow minute of a shared
+            # machine, and a gate that cries wolf gets switched off.
+            result = self.session.rerun(spec)
+            again = stats.compare(result.run_samples[-1], base_samples, tolerance)
+            if again.status == stats.REGRESSION:
+                verdict = stats.compare(result.samples, base_samples, tolerance)
+            else:
+                verdict = stats.Verdict(
+                    stats.INCONCLUSIVE, stats.median(result.samples) / stats.median(base_samples), again.p_value,
+                    tolerance, f"the first burst regressed ({verdict.change:+.1%}), its rerun did not "
+                               f"({again.change:+.1%})")
+        elif verdict.status == stats.INCONCLUSIVE:
+            # Undecided by noise: one more burst, its windows pooled with the first.
+            result = self.session.rerun(spec)
+            verdict = stats.compare(result.samples, base_samples, tolerance)
+        result.verdict, result.baseline, result.baseline_file = verdict, entry, str(path)
+        self._record(result)
+        if self.options.save_baseline:
+            return result
+        base = stats.median(base_samples)
+        bound = (f"tolerance {tolerance:.1%}, the baseline's noise floor" if floor > self._tolerance(entry)
+                 else f"tolerance {tolerance:.0%}")
+        detail = (
+            f"{spec.label}: {fixed(result.images_per_sec)} img/s vs baseline {fixed(base)} img/s "
+            f"({verdict.change:+.1%}, {bound}"
+            + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
+            + f", {result.runs} burst{'s' if result.runs > 1 else ''}) [baseline {path}]"
+        )
+        self._act(verdict, detail)
+        return result
+
+    # -- scaling ----------------------------------------------------------------------
+    def assert_scaling(self, spec: BurstSpec) -> BurstResult:
+        if spec.world_size < 2:
+            pytest.skip("scaling efficiency needs at least 2 devices")
+        self._check_windows(spec)
+        result = self.burst(spec)
+        if result.remote:
+            return result  # node 0 runs the 1-device burst and gates the efficiency
+        single = self.burst(spec.single_device())
+        entry, path = self._baseline(spec)
+        floor = self.options.min_scaling_efficiency
+        verdict = self._scaling_verdict(result, entry, floor)
+        if verdict.status in (stats.INCONCLUSIVE, stats.REGRESSION):
+            # Both bursts again, pooled: efficiency is a ratio of two noisy figures.
+            result = self.session.rerun(spec)
+            self.session.rerun(single.spec)
+            verdict = self._scaling_verdict(result, entry, floor)
+        result.scaling_verdict = verdict
+        result.baseline, result.baseline_file = entry, str(path)
+        self._record(result, scaling=True)
+        if verdict.status == stats.NO_BASELINE and floor is None:
+            self._missing(spec, path, what="scaling efficiency")
+            return result
+        if self.options.save_baseline:
+            return result
+        lo, hi = result.scaling_interval
+        base = entry.get("scaling_efficiency") if entry else None
+        against = []
+        if base is not None:
+            points = max(self.options.scaling_tolerance, self._scaling_noise(entry))
+            against.append(f"baseline {base:.1%} (tolerance {points * 100:.0f} pp)")
+        if floor is not None:
+            against.append(f"floor {floor:.0%}")
+        detail = (
+            f"{spec.label}: scaling efficiency {result.scaling_efficiency:.1%} [{lo:.1%}, {hi:.1%}] "
+            f"vs {' and '.join(against)}" + (f" [baseline {path}]" if base is not None else "")
+        )
+        self._act(verdict, detail, what="scaling")
+        return result
+
+    def _scaling_verdict(self, result: BurstResult, entry: dict | None, floor: float | None) -> stats.Verdict:
+        base = entry.get("scaling_efficiency") if entry else None
+        points = max(self.options.scaling_tolerance, self._scaling_noise(entry))
+        return stats.compare_scaling(result.scaling_efficiency, result.scaling_interval, base, points, floor)
+
+    @staticmethod
+    def _scaling_noise(entry: dict | None) -> float:
+        """Spread, in points, of the efficiencies of the baseline's own pooled runs."""
+        runs = (entry or {}).get("scaling_efficiency_runs") or []
+        return max(runs) - min(runs) if len(runs) >= 2 else 0.0
+
+    # -- shared -----------------------------------------------------------------------
+    @staticmethod
+    def _check_windows(spec: BurstSpec) -> None:
+        """A burst too short for a verdict would pass whatever it measured: the gate must be able to fail."""
+        if spec.windows < stats.MIN_SAMPLES:
+            pytest.fail(f"{spec.label}: {spec.windows} windows cannot fail the gate: a verdict needs at least "
+                        f"{stats.MIN_SAMPLES} (with fewer, the rank test cannot reach p < {stats.ALPHA:g})",
+                        pytrace=False)
+
+    def _baseline(self, spec: BurstSpec):
+        try:
+            return self.session.baseline_entry(spec), shown_path(self.session.baseline_path(spec.device_kind))
+        except BaselineError as exc:
+            pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
+
+    def _tolerance(self, entry: dict | None) -> float:
+        if self.marker_tolerance is not None:
+            return self.marker_tolerance
+        if entry and isinstance(entry.get("tolerance"), (int, float)) and not isinstance(entry["tolerance"], bool):
+            return float(entry["tolerance"])
+        return self.options.perf_tolerance
+
+    def _missing(self, spec: BurstSpec, path, what: str = "throughput") -> None:
+        if self.options.save_baseline:
+            return
+        message = f"no {what} baseline for {spec.key()} in {path}: run with --save-baseline to add it"
+        file = self.session.baseline_file(spec.device_kind)
+        near = nearest_key(spec.key(), file.entries) if file else None
+        if near is not None and near[1]:
+            message += f" (the nearest entry, {near[0]}, differs in {describe_difference(spec.key(), *near)})"
+        policy = self.options.missing_baseline
+        if policy == "skip":
+            pytest.skip(message)
+        if policy == "fail":
+            pytest.fail(message, pytrace=False)
+
+    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput") -> None:
+        if verdict.status == stats.REGRESSION:
+            label = "scaling regression" if what == "scaling" else "regression"
+            pytest.fail(f"{label}: {detail}", pytrace=False)
+        if verdict.status == stats.INCONCLUSIVE:
+            message = f"inconclusive {what} after a rerun ({verdict.reason}): {detail}"
+            if self.options.inconclusive == "fail":
+                pytest.fail(message, pytrace=False)
+            warnings.warn(PerfWarning(message), stacklevel=3)
+        elif verdict.status == stats.IMPROVEMENT:
+            warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"),
+                          stacklevel=3)
+
+    def _record(self, result: BurstResult, scaling: bool = False) -> None:
+        """Figures into the test's user properties, which --junitxml writes out."""
+        props = self.item.user_properties
+        props.append(("burst", result.spec.key()))
+        if result.images_per_sec is not None:
+            lo, hi = result.interval
+            props.extend([("images_per_sec", round(result.images_per_sec, 3)), ("ci_low", round(lo, 3)),
+                          ("ci_high", round(hi, 3)), ("windows", len(result.samples)), ("bursts", result.runs)])
+        verdict = result.scaling_verdict if scaling else result.verdict
+        if verdict is not None:
+            props.append(("verdict", verdict.status))
+            props.append(("tolerance", round(verdict.tolerance, 4)))
+            if verdict.change is not None:
+                props.append(("change", round(verdict.change, 4)))
+        if result.baseline:
+            props.append(("baseline_images_per_sec", round(result.baseline["images_per_sec"], 3)))
+        if scaling and result.scaling_efficiency is not None:
+            props.append(("scaling_efficiency", round(result.scaling_efficiency, 4)))
+            if result.baseline and result.baseline.get("scaling_efficiency") is not None:
+                props.append(("baseline_scaling_efficiency", round(result.baseline["scaling_efficiency"], 4)))
+        self.session.rows.append((self.item.nodeid, "scaling" if scaling else "throughput", result))

@@ -1,0 +1,287 @@
+"""perfsuite's pytest hooks: options, markers, fixtures, parametrization, summary.
+
+Engine logic lives elsewhere (cases, session, gate, launch); nothing here imports a
+framework, so ``pytest --help`` stays fast with neither torch nor tensorflow installed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from perfsuite.common import hardware
+from perfsuite.common.hardware import HardwareError, cuda_device_count
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.models.registry import model_names
+from perfsuite.plugin import benchmark as benchmark_json
+from perfsuite.plugin import cases as matrix
+from perfsuite.plugin import preflight, progress
+from perfsuite.plugin.gate import PerfGate, marker_tolerance
+from perfsuite.plugin.options import OptionError, add_options, read_table, resolve
+from perfsuite.plugin.preflight import PreflightError
+from perfsuite.plugin.processes import stop_all
+from perfsuite.plugin.session import PerfSession
+from perfsuite.plugin.stops import stop_signals_interrupt
+from perfsuite.reporting import terminal as report
+from perfsuite.store.baseline import BaselineError
+
+SESSION = pytest.StashKey[PerfSession]()
+
+MARKERS = (
+    "gpu: a burst on CUDA devices",
+    "cpu: a burst on CPU workers standing in for devices",
+    "multinode: a burst spanning several nodes",
+    "torch: a PyTorch burst",
+    "tf: a TensorFlow burst",
+    "slow: a long burst (big model on CPU workers)",
+    "perf(tolerance=None, min_devices=1): perfsuite gate settings for one test",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser.getgroup("perfsuite", "perfsuite: training bursts gated against baselines"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    inipath = config.inipath
+    in_pyproject = inipath is not None and inipath.name == "pyproject.toml"
+    pyproject = inipath if in_pyproject else config.rootpath / "pyproject.toml"
+    try:
+        table, source = read_table(pyproject)
+        options = resolve(lambda dest: config.getoption(f"perf_{dest}"), table, source, pyproject.parent)
+    except OptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SESSION] = PerfSession(options, config.rootpath)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Here, not in pytest_configure: the terminal reporter registers itself there.
+    _session(session.config).progress = progress.display_for(session.config)
+
+
+def _session(config: pytest.Config) -> PerfSession:
+    return config.stash[SESSION]
+
+
+def _is_perf_item(item: pytest.Item) -> bool:
+    """A case of a test the plugin parametrized: the checks and the signal handling concern it alone."""
+    return item.nodeid.split("[", 1)[0] in _session(item.config).case_functions
+
+
+def _xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+XDIST_REFUSED = ("perfsuite does not run under pytest-xdist (-n): its workers would run bursts side by side on "
+                 "the same cores and devices, and each would measure the others; run the perf suite without -n")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    names = [d for d in matrix.DIMENSIONS if d in metafunc.fixturenames]
+    marker = metafunc.definition.get_closest_marker("perf")
+    wanted = "burst_spec" in metafunc.fixturenames or marker is not None or "device_count" in metafunc.fixturenames
+    if not names or not wanted:
+        return
+    perf = _session(metafunc.config)
+    perf.case_functions.add(metafunc.definition.nodeid)
+    gpus = cuda_device_count()
+    min_devices = int(marker.kwargs.get("min_devices", 1)) if marker else 1
+    seen, params = set(), []
+    for case in matrix.build_cases(perf.options, gpus, min_devices):
+        values = tuple(case.value(n) for n in names)
+        if values in seen:
+            continue
+        seen.add(values)
+        marks = [pytest.mark.gpu if case.device_kind == "cuda" else pytest.mark.cpu]
+        if "framework" in names:
+            marks.append(getattr(pytest.mark, case.framework))
+        if case.nodes > 1:
+            marks.append(pytest.mark.multinode)
+        if "model_name" in names and matrix.is_slow(case):
+            marks.append(pytest.mark.slow)
+        reason = matrix.skip_reason(case, gpus, framework_matters="framework" in names, options=perf.options)
+        if reason:
+            marks.append(pytest.mark.skip(reason=reason))
+        params.append(pytest.param(*values, marks=marks, id=matrix.short_id(names, case)))
+    if not params:
+        params = [pytest.param(*([None] * len(names)), marks=pytest.mark.skip(reason="no case matches the options"),
+                               id="no-cases")]
+    metafunc.parametrize(names, params)
+
+
+# -- fixtures: each dimension falls back to the first selected value when a test is not
+# parametrized by the plugin.
+
+@pytest.fixture
+def framework(request: pytest.FixtureRequest) -> str:
+    return (_session(request.config).options.framework or ("torch",))[0]
+
+
+@pytest.fixture
+def model_name(request: pytest.FixtureRequest) -> str:
+    return (_session(request.config).options.model or ("cifar10",))[0]
+
+
+@pytest.fixture
+def device_kind() -> str:
+    return "cpu"
+
+
+@pytest.fixture
+def device_count() -> int:
+    return 1
+
+
+@pytest.fixture
+def data_location(request: pytest.FixtureRequest) -> str:
+    return _session(request.config).options.data_location[0]
+
+
+@pytest.fixture
+def variable_update(request: pytest.FixtureRequest) -> str:
+    return _session(request.config).options.variable_update[0]
+
+
+@pytest.fixture
+def precision(request: pytest.FixtureRequest) -> str:
+    return _session(request.config).options.precision[0]
+
+
+@pytest.fixture
+def batch_size(request: pytest.FixtureRequest) -> int | None:
+    sizes = _session(request.config).options.batch_size
+    return sizes[0] if sizes else None
+
+
+@pytest.fixture
+def burst_spec(request, framework, model_name, device_kind, device_count, data_location, variable_update,
+               precision, batch_size) -> BurstSpec:
+    """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
+    options = _session(request.config).options
+    tolerance = marker_tolerance(request.node)
+    values = {"framework": framework, "model_name": model_name, "device_kind": device_kind,
+              "device_count": device_count, "data_location": data_location, "variable_update": variable_update,
+              "precision": precision, "batch_size": batch_size}
+    return matrix.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
+
+
+@pytest.fixture
+def perf(request: pytest.FixtureRequest) -> PerfGate:
+    """Run bursts and gate them: ``perf.assert_throughput(spec)``, ``perf.assert_scaling(spec)``."""
+    if _xdist_worker(request.config):
+        pytest.fail(XDIST_REFUSED, pytrace=False)
+    return PerfGate(_session(request.config), request.node)
+
+
+@pytest.fixture
+def burst(perf: PerfGate):
+    """``burst(spec) -> BurstResult``: one burst per spec per session, reused across tests."""
+    return perf.burst
+
+
+# -- collection, reporting, saving
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, a worker that collected perf cases runs nothing and says why."""
+    if _xdist_worker(config) and any(_is_perf_item(item) for item in items):
+        config.workeroutput["perfsuite_refused"] = XDIST_REFUSED
+        config.hook.pytest_deselected(items=list(items))
+        items[:] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    refused = getattr(node, "workeroutput", {}).get("perfsuite_refused")
+    if refused:
+        _session(node.config).refused = refused
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first burst: what the run asks for is there, and what it writes can be written."""
+    perf = _session(session.config)
+    if not perf.case_functions:
+        return  # no perf test here: this run is none of perfsuite's business
+    cases = [_selected(item) for item in session.items if _is_perf_item(item)]
+    perf.selected_cases = len(cases)
+    try:
+        preflight.check_models(perf.options, model_names())
+        warning = preflight.oversubscription(perf.options, cases, matrix.default_threads(perf.options),
+                                             hardware.cpu_fingerprint().cpu_cores)
+        if warning:
+            perf.messages.append(f"warning: {warning}")  # at the end too, beside the figures it explains
+            reporter = session.config.pluginmanager.getplugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"perfsuite warning: {warning}", yellow=True)
+        if not cases or session.config.option.collectonly:
+            return  # nothing will run or be written: listing the matrix needs no GPU and no folder
+        preflight.check_frameworks(perf.options, cases, matrix.framework_installed)
+        preflight.check_gpus(perf.options, cases, cuda_device_count(), hardware.visibility())
+        preflight.check_outputs(perf.options)
+        for kind in {c.device_kind for c in cases} & {"cpu", "cuda"}:
+            if kind == "cuda" and cuda_device_count() == 0:
+                continue
+            perf.baseline_file(kind)  # a bad file stops the run up front
+    except (PreflightError, BaselineError, HardwareError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _selected(item: pytest.Item) -> preflight.SelectedCase:
+    params = getattr(item, "callspec", None)
+    params = params.params if params is not None else {}
+    return preflight.SelectedCase(params.get("framework"), params.get("model_name"), params.get("device_kind"),
+                                  params.get("device_count"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """While bursts may run, SIGTERM and SIGHUP stop the session as Ctrl-C does; after the
+    last test, the bursts join pytest-benchmark's list (before its own session finish)."""
+    try:
+        if _session(session.config).selected_cases:
+            with stop_signals_interrupt():
+                return (yield)
+        return (yield)
+    finally:
+        benchmark_json.add_bursts(session.config, _session(session.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    perf = config.stash.get(SESSION, None)
+    if perf is not None:
+        machine_info["perfsuite"] = benchmark_json.machine_info(perf)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    rep = yield
+    perf = _session(item.config)
+    if rep.failed:
+        perf.failed_tests.add(item.nodeid)
+    elif rep.skipped and isinstance(rep.longrepr, tuple) and _is_perf_item(item):
+        perf.skip_reasons.append(str(rep.longrepr[2]).removeprefix("Skipped: "))
+    return rep
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    perf = _session(session.config)
+    session.exitstatus = perf.finish(exitstatus, session.config.invocation_params.args,
+                                     collect_only=session.config.option.collectonly)
+    benchmark_json.drop_from_terminal_table(session.config)
+    if perf.refused:
+        sys.stderr.write(f"ERROR: {perf.refused}\n")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop_all()  # a burst still running here escaped every other stop: it must not outlive pytest
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    perf = config.stash.get(SESSION, None)
+    if perf is not None and (perf.results or perf.messages):
+        report.terminal_summary(terminalreporter, perf.view())

@@ -1,0 +1,313 @@
+"""Runs one burst in fresh worker processes, with a timeout.
+
+A fresh process per burst keeps a crash, an out-of-memory or a hang inside one test,
+lets torch and TensorFlow share a pytest session, and hands GPU memory back between
+tests. Several torch ranks go through torchrun (torch.distributed.run), never a
+launcher of our own. A multi-node TensorFlow burst is one worker process per node,
+which finds the others through the TF_CONFIG written here from --worker-hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import perfsuite
+from perfsuite.common.text import one_line
+from perfsuite.contract import burst_files as files
+from perfsuite.contract.job import PARENT_ENV, ContractError, Job
+from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.record import RemoteNode, WorkerRecord
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.plugin.processes import STOP_GRACE_S, BurstProcesses
+
+POLL_S = 0.5  # how often the launcher looks at a running burst: progress, deadlines
+_ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
+
+
+class BurstError(RuntimeError):
+    """A burst that did not produce a result: crash, OOM, timeout. Not a regression."""
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    timeout_s: float = 600.0
+    init_timeout_s: float = 120.0
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    worker_hosts: tuple[str, ...] = ()  # TF multi-node: every node's HOST:PORT, in rank order
+
+
+WORKER = "perfsuite.worker"
+
+
+def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions) -> list[str]:
+    if spec.nodes > 1 and spec.framework == "torch":
+        assert options.rdzv_endpoint, "perfsuite.plugin.options refuses a multi-node run without --rdzv-endpoint"
+    if spec.framework != "torch" or spec.world_size == 1:
+        return [sys.executable, "-m", WORKER, str(job), str(out)]
+    # torchrun itself, armed to die with pytest (perfsuite.worker.torchrun).
+    run = [sys.executable, "-m", "perfsuite.worker.torchrun", f"--nproc-per-node={spec.devices}", "--max-restarts=0"]
+    if spec.nodes == 1:
+        run.append("--standalone")  # c10d rendezvous on a free local port
+    else:
+        timeout = int(options.init_timeout_s)
+        # Node 0 hosts the c10d store, so on one machine (127.0.0.1) the roles are not
+        # left to a race; every node derives the same run id from the spec.
+        conf = f"join_timeout={timeout},read_timeout={timeout},is_host={int(options.node_rank == 0)}"
+        run += [
+            f"--nnodes={spec.nodes}",
+            f"--node-rank={options.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={options.rdzv_endpoint}",
+            f"--rdzv-id={rendezvous_id(spec)}",
+            f"--rdzv-conf={conf}",
+        ]
+    return run + ["-m", WORKER, str(job), str(out)]
+
+
+def tf_config(hosts: tuple[str, ...], node_rank: int) -> str:
+    """TF_CONFIG for MultiWorkerMirroredStrategy: one worker per node, index = node rank."""
+    return json.dumps({"cluster": {"worker": list(hosts)}, "task": {"type": "worker", "index": node_rank}})
+
+
+def rendezvous_id(spec: BurstSpec) -> str:
+    """The same on every node for the same burst, different between bursts."""
+    return "perfsuite-" + hashlib.sha1(spec.key().encode()).hexdigest()[:12]
+
+
+def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...] = ()) -> dict[str, str]:
+    """The worker's environment: the frameworks' own variables, and the launcher's pid."""
+    env = dict(os.environ)
+    # The cluster is --worker-hosts' (or Slurm's), never one left in the environment.
+    env.pop("TF_CONFIG", None)
+    if spec.framework == "tf" and spec.nodes > 1 and worker_hosts:
+        env["TF_CONFIG"] = tf_config(worker_hosts, node_rank)
+    root = str(Path(perfsuite.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (perfsuite.worker.lifeline)
+    if spec.device_kind == "cpu":
+        # Each CPU worker stands in for one device: a fixed share of cores, no GPU.
+        env["OMP_NUM_THREADS"] = str(spec.threads)
+        env["MKL_NUM_THREADS"] = str(spec.threads)
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _prepare_dataset(spec: BurstSpec) -> None:
+    """Check or generate the `real` dataset once, here: not by every rank, inside its warm-up."""
+    try:
+        from perfsuite.data import datasets  # numpy and Pillow: only for bursts that read files
+
+        datasets.dataset_for(spec.framework, spec.image_size, spec.data_dir)
+    except (ImportError, OSError, ValueError) as exc:
+        raise BurstError(f"real data: {one_line(exc)}") from None
+
+
+def run_burst(
+    spec: BurstSpec,
+    model: ModelInfo,
+    workdir: Path,
+    options: LaunchOptions = LaunchOptions(),
+    on_progress: Callable[[dict], None] | None = None,
+) -> WorkerRecord | RemoteNode:
+    """Run ``spec`` and return the worker's record (on a node other than 0 of a multi-node
+    burst: that this node's ranks ran); raise BurstError on failure."""
+    if spec.data_location == "real":
+        _prepare_dataset(spec)
+    workdir.mkdir(parents=True, exist_ok=True)
+    job = workdir / files.JOB
+    out = workdir / files.RESULT
+    progress = workdir / files.PROGRESS
+    log = workdir / files.LOG
+    # A TF worker of a multi-node burst marks when it starts and ends joining the others.
+    join_file = workdir / files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
+    for stale in [out, progress, join_file, *files.error_files(out), *files.pid_files(workdir)]:
+        if stale is None:
+            continue
+        stale.unlink(missing_ok=True)
+    node_rank = options.node_rank if spec.nodes > 1 else 0
+    job.write_text(Job(spec=spec, model=model, folder=str(workdir), node_rank=node_rank,
+                       init_timeout_s=options.init_timeout_s, progress_file=str(progress),
+                       join_file=str(join_file) if join_file else None).to_json())
+    cmd = worker_command(spec, job, out, options)
+    started = time.monotonic()
+    with open(log, "wb") as log_file:
+        # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=worker_env(spec, node_rank, options.worker_hosts),
+            start_new_session=True,
+        )
+    burst = BurstProcesses(proc, workdir)
+    try:
+        returncode = _wait(burst, spec, options, started, out, log, progress, join_file, on_progress)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM, SIGHUP), a timeout, a rendezvous that never
+        # completed: nothing of this burst may outlive it.
+        burst.stop(STOP_GRACE_S)
+        raise
+    if returncode == 0 and node_rank != 0:
+        # Rank 0 lives on node 0 and writes the record there; this node ran its ranks.
+        return RemoteNode(node_rank, time.monotonic() - started, str(log))
+    if returncode != 0 or not out.exists():
+        raise BurstError(_failure_line(returncode, out, log, spec, options))
+    try:
+        record = files.read_result(out)
+    except (ContractError, ValueError) as exc:
+        raise BurstError(f"unreadable result record: {one_line(exc)}") from None
+    return record.replace(wall_seconds=time.monotonic() - started, worker_log=str(log))
+
+
+def _wait(burst: BurstProcesses, spec: BurstSpec, options: LaunchOptions, started: float, out: Path, log: Path,
+          progress: Path, join_file: Path | None, on_progress) -> int | None:
+    """Wait for the burst to end; returns the launched process's exit code, every process swept."""
+    seen = None
+    while not _exited_within(burst, POLL_S):
+        if on_progress is not None and progress.exists():
+            state = files.read_progress(progress)
+            if state and state != seen:
+                seen = state
+                on_progress(state)
+        waiting = _join_overdue(join_file, options.init_timeout_s) if join_file else None
+        if waiting is not None:
+            burst.stop(grace_s=0)  # TensorFlow swallows SIGTERM while joining
+            raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
+        if time.monotonic() - started > options.timeout_s:
+            burst.stop()
+            raise BurstError(f"burst timed out after {options.timeout_s:.0f} s" + _suffix(_last_error_line(out, log)))
+    # The launched process is done; a rank torchrun could not stop, or a data-loader worker
+    # of a rank that skipped its teardown, is a straggler: it goes now.
+    return burst.stop(grace_s=0)
+
+
+def _exited_within(burst: BurstProcesses, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not burst.exited():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _join_overdue(join_file: Path, timeout_s: float) -> dict | None:
+    """The join marker of a TF worker still waiting for the other nodes after ``timeout_s``."""
+    try:
+        state = json.loads(join_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("joined") or time.time() - float(state.get("t", 0)) <= timeout_s:
+        return None
+    return state
+
+
+def _missing_nodes_line(state: dict, timeout_s: float) -> str:
+    """Name the nodes whose TF worker is not even listening; if all are, every other node."""
+    hosts, me = list(state.get("hosts", [])), int(state.get("me", 0))
+    others = [i for i in range(len(hosts)) if i != me]
+    missing = [i for i in others if not _listening(hosts[i])] or others
+    names = " or ".join(f"node {i} ({hosts[i]})" for i in missing)
+    return (
+        f"TF workers {','.join(hosts)} timed out after {timeout_s:.0f} s: not all {len(hosts)} nodes joined "
+        f"(this is node {me}; missing: {names}, did it run the same pytest command?)"
+    )
+
+
+def _listening(address: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _suffix(line: str | None) -> str:
+    return f"; last output: {line}" if line else ""
+
+
+def _failure_line(returncode: int, out: Path, log: Path, spec: BurstSpec, options: LaunchOptions) -> str:
+    if spec.nodes > 1 and _rendezvous_timed_out(log):
+        others = [str(r) for r in range(spec.nodes) if r != options.node_rank]
+        return (
+            f"rendezvous at {options.rdzv_endpoint} timed out after {options.init_timeout_s:.0f} s: "
+            f"not all {spec.nodes} nodes joined (this is node {options.node_rank}; "
+            f"missing: node {' or '.join(others)}, did it run the same pytest command?)"
+        )
+    if returncode is not None and returncode < 0:
+        return f"burst worker killed by {_signal_text(-returncode)}" + _suffix(_last_error_line(out, log))
+    killed = _rank_killed(log)
+    if killed is not None:
+        # A rank killed by a signal writes no error line of its own; the others' lines
+        # ("connection closed by peer") are consequences, not the cause.
+        rank, signum = killed
+        return f"rank {rank} killed by {_signal_text(signum)}"
+    line = _last_error_line(out, log)
+    return line or f"burst worker exited with code {returncode} and no result"
+
+
+def _signal_text(signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return name + (" (out of host memory?)" if signum == signal.SIGKILL else "")
+
+
+# torchrun's failure summary, one block per failed rank: "rank : 1 (local_rank: 1)" then
+# "exitcode : -9 (pid: 123)"; the root cause comes last.
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n.*?exitcode\s*:\s*(-?\d+)", re.DOTALL)
+
+
+def _rank_killed(log: Path) -> tuple[int, int] | None:
+    """(rank, signal) of a rank that a signal ended, per torchrun's failure summary.
+
+    torchrun ends the surviving ranks with SIGTERM once one has failed, and a rank blocked
+    in a collective may fail first with "connection closed by peer": a rank killed by any
+    other signal is the cause. SIGTERMs are torchrun's own, after some rank's error.
+    """
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    summary = text[text.rfind("ChildFailedError"):] if "ChildFailedError" in text else ""
+    deaths = [(int(rank), -int(code)) for rank, code in _FAILED_RANK.findall(summary) if int(code) < 0]
+    return next(((rank, signum) for rank, signum in deaths if signum != signal.SIGTERM), None)
+
+
+def _rendezvous_timed_out(log: Path) -> bool:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return False
+    return "RendezvousTimeoutError" in text or "RendezvousConnectionError" in text
+
+
+def _last_error_line(out: Path, log: Path) -> str | None:
+    errors = files.read_errors(out)
+    if errors:
+        return errors[0] if len(errors) == 1 else "; ".join(errors[:4])
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line) and not line.startswith("Traceback"):
+            return line.strip()[:500]
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()[:500]
+    return None

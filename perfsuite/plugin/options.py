@@ -1,0 +1,355 @@
+"""Command-line options and ``[tool.perfsuite]`` keys: declared once, validated once.
+
+Every option is also a key of the ``[tool.perfsuite]`` table in pyproject.toml (dashes
+become underscores; repeatable options take a list). The command line wins over the
+table, the table over the built-in default. Values are checked here and any mistake
+becomes one ``pytest.UsageError`` line that names the option and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from perfsuite.analysis.stats import ALPHA, MIN_SAMPLES
+from perfsuite.contract.spec import DATA_LOCATIONS, PRECISIONS, VARIABLE_UPDATES
+from perfsuite.models.registry import FRAMEWORKS
+
+MISSING_POLICIES = ("skip", "fail", "pass")
+MISSING_GPU_POLICIES = ("fail", "skip")
+MIN_WINDOWS = MIN_SAMPLES
+WHY_MIN_WINDOWS = (f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever "
+                   "fail the gate")
+INCONCLUSIVE_POLICIES = ("pass", "fail")
+
+
+class OptionError(ValueError):
+    """One line naming the offending option and what it accepts."""
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    kind: str = "str"  # str | int | float | flag | choice | path | endpoint | hosts
+    repeat: bool = False
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    default: Any = None
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--gpus", "GPU device counts: sweep 1, 2, 4, ... up to N and N itself (default: all visible)",
+           "int", minimum=1, metavar="N"),
+    Option("--cpu-workers", "CPU worker counts standing in for devices: the same sweep (default: 2)",
+           "int", minimum=1, default=2, metavar="N"),
+    Option("--threads-per-worker", "intra-op threads per CPU worker (default: cores // largest worker count)",
+           "int", minimum=1, metavar="N"),
+    Option("--framework", "framework to measure; repeatable (default: torch and tf)",
+           "choice", repeat=True, choices=FRAMEWORKS, metavar="{torch,tf}"),
+    Option("--model", "model to measure; repeatable (default: all registered)", "str", repeat=True, metavar="NAME"),
+    Option("--data-location", "where input batches come from; repeatable (default: device)",
+           "choice", repeat=True, choices=DATA_LOCATIONS, default=("device",),
+           metavar="{" + ",".join(DATA_LOCATIONS) + "}"),
+    Option("--augment-on", "where the `real` data location decodes and augments images (default: cpu)",
+           "choice", choices=("cpu", "device"), default="cpu", metavar="{cpu,device}"),
+    Option("--data-dir", "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
+           "default: a small generated one in the cache", "path", metavar="DIR"),
+    Option("--xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
+    Option("--variable-update", "how gradients meet across devices; repeatable (default: replicated)",
+           "choice", repeat=True, choices=VARIABLE_UPDATES, default=("replicated",),
+           metavar="{" + ",".join(VARIABLE_UPDATES) + "}"),
+    Option("--batch-size", "batch size per device; repeatable (default: the model's)", "int", repeat=True,
+           minimum=1, metavar="N"),
+    Option("--precision", "numeric precision; repeatable (default: fp32)", "choice", repeat=True,
+           choices=PRECISIONS, default=("fp32",), metavar="{fp32,amp}"),
+    Option("--steps", "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
+           "5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
+    Option("--windows", "timed windows the steps are split into, one throughput sample each; at least 5, or "
+           "no drop could be significant (default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
+    Option("--max-windows", "cap on timed windows: a burst whose windows spread wider than the tolerance "
+           "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)", "int",
+           minimum=1, metavar="N"),
+    Option("--warmup-steps", "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)", "int",
+           minimum=0, metavar="N"),
+    Option("--burst-timeout", "seconds a burst may run before it is killed (default: 600)", "float",
+           minimum=1, default=600.0, metavar="SECONDS"),
+    Option("--baseline-dir", "directory of baseline files, one per hardware fingerprint (default: baselines/)",
+           "path", default="baselines", metavar="DIR"),
+    Option("--save-baseline", "merge this run's measurements into the baseline file instead of gating", "flag",
+           default=False),
+    Option("--baseline-runs", "with --save-baseline, bursts pooled into each entry; their spread is the "
+           "entry's noise floor (default: 3)", "int", minimum=1, maximum=20, default=3, metavar="N"),
+    Option("--perf-tolerance", "relative throughput drop tolerated before a regression (default: 0.10)", "float",
+           minimum=0.0, maximum=0.99, default=0.10, metavar="FRACTION"),
+    Option("--scaling-tolerance", "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)", "float",
+           minimum=0.0, maximum=1.0, default=0.10, metavar="FRACTION"),
+    Option("--missing-baseline", "what a test does without a baseline entry (default: skip)", "choice",
+           choices=MISSING_POLICIES, default="skip", metavar="{skip,fail,pass}"),
+    Option("--missing-gpus", "when GPU cases are asked for (-m gpu, --gpus N) and fewer GPUs are visible: fail "
+           "the run up front, or skip those cases (a mixed fleet) (default: fail)", "choice",
+           choices=MISSING_GPU_POLICIES, default="fail", metavar="{fail,skip}"),
+    Option("--inconclusive", "what a test does when noise leaves the verdict undecided (default: pass, with a "
+           "warning)", "choice", choices=INCONCLUSIVE_POLICIES, default="pass", metavar="{pass,fail}"),
+    Option("--min-scaling-efficiency", "absolute floor for scaling efficiency, e.g. 0.9", "float", minimum=0.0,
+           maximum=2.0, metavar="FRACTION"),
+    Option("--keep-burst-dirs", "keep each burst's folder (job, worker log, result record) for debugging; "
+           "removed at the end of the run otherwise", "flag", default=False),
+    Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
+    Option("--perf-report", "write a report folder here: results.json, report.md, a self-contained "
+           "report.html, plots and utilisation series", "path", metavar="DIR"),
+    Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
+    Option("--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0,
+           metavar="R"),
+    Option("--rdzv-timeout", "seconds to wait for every node (rendezvous) and for process-group set-up "
+           "(default: 120)", "float", minimum=1, default=120.0, metavar="SECONDS"),
+    Option("--rdzv-endpoint", "rendezvous HOST:PORT for multi-node torch runs", "endpoint", metavar="HOST:PORT"),
+    Option("--worker-hosts", "comma-separated HOST:PORT of every node, in rank order, for multi-node TF runs",
+           "hosts", metavar="H:P,H:P"),
+)
+
+BY_DEST = {o.dest: o for o in OPTIONS}
+# Keys accepted in [tool.perfsuite]; repeatable options also take their plural.
+PLURALS = {"framework": "frameworks", "model": "models", "data_location": "data_locations",
+           "variable_update": "variable_updates", "batch_size": "batch_sizes", "precision": "precisions"}
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    gpus: int | None
+    cpu_workers: int
+    threads_per_worker: int | None
+    framework: tuple[str, ...]
+    model: tuple[str, ...]
+    data_location: tuple[str, ...]
+    variable_update: tuple[str, ...]
+    batch_size: tuple[int, ...]
+    augment_on: str
+    data_dir: Path | None
+    xla: bool
+    precision: tuple[str, ...]
+    steps: int | None
+    windows: int | None
+    max_windows: int | None
+    warmup_steps: int | None
+    burst_timeout: float
+    baseline_dir: Path
+    save_baseline: bool
+    baseline_runs: int
+    perf_tolerance: float
+    scaling_tolerance: float
+    missing_baseline: str
+    missing_gpus: str
+    inconclusive: str
+    min_scaling_efficiency: float | None
+    keep_burst_dirs: bool
+    perf_json: Path | None
+    perf_report: Path | None
+    nnodes: int
+    node_rank: int
+    rdzv_timeout: float
+    rdzv_endpoint: str | None
+    worker_hosts: tuple[str, ...]
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # dest -> where the value came from
+
+
+def add_options(group: Any) -> None:
+    """Declare every option on a pytest option group; values stay raw strings until resolve()."""
+    for o in OPTIONS:
+        if o.kind == "flag":
+            group.addoption(o.flag, action="store_true", default=None, dest=f"perf_{o.dest}", help=o.help)
+        else:
+            group.addoption(o.flag, action="append" if o.repeat else "store", default=None,
+                            dest=f"perf_{o.dest}", metavar=o.metavar, help=o.help)
+
+
+def read_table(pyproject: Path | None) -> tuple[dict[str, Any], str]:
+    """The [tool.perfsuite] table of ``pyproject`` (empty when absent)."""
+    if pyproject is None or not pyproject.is_file():
+        return {}, ""
+    try:
+        with open(pyproject, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise OptionError(f"{pyproject}: cannot read [tool.perfsuite]: {exc}") from None
+    table = data.get("tool", {}).get("perfsuite", {})
+    if not isinstance(table, dict):
+        raise OptionError(f"{pyproject}: [tool.perfsuite] must be a table")
+    return table, str(pyproject)
+
+
+def resolve(cli: Callable[[str], Any], table: dict[str, Any], table_source: str, base_dir: Path) -> PerfOptions:
+    """Merge command line, [tool.perfsuite] and defaults; validate; return PerfOptions.
+
+    ``cli(dest)`` returns the raw command-line value (None when not given).
+    Relative paths from the table are taken relative to the pyproject's directory.
+    """
+    table = dict(table)
+    for singular, plural in PLURALS.items():
+        if plural in table:
+            if singular in table:
+                raise OptionError(f"{table_source}: [tool.perfsuite] sets both {singular!r} and {plural!r}")
+            table[singular] = table.pop(plural)
+    unknown = sorted(set(table) - set(BY_DEST))
+    if unknown:
+        known = ", ".join(sorted(set(BY_DEST) | set(PLURALS.values())))
+        raise OptionError(f"{table_source}: unknown key {unknown[0]!r} in [tool.perfsuite] (known: {known})")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for o in OPTIONS:
+        raw = cli(o.dest)
+        where = o.flag
+        base = Path.cwd()
+        if raw is None and o.dest in table:
+            raw = table[o.dest]
+            where = f"{o.dest} in [tool.perfsuite] of {table_source}"
+            base = base_dir
+            if o.repeat and not isinstance(raw, list):
+                raw = [raw]
+        if raw is None:
+            values[o.dest] = tuple(o.default or ()) if o.repeat else _default(o)
+            sources[o.dest] = "default"
+            continue
+        values[o.dest] = _convert(o, raw, where, base)
+        sources[o.dest] = where
+    _cross_checks(values, sources)
+    return PerfOptions(**values, sources=sources)
+
+
+def _default(o: Option) -> Any:
+    if o.kind == "path" and o.default is not None:
+        return Path(o.default)
+    return o.default
+
+
+def _convert(o: Option, raw: Any, where: str, base: Path) -> Any:
+    if o.repeat:
+        items = []
+        for item in raw:
+            # "--model a,b" is accepted as well as "--model a --model b".
+            parts = item.split(",") if isinstance(item, str) else [item]
+            items.extend(p.strip() if isinstance(p, str) else p for p in parts)
+        out = tuple(dict.fromkeys(_scalar(o, item, where, base) for item in items if item != ""))
+        if not out:
+            raise OptionError(f"{where}: needs at least one value")
+        return out
+    return _scalar(o, raw, where, base)
+
+
+def _scalar(o: Option, raw: Any, where: str, base: Path) -> Any:
+    if o.kind == "flag":
+        if isinstance(raw, bool):
+            return raw
+        raise OptionError(f"{where}: expected true or false, got {raw!r}")
+    if o.kind in ("int", "float"):
+        return _number(o, raw, where)
+    text = str(raw).strip()
+    if o.kind == "choice":
+        if text not in o.choices:
+            raise OptionError(f"{where}: {text!r} is not one of {', '.join(o.choices)}")
+        return text
+    if o.kind == "path":
+        if not text:
+            raise OptionError(f"{where}: needs a path")
+        path = Path(os.path.expanduser(text))
+        return path if path.is_absolute() else base / path
+    if o.kind == "endpoint":
+        _endpoint(text, where)
+        return text
+    if o.kind == "hosts":
+        hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+        if not hosts:
+            raise OptionError(f"{where}: needs HOST:PORT[,HOST:PORT...]")
+        for h in hosts:
+            _endpoint(h, where)
+        return hosts
+    if not text:
+        raise OptionError(f"{where}: needs a value")
+    return text
+
+
+def _number(o: Option, raw: Any, where: str) -> float | int:
+    what = "an integer" if o.kind == "int" else "a number"
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = int(str(raw).strip()) if o.kind == "int" else float(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"{where}: expected {what}, got {raw!r}") from None
+    if o.kind == "float" and value != value:  # NaN
+        raise OptionError(f"{where}: expected {what}, got {raw!r}")
+    hint = " (a fraction: 0.10 means 10%)" if o.metavar == "FRACTION" else ""
+    if o.minimum is not None and value < o.minimum:
+        raise OptionError(f"{where}: must be >= {o.minimum:g}, got {raw!r}{hint}")
+    if o.maximum is not None and value > o.maximum:
+        raise OptionError(f"{where}: must be <= {o.maximum:g}, got {raw!r}{hint}")
+    return value
+
+
+_ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
+
+
+def _endpoint(text: str, where: str) -> None:
+    m = _ENDPOINT.match(text)
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise OptionError(f"{where}: expected HOST:PORT with a port in 1-65535, got {text!r}")
+
+
+def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
+    if v["node_rank"] >= v["nnodes"]:
+        raise OptionError(f"{src['node_rank']}: node rank {v['node_rank']} must be below --nnodes {v['nnodes']}")
+    if v["worker_hosts"] and len(v["worker_hosts"]) != v["nnodes"]:
+        raise OptionError(
+            f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --nnodes is {v['nnodes']}"
+        )
+    if v["windows"] is not None and v["windows"] < MIN_WINDOWS:
+        raise OptionError(f"{src['windows']}: a verdict needs at least {MIN_WINDOWS} windows, got {v['windows']} "
+                          f"({WHY_MIN_WINDOWS})")
+    windows = v["windows"] or MIN_WINDOWS
+    if v["steps"] is not None and v["steps"] < windows:
+        raise OptionError(f"{src['steps']}: {windows} windows need at least {windows} steps, got {v['steps']} "
+                          f"({WHY_MIN_WINDOWS})")
+    report = v["perf_report"]
+    if report is not None and report.exists() and not report.is_dir():  # found now, not after an hour of bursts
+        raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
+    # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
+    slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
+    if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:
+        raise OptionError("--nnodes > 1 needs --rdzv-endpoint (torch) or --worker-hosts (tf)")
+
+
+def cluster_gap(options: PerfOptions, framework: str) -> str | None:
+    """Why this run cannot form a multi-node cluster for ``framework``, or None.
+
+    The one place that decides it: the launcher and the workers only assert it.
+    """
+    if options.nnodes < 2:
+        return None
+    if framework == "torch" and not options.rdzv_endpoint:
+        return "a multi-node torch burst needs --rdzv-endpoint HOST:PORT"
+    if framework == "tf" and not options.worker_hosts and not os.environ.get("SLURM_STEP_NODELIST"):
+        return "a multi-node TensorFlow burst needs --worker-hosts H:P,H:P (or to run under Slurm's srun)"
+    return None
+
+
+def sweep(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    counts, c = [], 1
+    while c < n:
+        counts.append(c)
+        c *= 2
+    counts.append(n)
+    return counts

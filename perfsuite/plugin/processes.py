@@ -1,0 +1,161 @@
+"""The processes of one running burst, and how a burst is stopped with nothing left behind.
+
+The launcher starts the worker (or torchrun) in a session of its own, so a Ctrl-C in the
+terminal reaches pytest alone and the launcher decides how the burst ends. torchrun in
+turn starts every rank in a session of its own, out of reach of the launcher's process
+group; so each burst process leaves a pid file (pid and start time) in the burst folder,
+and stopping a burst signals the launched process, its process group, everything below
+it, and every process a pid file names that is still the process that wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from perfsuite.contract.burst_files import pid_files
+from perfsuite.plugin.stops import signals_held
+
+# SIGTERM first (torchrun forwards it to its ranks), SIGKILL for whatever is left after
+# this long: a stop must be complete within 5 s.
+STOP_GRACE_S = 2.0
+KILL_WAIT_S = 2.0
+
+_LIVE: set[BurstProcesses] = set()
+
+
+def _recorded(folder: Path) -> list[psutil.Process]:
+    out = []
+    for path in pid_files(folder):
+        try:
+            data = json.loads(path.read_text())
+            proc = psutil.Process(int(data["pid"]))
+            if abs(proc.create_time() - float(data["create_time"])) < 0.01:
+                out.append(proc)
+        except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+            continue  # gone, reused, or half written: nothing of ours to stop
+    return out
+
+
+class BurstProcesses:
+    """A launched burst: ``exited()`` while it runs, ``stop()`` to end it and sweep what is left."""
+
+    def __init__(self, proc: subprocess.Popen, pid_dir: Path) -> None:
+        self.proc = proc
+        self.pid_dir = pid_dir
+        _LIVE.add(self)
+
+    def exited(self) -> bool:
+        """Whether the launched process has exited; it stays a zombie until ``stop()``, so its
+        pid (and process group id) cannot be reused meanwhile."""
+        if self.proc.returncode is not None:
+            return True
+        if not hasattr(os, "waitid"):
+            return self.proc.poll() is not None
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """End every process of the burst and reap the launched one; returns its exit code.
+
+        ``grace_s`` > 0 sends SIGTERM and waits that long before SIGKILL; 0 kills at once
+        (the sweep after a burst that ended: whatever is left is a straggler).
+        """
+        with signals_held():
+            return self._stop(grace_s)
+
+    def _stop(self, grace_s: float) -> int | None:
+        try:
+            steps = ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)) if grace_s > 0 else (
+                (signal.SIGKILL, KILL_WAIT_S),)
+            for sig, wait_s in steps:
+                targets = self._targets()
+                leader_running = not self.exited()
+                if not targets and not leader_running:
+                    break
+                self._signal(sig, targets)
+                if self._wait(targets, wait_s):
+                    break
+            try:
+                self.proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): leave it to the kernel
+                pass
+            return self.proc.returncode
+        finally:
+            _LIVE.discard(self)
+
+    def _targets(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        roots = []
+        if not self.exited():
+            try:
+                roots.append(psutil.Process(self.proc.pid))
+            except psutil.Error:
+                pass
+        roots += _recorded(self.pid_dir)
+        for root in roots:
+            for p in [root, *_children(root)]:
+                if p.pid != self.proc.pid:
+                    found.setdefault(p.pid, p)
+        return list(found.values())
+
+    def _signal(self, sig: int, targets: list[psutil.Process]) -> None:
+        groups = [self.proc.pid] if not self.exited() else []
+        # A rank that torchrun started leads a session (and process group) of its own:
+        # its data-loader workers are in that group.
+        groups += [p.pid for p in targets if _leads_group(p)]
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in targets:
+            try:
+                p.send_signal(sig)  # psutil refuses a pid that now names another process
+            except psutil.Error:
+                pass
+
+    def _wait(self, targets: list[psutil.Process], seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = [p for p in targets if _alive(p)]
+            if not left and self.exited():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def _children(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _leads_group(p: psutil.Process) -> bool:
+    try:
+        return _alive(p) and os.getpgid(p.pid) == p.pid
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def stop_all() -> None:
+    """Stop every burst still running in this process (pytest is ending)."""
+    for burst in list(_LIVE):
+        burst.stop()

@@ -1,0 +1,274 @@
+"""Run-wide state: the burst cache, the baseline files in use, and what gets saved."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from perfsuite.analysis import stats
+from perfsuite.analysis.result import BurstResult, Measurement
+from perfsuite.common import hardware
+from perfsuite.contract.spec import BurstSpec, device_kind_of, short_kind
+from perfsuite.models.registry import get_model
+from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
+from perfsuite.plugin.options import PerfOptions
+from perfsuite.reporting.view import RunView
+from perfsuite.store import baseline as store
+from perfsuite.store.run import RunInfo, describe_run
+
+
+@dataclass
+class PerfSession:
+    options: PerfOptions
+    rootdir: Path
+    results: dict[BurstSpec, BurstResult] = field(default_factory=dict)
+    rows: list[tuple[str, str, BurstResult]] = field(default_factory=list)  # (test, kind, result) per gate check
+    failed_tests: set[str] = field(default_factory=set)
+    messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
+    baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
+    fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
+    workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
+    interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
+    case_functions: set[str] = field(default_factory=set)  # node ids of the tests the plugin parametrized
+    selected_cases: int = 0  # perf cases left after selection (-m, -k)
+    skip_reasons: list[str] = field(default_factory=list)  # of perf cases skipped at run time
+    refused: str | None = None  # why the run was refused after collection (pytest-xdist)
+    _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
+    # Live progress: called with {} when a burst starts, the worker's progress state while
+    # it runs, and None when it is over (perfsuite.plugin.progress).
+    progress: Callable[[BurstSpec, dict | None], None] | None = None
+
+    # -- bursts -----------------------------------------------------------------------
+    def burst(self, spec: BurstSpec, test: str | None = None) -> BurstResult:
+        """Run ``spec`` once per session; later calls reuse the result."""
+        result = self.results.get(spec)
+        if result is None:
+            # Tests with their own tolerance run their own burst of a key others use.
+            shared = any(r.spec.key() == spec.key() for r in self.results.values())
+            result = BurstResult(self._run(spec), burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None)
+            self.results[spec] = result
+            self._update_scaling(spec)
+            if self.options.save_baseline and result.ok and not result.remote:
+                for _ in range(self.options.baseline_runs - 1):
+                    self.rerun(spec)
+        if test and test not in result.tests:
+            result.tests.append(test)
+        return result
+
+    def rerun(self, spec: BurstSpec) -> BurstResult:
+        """Run ``spec`` again and pool the new windows with the old ones (``run_samples[-1]`` is the new run).
+
+        Verdicts reached before this rerun stay until a gate recomputes them.
+        """
+        result = self.results[spec]
+        again = self._run(spec)
+        if again.ok:
+            result.measured(result.measurement.pooled_with(again))
+            self._update_scaling(spec)
+        return result
+
+    def _run(self, spec: BurstSpec) -> Measurement:
+        model = get_model(spec.framework, spec.model)
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="perfsuite-"))
+        workdir = self.workdir / f"burst{next(self._run_numbers):04d}"
+        options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
+                                node_rank=self.options.node_rank,
+                                rdzv_endpoint=self.options.rdzv_endpoint,
+                                worker_hosts=self.options.worker_hosts)
+        on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
+        if on_progress:
+            on_progress({})
+        try:
+            return Measurement.of(spec, run_burst(spec, model, workdir, options, on_progress))
+        except BurstError as exc:
+            return Measurement(spec, error=str(exc))
+        finally:
+            if on_progress:
+                on_progress(None)
+
+    def remove_burst_dirs(self) -> str | None:
+        """Remove the bursts' folders unless --keep-burst-dirs; a line for the summary when kept."""
+        if self.workdir is None or not self.workdir.exists():
+            return None
+        if self.options.keep_burst_dirs:
+            return f"burst folders (job, worker log, result record) kept in {self.workdir}"
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return None
+
+    # -- the end of the run ---------------------------------------------------------------
+    def finish(self, exitstatus: int, command: Sequence[str] = (), collect_only: bool = False) -> int:
+        """Save baselines, write --perf-json and --perf-report, remove the burst folders; return
+        the run's exit status, which a file that could not be written, or a run in which no
+        burst ran, turns into a failure."""
+        self.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        status = exitstatus
+        if self.options.save_baseline and self.results:
+            status = self._save(exitstatus, status)
+        status = self._write_results(command, exitstatus, status)
+        kept = self.remove_burst_dirs()
+        if kept:
+            self.messages.append(kept)
+        if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
+            self.messages.append(self._nothing_ran())
+            status = pytest.ExitCode.TESTS_FAILED
+        return status
+
+    def _save(self, exitstatus: int, status: int) -> int:
+        if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+            self.messages.append("baselines not saved: the run was interrupted")
+        elif self.options.node_rank != 0:
+            self.messages.append(f"baselines are saved by node 0; this is node {self.options.node_rank}")
+        else:
+            try:
+                for path, count in self.save_baselines():
+                    self.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
+            except store.BaselineError as exc:
+                self.messages.append(f"baselines not saved: {exc}")
+                return pytest.ExitCode.TESTS_FAILED
+        return status
+
+    def _write_results(self, command: Sequence[str], exitstatus: int, status: int) -> int:
+        from perfsuite.reporting.perf_json import row, write_json
+
+        failed = pytest.ExitCode.TESTS_FAILED if status == pytest.ExitCode.OK else status
+        if self.options.perf_json is not None and self.results:
+            try:
+                write_json(self.options.perf_json, self.run_info(command), [row(r) for r in self.results.values()])
+                self.messages.append(f"results: {self.options.perf_json}")
+            except OSError as exc:
+                self.messages.append(f"--perf-json: cannot write {self.options.perf_json}: {exc}")
+                status = failed
+        if self.options.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
+            from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for
+
+            try:
+                self.messages.extend(write_report(self.options.perf_report, self.view(command)))
+            except Exception as exc:  # noqa: BLE001 - a report that cannot be written fails the run in one line
+                what = "cannot write" if isinstance(exc, OSError) else f"failed ({type(exc).__name__})"
+                self.messages.append(f"--perf-report: {what} {self.options.perf_report}: {exc}")
+                status = failed
+        return status
+
+    def _nothing_ran(self) -> str:
+        n = self.selected_cases
+        head = f"no burst ran: {n} selected case{'s' if n != 1 else ''}"
+        if not self.skip_reasons:
+            return f"{head} measured nothing"
+        counts = Counter(self.skip_reasons)
+        reasons = "; ".join(f"{reason} ({count})" for reason, count in counts.most_common())
+        return f"{head}, all skipped: {reasons}"
+
+    # -- what the reports read ------------------------------------------------------------
+    def run_info(self, command: Sequence[str] = ()) -> RunInfo:
+        versions: dict[str, str] = {}
+        for r in self.results.values():
+            if r.record is not None and r.record.framework_version:
+                versions.setdefault(r.spec.framework, r.record.framework_version)
+        fingerprints, _ = self._report_fingerprints()
+        return describe_run(self.rootdir, fingerprints, versions, command, self.interrupted)
+
+    def view(self, command: Sequence[str] = ()) -> RunView:
+        fingerprints, errors = self._report_fingerprints()
+        return RunView(
+            run=self.run_info(command),
+            results=tuple(self.results.values()),
+            rows=tuple(self.rows),
+            messages=tuple(self.messages),
+            fingerprints=fingerprints,
+            fingerprint_errors=errors,
+            baseline_files={kind: store.baseline_path(self.options.baseline_dir, fp)
+                            for kind, fp in fingerprints.items()},
+            min_scaling_efficiency=self.options.min_scaling_efficiency,
+            scaling_tolerance=self.options.scaling_tolerance,
+        )
+
+    def _report_fingerprints(self) -> tuple[dict[str, hardware.Fingerprint], dict[str, str]]:
+        """The hardware of every device kind this run measured or looked up, and why any is unknown."""
+        kinds = {short_kind(spec.device_kind) for spec in self.results} | set(self.fingerprints)
+        found, errors = {}, {}
+        for kind in sorted(kinds):
+            try:
+                found[kind] = self.fingerprint(device_kind_of(kind))
+            except hardware.HardwareError as exc:
+                errors[kind] = str(exc)
+        return found, errors
+
+    # -- baselines --------------------------------------------------------------------
+    def fingerprint(self, device_kind: str) -> hardware.Fingerprint:
+        kind = short_kind(device_kind)
+        if kind not in self.fingerprints:
+            self.fingerprints[kind] = hardware.fingerprint(kind)
+        return self.fingerprints[kind]
+
+    def baseline_path(self, device_kind: str) -> Path:
+        return store.baseline_path(self.options.baseline_dir, self.fingerprint(device_kind))
+
+    def baseline_file(self, device_kind: str) -> store.BaselineFile | None:
+        """The baseline file for this machine's CPU or GPUs; BaselineError if it is unreadable."""
+        kind = short_kind(device_kind)
+        if kind not in self.baselines:
+            self.baselines[kind] = store.load(self.baseline_path(device_kind))
+        return self.baselines[kind]
+
+    def baseline_entry(self, spec: BurstSpec) -> dict | None:
+        file = self.baseline_file(spec.device_kind)
+        return file.get(spec.key()) if file else None
+
+    # -- scaling ----------------------------------------------------------------------
+    def _update_scaling(self, spec: BurstSpec) -> None:
+        """Scaling efficiency of the N-device bursts that ``spec`` is, or is the 1-device twin of.
+
+        The one place it is computed: whenever either side of the ratio is measured again.
+        """
+        for result in self.results.values():
+            if result.spec == spec or result.spec.single_device() == spec:
+                self._scaling(result)
+
+    def _scaling(self, result: BurstResult) -> None:
+        spec = result.spec
+        single = self.results.get(spec.single_device())
+        if spec.world_size < 2 or single is None or not (result.ok and single.ok) or result.remote:
+            result.scaling_efficiency, result.scaling_interval, result.scaling_runs = None, None, []
+            return
+        n = spec.world_size
+        result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
+        result.scaling_interval = stats.scaling_efficiency_ci(result.samples, single.samples, n)
+        # Efficiency of each pair of pooled runs (N-device run i against 1-device run i).
+        result.scaling_runs = [stats.scaling_efficiency(a, b, n) for a, b in zip(result.run_medians,
+                                                                                 single.run_medians)]
+
+    # -- saving -----------------------------------------------------------------------
+    def entries_to_save(self) -> dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]]:
+        """Entries of every clean burst, grouped by baseline file."""
+        commit = store.git_commit(self.rootdir)
+        date = store.now_iso()
+        out: dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]] = {}
+        for result in self.results.values():
+            if not result.ok or result.remote:
+                continue
+            if result.tests and all(t in self.failed_tests for t in result.tests):
+                continue  # only bursts from tests that ran cleanly
+            spec = result.spec
+            path = self.baseline_path(spec.device_kind)
+            fp, entries, versions = out.setdefault(path, (self.fingerprint(spec.device_kind), {}, {}))
+            entries[spec.key()] = store.entry_for(result, date, commit, self.baseline_entry(spec))
+            versions[spec.framework] = result.record.framework_version
+        return out
+
+    def save_baselines(self) -> list[tuple[Path, int]]:
+        saved = []
+        for path, (fp, entries, versions) in self.entries_to_save().items():
+            store.save_entries(path, fp, entries, versions)
+            saved.append((path, len(entries)))
+            for result in self.results.values():
+                if result.spec.key() in entries and self.baseline_path(result.spec.device_kind) == path:
+                    result.saved = True
+        return saved

@@ -1,0 +1,104 @@
+"""The --perf-json file: the run, then one row per burst, written atomically.
+
+Schema version 2 adds ``schema_version`` and the ``run`` object to version 1's
+``{"results": [...]}`` (and ``"interrupted": true`` on a stopped run); rows are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfsuite.analysis import mfu
+from perfsuite.analysis.result import BurstResult
+from perfsuite.analysis.utilisation import summary as utilisation_summary
+from perfsuite.common.files import atomic_write, json_safe
+from perfsuite.store.run import RunInfo
+
+SCHEMA_VERSION = 2
+
+
+def document(run: RunInfo, rows: list[dict]) -> dict:
+    out = {"schema_version": SCHEMA_VERSION, "run": run.as_dict()}
+    if run.interrupted:
+        out["interrupted"] = True  # the rows are the bursts that finished
+    out["results"] = rows
+    return out
+
+
+def write_json(path: Path, run: RunInfo, rows: list[dict]) -> None:
+    """Write the document atomically: a reader never sees half a file."""
+    text = json.dumps(json_safe(document(run, rows)), indent=1, allow_nan=False, default=str)
+    atomic_write(path, text.encode())
+
+
+def row(result: BurstResult) -> dict:
+    """One burst's row: its spec, its figures and what the run concluded."""
+    s, rec = result.spec, result.record
+    lo, hi = result.interval or (None, None)
+    base = result.baseline or {}
+    verdict = result.verdict
+    return {
+        "key": s.key(),
+        "id": result.id,
+        "label": s.label,
+        "framework": s.framework,
+        "framework_version": rec.framework_version if rec else None,
+        "model": s.model,
+        # As registered, or counted by the worker where the registration left them out.
+        "model_params": rec.model.params if rec else None,
+        "model_flops": rec.model.flops if rec else None,
+        "device_kind": s.device_kind,
+        "device_name": rec.device_name if rec else None,
+        "devices": s.devices,
+        "nodes": s.nodes,
+        "world_size": s.world_size,
+        "threads_per_worker": s.threads if s.device_kind == "cpu" else None,
+        "data_location": s.data_location,
+        "batch_size": s.batch_size,
+        "image_size": s.image_size,
+        "precision": s.precision,
+        "precision_dtype": rec.precision_dtype if rec else None,
+        "variable_update": s.variable_update,
+        "warmup_steps": s.warmup_steps,
+        "steps": s.steps,
+        "windows": s.windows,
+        "max_windows": s.max_windows,
+        "stable_within": s.stable_within,  # the interval width (of the median) the burst was lengthened for
+        "windows_run": [len(r) for r in result.run_samples],  # per pooled burst; above windows when lengthened
+        "runs": result.runs,
+        "run_medians": result.run_medians,
+        "images_per_sec": result.images_per_sec,
+        "ci_low": lo,
+        "ci_high": hi,
+        "samples": result.samples,
+        "window_seconds": list(rec.window_seconds) if rec else [],
+        "per_rank": [
+            {"rank": r.rank, "host": r.host, "device": r.device, "images_per_sec": r.images_per_sec,
+             "peak_memory_bytes": r.peak_memory_bytes, "utilisation": r.utilisation}
+            for r in (rec.per_rank if rec else ())
+        ],
+        "scaling_efficiency": result.scaling_efficiency,
+        "scaling_ci": list(result.scaling_interval) if result.scaling_interval else None,
+        "loss_first": rec.loss_first if rec else None,
+        "loss_last": rec.loss_last if rec else None,
+        "peak_memory_bytes": rec.peak_memory_bytes if rec else None,
+        "wall_seconds": rec.wall_seconds if rec else (result.remote.wall_seconds if result.remote else None),
+        # Summary only: the time series stay in the record's utilisation.
+        "utilisation": utilisation_summary(rec.utilisation) if rec else None,
+        **mfu.fields(rec, s, result.images_per_sec),
+        "verdict": verdict.status if verdict else ("error" if result.error else None),
+        "verdict_reason": verdict.reason if verdict else result.error,
+        "change": verdict.change if verdict else None,
+        "p_value": verdict.p_value if verdict else None,
+        "scaling_verdict": result.scaling_verdict.status if result.scaling_verdict else None,
+        "baseline_images_per_sec": base.get("images_per_sec"),
+        "baseline_scaling_efficiency": base.get("scaling_efficiency"),
+        # The entry's saved img/s, oldest first, ending with the one compared against.
+        "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
+                          + [base.get("images_per_sec")] if base else [],
+        "baseline_file": result.baseline_file,
+        "saved": result.saved,
+        "error": result.error,
+        "tests": result.tests,
+    }

@@ -1,0 +1,114 @@
+"""The perfsuite section of pytest's terminal summary: the results table, diagnosis and hardware lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfsuite.analysis import stats
+from perfsuite.analysis.diagnosis import diagnose
+from perfsuite.analysis.result import BurstResult
+from perfsuite.common.files import shown_path
+from perfsuite.common.hardware import describe
+from perfsuite.common.numbers import fixed
+from perfsuite.common.text import columns
+from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean
+from perfsuite.reporting.perf_json import row as results_row
+from perfsuite.reporting.view import RunView
+
+# CPU% / GPU%: mean host and device busy share over the timed windows (the evidence
+# behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak.
+HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU", "verdict")
+
+
+def rows(view: RunView) -> list[tuple[str, ...]]:
+    out = []
+    gated = set()
+    evidence: dict[int, tuple[str, str, str, str]] = {}  # per result, however many tests read it
+    for nodeid, kind, result in view.rows:
+        gated.add(result.spec)
+        out.append(_row(_short_id(nodeid), kind, result, evidence))
+    for result in view.results:
+        if result.spec not in gated:
+            out.append(_row(result.spec.key(), "burst", result, evidence))
+    return out
+
+
+def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...]:
+    if not r.ok:
+        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "error")
+    if r.remote:
+        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"ran ranks of node {r.remote.node_rank}")
+    cells = evidence.get(id(r))
+    if cells is None:
+        cells = evidence[id(r)] = _evidence(r)
+    lo, hi = r.interval
+    base = r.baseline.get("images_per_sec") if r.baseline else None
+    verdict = r.scaling_verdict if kind == "scaling" else r.verdict
+    change = verdict.change if verdict is not None and kind != "scaling" else None
+    eff = "-"
+    if r.scaling_efficiency is not None:
+        eff = f"{r.scaling_efficiency:.1%}"
+        if kind == "scaling" and r.baseline and r.baseline.get("scaling_efficiency") is not None:
+            eff += f" (base {r.baseline['scaling_efficiency']:.1%})"
+    status = verdict.status if verdict is not None else stats.MEASURED
+    if r.saved:
+        status = stats.SAVED  # a save run compares nothing: its figures are the new baseline
+    elif status in (stats.REGRESSION, stats.INCONCLUSIVE):
+        status = status.upper()  # what must catch the eye in a long table
+    if r.runs > 1:
+        status += f" ({r.runs} runs)"
+    return (
+        name,
+        fixed(r.images_per_sec),
+        f"{fixed(lo)}-{fixed(hi)}",
+        fmt(base),
+        f"{change:+.1%}" if change is not None else "-",
+        eff,
+        *cells,
+        status,
+    )
+
+
+def _evidence(r: BurstResult) -> tuple[str, str, str, str]:
+    """CPU%, GPU%, TFLOP/s and MFU cells, read as the report reads them; "-" where missing."""
+    rec = results_row(r)
+    return (fmt(cpu_mean(rec), ".0f"), fmt(gpu_mean(rec), ".0f"), fmt(rec.get("achieved_tflops"), ".3g"),
+            fmt(rec.get("mfu"), ".1%"))
+
+
+def _short_id(nodeid: str) -> str:
+    path, _, rest = nodeid.partition("::")
+    return f"{Path(path).stem}::{rest}" if rest else nodeid
+
+
+def table(lines: list[tuple[str, ...]]) -> list[str]:
+    return columns(HEADER, lines, left=(0, -1))
+
+
+def terminal_summary(tr, view: RunView) -> None:
+    tr.write_sep("=", "perfsuite")
+    lines = rows(view)
+    if lines:
+        for line in table(lines):
+            tr.write_line(line)
+    for line in diagnosis_lines(view):
+        tr.write_line(line)
+    for kind, fp in view.fingerprints.items():
+        path = view.baseline_files.get(kind)
+        where = f"  [baseline file {shown_path(path)}]" if path else ""
+        tr.write_line(f"hardware ({fp.kind}): {describe(fp)}{where}")
+    for r in view.results:
+        if not r.ok:
+            tr.write_line(f"burst error: {r.spec.label}: {r.error}", red=True)
+    for message in view.messages:
+        tr.write_line(message)
+
+
+def diagnosis_lines(view: RunView) -> list[str]:
+    """One "diagnosis: ..." line per finding; a fault here must not cost the summary."""
+    try:
+        findings = diagnose(view.results, min_scaling_efficiency=view.min_scaling_efficiency,
+                            scaling_tolerance=view.scaling_tolerance)
+    except Exception as exc:  # noqa: BLE001 - the diagnosis is advice, the table is the verdict
+        return [f"diagnosis unavailable: {type(exc).__name__}: {exc}"]
+    return [f"diagnosis: {f.text}" for f in findings]

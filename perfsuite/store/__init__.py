@@ -1,0 +1,1 @@
+"""Where results are kept: baseline files (atomic writes under a lock) and their command line."""

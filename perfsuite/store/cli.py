@@ -1,0 +1,336 @@
+"""``python -m perfsuite baseline show|diff|prune``: look after baseline files between runs.
+
+Exit codes: 0 done (a diff with changes is still 0: it reports, the gate decides);
+1 a file cannot be used (missing, unreadable, not JSON, wrong schema, cannot be
+written or locked); 2 bad command-line arguments. Errors are one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import math
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from perfsuite.analysis import stats
+from perfsuite.common import hardware
+from perfsuite.common.numbers import fixed
+from perfsuite.common.text import columns
+from perfsuite.store import baseline as store
+
+TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
+
+
+class UsageError(Exception):
+    """Arguments that parse but make no sense together; exit code 2."""
+
+
+# --- reading ---------------------------------------------------------------------
+
+
+def _load(path: Path) -> store.BaselineFile:
+    bf = store.load(path)
+    if bf is None:
+        raise store.BaselineError(f"{path}: no such file")
+    return bf
+
+
+def _num(value: Any) -> float | None:
+    """A finite number, or None: hand-edited files may hold anything."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _date(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)  # the store writes UTC
+
+
+def _hardware(fp: dict[str, Any]) -> tuple[str | None, str]:
+    """(fingerprint id, one-line description); id is None for a fingerprint this version cannot read."""
+    try:
+        parsed = hardware.Fingerprint.from_dict(fp)
+        return parsed.id, f"{parsed.kind}: {hardware.describe(parsed)}"
+    except (TypeError, ValueError, AttributeError):
+        return None, f"unrecognised fingerprint {json.dumps(fp, sort_keys=True)}"
+
+
+def _numbers(values: Any) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [v for v in map(_num, values) if v is not None]
+
+
+def _history_ips(entry: dict[str, Any]) -> list[float]:
+    history = entry.get("history")
+    if not isinstance(history, list):
+        return []
+    values = (_num(h.get("images_per_sec")) for h in history if isinstance(h, dict))
+    return [v for v in values if v is not None]
+
+
+def summarize(bf: store.BaselineFile) -> dict[str, Any]:
+    """The figures ``show`` prints, as plain data (also its --json output)."""
+    fp_id, description = _hardware(bf.fingerprint)
+    rows = []
+    for key in sorted(bf.entries):
+        entry = bf.entries[key]
+        ips = _num(entry.get("images_per_sec"))
+        medians = _numbers(entry.get("run_medians"))
+        history = _history_ips(entry)
+        oldest = history[0] if history else None
+        rows.append({
+            "key": key,
+            "images_per_sec": ips,
+            "ci_low": _num(entry.get("ci_low")),
+            "ci_high": _num(entry.get("ci_high")),
+            "run_spread": stats.run_spread(medians) if len(medians) >= 2 else None,
+            "scaling_efficiency": _num(entry.get("scaling_efficiency")),
+            "tolerance": entry.get("tolerance"),
+            "date": entry.get("date"),
+            "git_commit": entry.get("git_commit"),
+            "history_points": len(entry["history"]) if isinstance(entry.get("history"), list) else 0,
+            "history_images_per_sec": history,
+            "change_since_oldest": ips / oldest - 1 if ips is not None and oldest else None,
+        })
+    return {"file": str(bf.path), "schema": store.SCHEMA_VERSION, "fingerprint": bf.fingerprint,
+            "fingerprint_id": fp_id, "hardware": description, "frameworks": bf.frameworks, "entries": rows}
+
+
+def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) -> dict[str, Any]:
+    """Entries matched by key; the figures ``diff`` prints, as plain data (also its --json output)."""
+    old_id, old_hw = _hardware(old.fingerprint)
+    new_id, new_hw = _hardware(new.fingerprint)
+    both = []
+    for key in sorted(set(old.entries) & set(new.entries)):
+        a, b = old.entries[key], new.entries[key]
+        ips_a, ips_b = _num(a.get("images_per_sec")), _num(b.get("images_per_sec"))
+        eff_a, eff_b = _num(a.get("scaling_efficiency")), _num(b.get("scaling_efficiency"))
+        change = ips_b / ips_a - 1 if ips_a and ips_b is not None else None
+        points = eff_b - eff_a if eff_a is not None and eff_b is not None else None
+        flags = []
+        if change is not None and abs(change) > threshold:
+            flags.append("slower" if change < 0 else "faster")
+        if points is not None and abs(points) > threshold:
+            flags.append("scaling down" if points < 0 else "scaling up")
+        both.append({"key": key, "old_images_per_sec": ips_a, "new_images_per_sec": ips_b, "change": change,
+                     "old_scaling_efficiency": eff_a, "new_scaling_efficiency": eff_b,
+                     "scaling_change_points": points, "beyond_threshold": flags})
+    return {
+        "old": str(old.path), "new": str(new.path), "threshold": threshold,
+        "old_hardware": old_hw, "new_hardware": new_hw,
+        "same_hardware": old_id is not None and old_id == new_id,
+        "same_fingerprint": old.fingerprint == new.fingerprint,
+        "old_frameworks": old.frameworks, "new_frameworks": new.frameworks,
+        "both": both,
+        "only_old": sorted(set(old.entries) - set(new.entries)),
+        "only_new": sorted(set(new.entries) - set(old.entries)),
+    }
+
+
+def prune_selector(patterns: list[str], older_than: float | None, now: datetime):
+    """``select(key, entry)`` for store.remove_entries: every given criterion must hold.
+
+    Several patterns widen the choice (any may match); an age narrows it. An entry
+    without a readable date has no age and is never pruned by age.
+    """
+    cutoff = None
+    if older_than is not None:
+        try:
+            cutoff = now - timedelta(days=older_than)
+        except OverflowError:  # before year 1: nothing is that old
+            cutoff = datetime.min.replace(tzinfo=timezone.utc)
+
+    def select(key: str, entry: dict[str, Any]) -> bool:
+        if patterns and not any(fnmatch.fnmatchcase(key, p) for p in patterns):
+            return False
+        if cutoff is not None:
+            when = _date(entry.get("date"))
+            return when is not None and when < cutoff
+        return True
+
+    return select
+
+
+# --- printing --------------------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    if value is None:
+        return "-"
+    return fixed(value, int(spec[1:-1])) if spec.endswith("g") else format(value, spec)
+
+
+
+
+def _tolerance(value: Any) -> str:
+    if value is None:
+        return "-"
+    number = _num(value)
+    return "invalid" if number is None else f"{number:.1%}"
+
+
+def _versions(frameworks: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(frameworks.items())) or "-"
+
+
+def _show(args: argparse.Namespace) -> int:
+    info = summarize(_load(args.file))
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    n = len(info["entries"])
+    print(f"{info['file']}: schema {info['schema']}, {n} entr{'y' if n == 1 else 'ies'}")
+    fp_id = info["fingerprint_id"]
+    print(f"hardware {info['hardware']}" + (f"  [fingerprint {fp_id}]" if fp_id else ""))
+    print(f"frameworks: {_versions(info['frameworks'])}")
+    if not n:
+        return 0
+    header = ("key", "img/s", "95% CI", "run spread", "scaling eff", "tolerance", "saved", "history", "trend")
+    rows = []
+    for e in info["entries"]:
+        known = e["ci_low"] is not None and e["ci_high"] is not None
+        ci = f"{fixed(e['ci_low'])}-{fixed(e['ci_high'])}" if known else "-"
+        when = _date(e["date"])
+        trend = "-"
+        if e["history_images_per_sec"]:
+            recent = [fixed(v) for v in e["history_images_per_sec"][-TREND_POINTS:]]
+            trend = " > ".join([*recent, _fmt(e["images_per_sec"], ".4g")])
+            if e["change_since_oldest"] is not None:
+                trend += f" ({e['change_since_oldest']:+.1%} since oldest)"
+        rows.append((e["key"], _fmt(e["images_per_sec"], ".4g"), ci, _fmt(e["run_spread"], ".1%"),
+                     _fmt(e["scaling_efficiency"], ".1%"), _tolerance(e["tolerance"]),
+                     when.strftime("%Y-%m-%d") if when else "-", str(e["history_points"]), trend))
+    print()
+    for line in columns(header, rows):
+        print(line)
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    d = compare(_load(args.old), _load(args.new), args.threshold)
+    if args.json:
+        print(json.dumps(d, indent=1))
+        return 0
+    print(f"old: {d['old']}  (hardware {d['old_hardware']})")
+    print(f"new: {d['new']}  (hardware {d['new_hardware']})")
+    if not d["same_hardware"]:
+        print("note: the fingerprints name different hardware; the changes compare different machines")
+    elif not d["same_fingerprint"]:
+        print("note: same hardware, but the fingerprints differ (driver or CUDA version)")
+    if d["old_frameworks"] != d["new_frameworks"]:
+        print(f"note: framework versions {_versions(d['old_frameworks'])} -> {_versions(d['new_frameworks'])}")
+    if d["both"]:
+        header = ("key", "old img/s", "new img/s", "change", "old eff", "new eff", "eff change",
+                  f"beyond ±{args.threshold * 100:g}%")
+        rows = [(e["key"], _fmt(e["old_images_per_sec"], ".4g"), _fmt(e["new_images_per_sec"], ".4g"),
+                 _fmt(e["change"], "+.1%"), _fmt(e["old_scaling_efficiency"], ".1%"),
+                 _fmt(e["new_scaling_efficiency"], ".1%"),
+                 "-" if e["scaling_change_points"] is None else f"{e['scaling_change_points'] * 100:+.1f} pp",
+                 ", ".join(e["beyond_threshold"]) or "-")
+                for e in d["both"]]
+        print()
+        for line in columns(header, rows):
+            print(line)
+    for side, label in (("only_old", d["old"]), ("only_new", d["new"])):
+        if d[side]:
+            print(f"\nonly in {label}:")
+            for key in d[side]:
+                print(f"  {key}")
+    flagged = sum(1 for e in d["both"] if e["beyond_threshold"])
+    print(f"\n{len(d['both'])} in both ({flagged} beyond ±{args.threshold * 100:g}% or {args.threshold * 100:g} pp), "
+          f"{len(d['only_old'])} only in old, {len(d['only_new'])} only in new")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    patterns = args.key or []
+    if not patterns and args.older_than is None:
+        raise UsageError("prune needs --older-than DAYS or --key PATTERN (or both)")
+    current = _load(args.file)
+    select = prune_selector(patterns, args.older_than, datetime.now(timezone.utc))
+    for p in patterns:
+        if not any(fnmatch.fnmatchcase(k, p) for k in current.entries):
+            print(f"note: --key {p!r} matches no entry")
+    if args.older_than is not None:
+        undated = sorted(k for k, e in current.entries.items() if _date(e.get("date")) is None)
+        for key in undated:
+            print(f"note: {key} has no readable date; --older-than keeps it")
+    if args.dry_run:
+        gone = sorted(k for k, e in current.entries.items() if select(k, e))
+        total, verb = len(current.entries), "would remove"
+    else:
+        gone, left = store.remove_entries(args.file, select)
+        total, verb = len(gone) + len(left.entries), "removed"  # as re-read under the lock
+    if not gone:
+        print(f"nothing to prune in {args.file}: none of its {total} entries is selected")
+        return 0
+    print(f"{verb} {len(gone)} of {total} entries from {args.file}:")
+    for key in gone:
+        saved = _date(current.entries.get(key, {}).get("date"))
+        print(f"  {key}" + (f"  (saved {saved:%Y-%m-%d})" if saved else ""))
+    return 0
+
+
+# --- wiring ----------------------------------------------------------------------
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``baseline`` and its commands to the subparsers of ``python -m perfsuite``."""
+    p = sub.add_parser("baseline", help="show, compare or prune baseline files",
+                       description="Look after baseline files between runs.",
+                       epilog="exit codes: 0 done, 1 a file cannot be used, 2 bad arguments")
+    cmds = p.add_subparsers(dest="baseline_command", required=True, metavar="{show,diff,prune}")
+    show = cmds.add_parser("show", help="fingerprint and one row per entry")
+    show.add_argument("file", type=Path, metavar="FILE")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(run=run, action=_show)
+    diff = cmds.add_parser("diff", help="compare two baseline files entry by entry")
+    diff.add_argument("old", type=Path, metavar="OLD")
+    diff.add_argument("new", type=Path, metavar="NEW")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
+    diff.add_argument("--threshold", type=_non_negative, default=0.05, metavar="FRACTION",
+                      help="mark throughput changes beyond this fraction and scaling efficiency changes "
+                           "beyond this many points (default: 0.05 = 5%% / 5 pp)")
+    diff.set_defaults(run=run, action=_diff)
+    prune = cmds.add_parser("prune", help="drop old or unwanted entries (atomic, under the plugin's lock)",
+                            description="Drop the entries every given criterion selects: any --key pattern "
+                                        "matches and, with --older-than, the last save is older.")
+    prune.add_argument("file", type=Path, metavar="FILE")
+    prune.add_argument("--older-than", type=_non_negative, metavar="DAYS",
+                       help="entries last saved more than DAYS days ago")
+    prune.add_argument("--key", action="append", metavar="PATTERN",
+                       help="entries whose key matches this fnmatch pattern ('*' spans '/'); repeatable")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
+    prune.set_defaults(run=run, action=_prune)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return args.action(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except store.BaselineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,121 @@
+"""The TensorFlow backend's burst: one process drives every device of the node.
+
+It runs through a tf.distribute strategy, so a node has a single per-rank entry; the
+spec's device count says how many replicas ran. With several nodes
+(MultiWorkerMirroredStrategy) the workers share their figures through a collective and
+node 0 writes the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+
+from perfsuite.contract.job import Job
+from perfsuite.contract.record import WorkerRecord
+
+_strategy = None  # a multi-node run's strategy, for the last collective in finish()
+
+
+def rank(job: Job) -> int:
+    return job.node_rank
+
+
+def run(job: Job) -> WorkerRecord | None:
+    global _strategy
+    from perfsuite.models.registry import resolve_builder
+    from perfsuite.worker.measure import run_windows, stable_within
+    from perfsuite.worker.progress import progress_writer
+    from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
+
+    spec, info = job.spec, job.model
+    builder = resolve_builder(info)  # a missing builder fails before the slow TensorFlow import
+    kwargs = {"num_classes": info.num_classes}
+    if "image_size" in inspect.signature(builder).parameters:
+        kwargs["image_size"] = spec.image_size
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep INFO chatter out of the worker log
+    import keras
+    import tensorflow as tf
+
+    from perfsuite.worker.backends.tf.cluster import sync_local_devices
+    from perfsuite.worker.backends.tf.data import feed as make_feed
+    from perfsuite.worker.backends.tf.flops import forward_flops, parameter_count
+    from perfsuite.worker.backends.tf.precision import DynamicLossScale, precision_policy
+    from perfsuite.worker.backends.tf.strategy import configure_devices, make_strategy
+    from perfsuite.worker.backends.tf.train import make_optimizer, make_step
+
+    devices = configure_devices(spec)  # before any op runs
+    leader = job.node_rank == 0  # node 0 gates and saves, so the record belongs there
+    strategy = make_strategy(spec, devices, job.join_file)
+    if spec.nodes > 1:
+        _strategy = strategy
+    worker_index = strategy.cluster_resolver.task_id if spec.nodes > 1 else 0
+    precision = precision_policy(spec)
+    keras.mixed_precision.set_global_policy(precision.policy)
+    keras.utils.set_random_seed(spec.seed)
+    with strategy.scope():
+        model = builder(**kwargs)
+        info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
+        optimizer = make_optimizer()
+        optimizer.build(model.trainable_variables)
+        loss_scale = DynamicLossScale() if precision.loss_scaling else None
+    data = make_feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
+    step = make_step(spec, strategy, model, optimizer, data, loss_scale)
+
+    gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
+    for gpu in gpus:
+        tf.config.experimental.reset_memory_stats(gpu)
+    global_batch = spec.batch_size * len(devices)
+    timings = run_windows(
+        step,
+        # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
+        tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy),
+        lambda loss: float(loss.numpy()),
+        # The first call traces (and with XLA compiles) the step: never time it.
+        warmup_steps=max(spec.warmup_steps, 1),
+        windows=spec.windows,
+        steps_per_window=spec.steps_per_window,
+        on_step=progress_writer(
+            job.progress_file if leader else None, global_batch * spec.nodes * spec.steps_per_window
+        ),
+        # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
+        max_windows=spec.max_windows if spec.nodes == 1 else 0,
+        stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
+        sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
+    )
+    if gpus:
+        # Per device, as torch reports it: the fullest GPU is what limits the batch.
+        peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        device_name = details.get("device_name", "gpu")
+    else:
+        peak, device_name = host_peak_memory(), "cpu"
+    images_per_window = global_batch * spec.steps_per_window
+    mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
+    ranks = [mine]
+    if spec.nodes > 1:
+        from perfsuite.contract.record import RankEntry
+        from perfsuite.worker.backends.tf.cluster import all_gather_json
+
+        # A collective: every node takes part.
+        ranks = [RankEntry.from_dict(r) for r in all_gather_json(strategy, dataclasses.asdict(mine))]
+        if not leader:
+            return None
+    return build_record(
+        job, info, timings, ranks, images_per_window,
+        framework_version=tf.__version__,
+        device_name=device_name,
+        precision_dtype=precision.dtype,
+        # TensorFlow allows TF32 unless told not to.
+        fp32_math=("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
+    )
+
+
+def finish(clean: bool) -> None:
+    """Several nodes: a last collective, so no worker leaves while another still receives."""
+    if clean and _strategy is not None:
+        from perfsuite.worker.backends.tf.cluster import leave_together
+
+        leave_together(_strategy)

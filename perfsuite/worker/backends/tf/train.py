@@ -1,0 +1,98 @@
+"""The training step: SGD with momentum, a precision policy, one step across all replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.worker.backends.tf.feed import Feed
+from perfsuite.worker.backends.tf.precision import DynamicLossScale
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+
+
+def make_optimizer() -> keras.optimizers.Optimizer:
+    return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+
+
+def _write_state(variables: list, values: list) -> None:
+    """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
+    context: a variable in central storage exists once, so the replicas' values are
+    averaged (integer seed state: the first replica's) rather than each written over it.
+    All averages go through one batched reduction, not one per variable.
+    """
+
+    def merge(strategy, values):
+        targets = [v.value for v in variables]  # the tf.Variables under the Keras variables
+        floating = [(value, t) for value, t in zip(values, targets) if t.dtype.is_floating]
+        means = iter(strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.MEAN, floating) if floating else [])
+        for value, target in zip(values, targets):
+            new = next(means) if target.dtype.is_floating else strategy.experimental_local_results(value)[0]
+            strategy.extended.update(target, lambda v, x: v.assign(x), args=(new,), group=False)
+
+    if variables:
+        tf.distribute.get_replica_context().merge_call(merge, args=(values,))
+
+
+def make_step(
+    spec: BurstSpec,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model,
+    optimizer: keras.optimizers.Optimizer,
+    feed: Feed,
+    loss_scale: DynamicLossScale | None = None,
+) -> Callable[[], tf.Tensor]:
+    """Return ``step()``: one forward, backward and update on every replica; it returns
+    the global mean loss as a tensor, left unread so the step forces no host sync.
+
+    The model and optimizer must have been built in ``strategy.scope()``; the
+    optimizer's slots must exist before the first step, since creating them inside a
+    replica context fails with several replicas.
+
+    The forward and backward pass is a pure function of the weights, read once per
+    step on the replica's device: a copy from the parameter device for central storage.
+    That keeps every variable access outside the part XLA compiles, as XLA may only
+    touch variables on its own device.
+    """
+    global_batch = spec.batch_size * strategy.num_replicas_in_sync
+    weights_vars = model.trainable_variables
+    state_vars = model.non_trainable_variables
+
+    def gradients(images, labels, weights, state, scale):
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            logits, state = model.stateless_call(weights, state, images, training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, tf.cast(logits, tf.float32), from_logits=True
+            )
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            target = loss * scale if loss_scale is not None else loss
+        return loss, tape.gradient(target, weights), state
+
+    if spec.xla:
+        gradients = tf.function(gradients, jit_compile=True)
+
+    def replica_step(images, labels):
+        weights = [tf.convert_to_tensor(v.value) for v in weights_vars]
+        state = [tf.convert_to_tensor(v.value) for v in state_vars]
+        scale = tf.convert_to_tensor(loss_scale.scale) if loss_scale is not None else tf.constant(1.0)
+        loss, grads, state = gradients(images, labels, weights, state, scale)
+        # apply_gradients all-reduces (mirrored) or aggregates (central storage) the gradients.
+        if loss_scale is not None:
+            loss_scale.apply_gradients(optimizer, grads, weights_vars)
+        else:
+            optimizer.apply_gradients(zip(grads, weights_vars))
+        _write_state(state_vars, state)
+        return loss
+
+    @tf.function
+    def train_step(source):
+        images, labels = feed.take(source)
+        losses = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return lambda: train_step(feed.source)

@@ -1,0 +1,138 @@
+"""The PyTorch backend's burst: one process per rank, under torchrun when there are several.
+
+It reads RANK, WORLD_SIZE and LOCAL_RANK from torchrun's environment. Every rank sends
+its figures to the leader (local rank 0 of node 0) through all_gather_object.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from perfsuite.contract.job import Job
+from perfsuite.contract.record import WorkerRecord
+
+
+def _init_distributed(device_kind: str, timeout_s: float):
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    backend = "nccl" if device_kind == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist
+
+
+def rank(job: Job) -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def run(job: Job) -> WorkerRecord | None:
+    import torch
+
+    from perfsuite.models.registry import resolve_builder
+    from perfsuite.worker.backends.torch.data import batches
+    from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
+    from perfsuite.worker.backends.torch.train import make_step, precision_policy
+    from perfsuite.worker.measure import run_windows
+    from perfsuite.worker.progress import progress_writer
+    from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
+
+    spec, info = job.spec, job.model
+    global_rank = rank(job)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # c10d hands out global ranks in join order, so global rank 0 may live on any node;
+    # the record belongs on node 0, where pytest gates and saves.
+    leader = local_rank == 0 and job.node_rank == 0
+
+    if spec.device_kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to torch in the burst worker")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(spec.threads)
+        torch.set_num_interop_threads(1)
+    dist = _init_distributed(spec.device_kind, job.init_timeout_s)
+
+    # Same initial weights on every rank; distinct batches per rank.
+    torch.manual_seed(spec.seed)
+    model = resolve_builder(info)(num_classes=info.num_classes).to(device)
+    info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
+    model.train()
+    data = batches(spec, info.num_classes, device, seed=spec.seed + 1000 * global_rank)
+    step = make_step(spec, model, data, device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    progress = job.progress_file if leader else None
+    timings = run_windows(
+        step,
+        sync,
+        lambda loss: float(loss.float().item()),
+        warmup_steps=spec.warmup_steps,
+        windows=spec.windows,
+        steps_per_window=spec.steps_per_window,
+        on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
+        max_windows=spec.max_windows,
+        stable=_stability_check(spec, dist, device),
+        sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
+    )
+    if device.type == "cuda":
+        peak = int(torch.cuda.max_memory_allocated(device))
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        peak, device_name = host_peak_memory(), "cpu"
+    images_per_window = spec.batch_size * spec.steps_per_window
+    mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
+    ranks = [mine]
+    if dist is not None:
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    if not leader:
+        return None
+    return build_record(
+        job, info, timings, ranks, images_per_window,
+        framework_version=torch.__version__,
+        device_name=device_name,
+        precision_dtype=precision_policy(spec, device).dtype,
+        fp32_math=("tf32" if torch.backends.cudnn.allow_tf32 else "ieee") if device.type == "cuda" else None,
+    )
+
+
+def _stability_check(spec, dist, device):
+    """The adaptive-length test; with several ranks all must agree, or their steps would diverge."""
+    from perfsuite.worker.measure import stable_within
+
+    if not spec.stable_within or spec.max_windows <= spec.windows:
+        return None
+    local = stable_within(spec.stable_within)
+    if dist is None:
+        return local
+    import torch
+
+    def agreed(window_seconds: list[float]) -> bool:
+        flag = torch.tensor([1 if local(window_seconds) else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return agreed
+
+
+def finish(clean: bool) -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            if clean:
+                dist.barrier()  # no rank tears down while another still talks to it
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the result (or the error line) is already written
+        pass

@@ -1,0 +1,93 @@
+"""Input pipelines, one per data location. Each yields (images, labels) on the compute device."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.worker.lifeline import loader_worker_init
+
+
+def _synthetic(spec: BurstSpec, num_classes: int, device: torch.device, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(spec.batch_size, 3, spec.image_size, spec.image_size, generator=g)
+    labels = torch.randint(0, num_classes, (spec.batch_size,), generator=g)
+    return images.to(device), labels.to(device)
+
+
+def device_batches(spec, num_classes, device, seed) -> Iterator:
+    """Synthetic tensors created once on the compute device and reused (tensorpack 'gpu')."""
+    images, labels = _synthetic(spec, num_classes, device, seed)
+    while True:
+        yield images, labels
+
+
+def host_batches(spec, num_classes, device, seed) -> Iterator:
+    """Synthetic tensors in host memory, copied to the device every step (tensorpack 'cpu')."""
+    images, labels = _synthetic(spec, num_classes, torch.device("cpu"), seed)
+    if device.type == "cuda":
+        images, labels = images.pin_memory(), labels.pin_memory()
+        while True:
+            yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+    else:
+        # A CPU worker has no separate device memory; the per-step copy is the host cost.
+        while True:
+            yield images.clone(), labels.clone()
+
+
+class _PythonBatches(IterableDataset):
+    """Batches built by Python/NumPy code in loader workers (tensorpack 'python')."""
+
+    def __init__(self, batch_size: int, image_size: int, num_classes: int, seed: int):
+        self.shape = (batch_size, 3, image_size, image_size)
+        self.num_classes = num_classes
+        self.seed = seed
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        rng = np.random.default_rng(self.seed + (info.id if info else 0))
+        while True:
+            images = rng.standard_normal(self.shape, dtype=np.float32)
+            labels = rng.integers(0, self.num_classes, self.shape[0])
+            yield torch.from_numpy(images), torch.from_numpy(labels)
+
+
+def python_batches(spec, num_classes, device, seed, workers: int = 2) -> Iterator:
+    loader = DataLoader(
+        _PythonBatches(spec.batch_size, spec.image_size, num_classes, seed),
+        batch_size=None,
+        num_workers=workers,
+        prefetch_factor=4,
+        pin_memory=device.type == "cuda",
+        persistent_workers=True,
+        worker_init_fn=loader_worker_init(),
+    )
+    for images, labels in loader:
+        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+def _real(spec, num_classes, device, seed) -> Iterator:
+    # Imported on use: the real pipeline needs Pillow, the synthetic ones do not.
+    from perfsuite.worker.backends.torch.real import real_batches
+
+    return real_batches(spec, num_classes, device, seed)
+
+
+PIPELINES = {
+    "device": device_batches,
+    "host": host_batches,
+    "python": python_batches,
+    "real": lambda *args: _real(*args),
+}
+
+
+def batches(spec: BurstSpec, num_classes: int, device: torch.device, seed: int) -> Iterator:
+    try:
+        make = PIPELINES[spec.data_location]
+    except KeyError:
+        raise ValueError(f"data location {spec.data_location!r} is not implemented for torch") from None
+    return make(spec, num_classes, device, seed)

@@ -1,0 +1,117 @@
+"""The training step: SGD with momentum, a precision policy, and a variable update."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from perfsuite.contract.spec import BurstSpec
+
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+
+
+@dataclass
+class Precision:
+    autocast: Callable[[], contextlib.AbstractContextManager]
+    scaler: torch.amp.GradScaler | None
+    dtype: str
+
+
+def precision_policy(spec: BurstSpec, device: torch.device) -> Precision:
+    if spec.precision == "fp32":
+        return Precision(contextlib.nullcontext, None, "float32")
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        # fp16 needs loss scaling to keep small gradients from flushing to zero.
+        return Precision(
+            lambda: torch.autocast("cuda", dtype=torch.float16),
+            torch.amp.GradScaler("cuda"),
+            "float16",
+        )
+    return Precision(lambda: torch.autocast(device.type, dtype=torch.bfloat16), None, "bfloat16")
+
+
+def _average_gradients_to_root(params: list[nn.Parameter], world: int) -> None:
+    for p in params:
+        if p.grad is not None:
+            dist.reduce(p.grad, dst=0, op=dist.ReduceOp.SUM)
+            p.grad.div_(world)
+
+
+def _share_scale(scaler: torch.amp.GradScaler, device: torch.device, is_root: bool) -> None:
+    """Every rank scales its loss by rank 0's loss scale: rank 0 sums their gradients and
+    unscales them with its own, and only it sees the overflows that move the scale."""
+    scale = torch.tensor(scaler.get_scale() if is_root else 0.0, dtype=torch.float32, device=device)
+    dist.broadcast(scale, src=0)
+    if not is_root:
+        scaler.update(scale)
+
+
+def _broadcast_state(module: nn.Module) -> None:
+    for t in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(t.data, src=0)
+
+
+def make_step(
+    spec: BurstSpec,
+    model: nn.Module,
+    data: Iterator,
+    device: torch.device,
+) -> Callable[[], torch.Tensor]:
+    """Return ``step()``: one forward, backward and update; it returns the detached loss.
+
+    ``replicated``: DistributedDataParallel all-reduces gradients, every rank updates.
+    ``parameter_server``: gradients are reduced to rank 0, only rank 0 applies the
+    update (and holds the momentum), then the weights are broadcast back.
+    """
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    world = dist.get_world_size() if distributed else 1
+    policy = precision_policy(spec, device)
+    channels_last = device.type == "cuda" and spec.image_size > 32
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+
+    net: nn.Module = model
+    if distributed and spec.variable_update == "replicated":
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    params = list(model.parameters())
+    updates_here = not distributed or spec.variable_update == "replicated" or dist.get_rank() == 0
+    optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM) if updates_here else None
+
+    def step() -> torch.Tensor:
+        images, labels = next(data)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with policy.autocast():
+            loss = F.cross_entropy(net(images), labels)
+        if policy.scaler is not None:
+            policy.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        if distributed and spec.variable_update == "parameter_server":
+            _average_gradients_to_root(params, world)
+        if optimizer is not None:
+            if policy.scaler is not None:
+                policy.scaler.step(optimizer)
+                policy.scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            for p in params:
+                p.grad = None
+        if distributed and spec.variable_update == "parameter_server":
+            _broadcast_state(model)
+            if policy.scaler is not None:
+                _share_scale(policy.scaler, device, is_root=optimizer is not None)
+        return loss.detach()
+
+    return step

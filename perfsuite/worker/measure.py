@@ -1,0 +1,159 @@
+"""Timing windows: the framework-neutral measurement loop run inside a burst worker.
+
+Warm-up steps (graph tracing, cuDNN autotuning, allocator growth) are never timed.
+Each timed window ends with a device synchronisation, so a window's wall time covers
+all the work its steps queued; the loss is read back only outside the windows, so the
+measurement adds no extra synchronisation to the steps themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfsuite.worker.sampler import Sampler
+
+INJECT_ENV = "PERFSUITE_INJECT_STEP_DELAY_MS"
+
+
+def injected_delay() -> float:
+    """Seconds of idle time added after every step, to measure the gate itself.
+
+    ``benchmarks/gate_fidelity.py`` sets it to slow a real burst by a known amount; on a
+    GPU the host sleeps while queued kernels run, so it is a CPU-worker instrument.
+    """
+    try:
+        return max(0.0, float(os.environ.get(INJECT_ENV, "0")) / 1000)
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class WindowTimings:
+    window_seconds: list[float]
+    steps_per_window: int
+    warmup_seconds: float
+    loss_first: float
+    loss_last: float
+    window_ends: list[float] = field(default_factory=list)  # clock() at each window's end
+    utilisation: dict | None = None  # perfsuite.worker.sampler.Sampler's record over the timed windows
+
+
+def run_windows(
+    step: Callable[[], Any],
+    sync: Callable[[], None],
+    loss_value: Callable[[Any], float],
+    *,
+    warmup_steps: int,
+    windows: int,
+    steps_per_window: int,
+    clock: Callable[[], float] = time.perf_counter,
+    on_step: Callable[[int, int, float | None], None] | None = None,
+    max_windows: int = 0,
+    stable: Callable[[list[float]], bool] | None = None,
+    sample_gpus: list[int] | None = None,
+) -> WindowTimings:
+    """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
+
+    ``step()`` runs one training step and returns its loss (any framework object);
+    ``sync()`` blocks until the device is idle; ``loss_value`` turns a loss into a float.
+    ``on_step(done, total, window_seconds_or_None)`` is called after each timed step.
+    With ``stable`` and ``max_windows``, windows are added one at a time, up to
+    ``max_windows``, while ``stable(window_seconds)`` says the spread is too wide.
+    Host CPU and memory (and the GPUs ``sample_gpus``: CUDA ordinals of this process,
+    mapped to NVML devices through CUDA_VISIBLE_DEVICES) are sampled in the background
+    from the first timed window to the last.
+    """
+    delay = injected_delay()
+    if delay:
+        inner = step
+
+        def step():
+            out = inner()
+            time.sleep(delay)
+            return out
+
+    first_loss = None
+    loss = None
+    start = clock()
+    for _ in range(warmup_steps):
+        loss = step()
+        if first_loss is None:
+            first_loss = loss
+    sync()
+    warmup_seconds = clock() - start
+
+    total = windows * steps_per_window
+    done = 0
+    seconds: list[float] = []
+    ends: list[float] = []
+    sampler = Sampler(sample_gpus).start()  # after warm-up: only the timed windows are sampled
+    try:
+        while len(seconds) < windows or _extend(seconds, max_windows, stable):
+            total = max(total, done + steps_per_window)
+            t0 = clock()
+            for _ in range(steps_per_window):
+                loss = step()
+                if first_loss is None:
+                    first_loss = loss
+                done += 1
+                if on_step is not None and done % steps_per_window:
+                    on_step(done, total, None)
+            sync()
+            t1 = clock()
+            seconds.append(t1 - t0)
+            ends.append(t1)
+            if on_step is not None:
+                on_step(done, total, t1 - t0)
+    finally:
+        utilisation = sampler.stop()  # a failing step must not leave the thread running
+    return WindowTimings(
+        window_seconds=seconds,
+        steps_per_window=steps_per_window,
+        warmup_seconds=warmup_seconds,
+        loss_first=loss_value(first_loss),
+        loss_last=loss_value(loss),
+        window_ends=ends,
+        utilisation=utilisation,
+    )
+
+
+def _extend(seconds: list[float], max_windows: int, stable: Callable[[list[float]], bool] | None) -> bool:
+    """One more window: the cap allows it and the samples so far are too spread to decide."""
+    return stable is not None and len(seconds) < max_windows and not stable(seconds)
+
+
+def stable_within(width: float) -> Callable[[list[float]], bool]:
+    """``stable`` for run_windows: the median's 95% interval spans at most ``width`` of it.
+
+    A burst whose own interval is wider than the gate's tolerance cannot tell a drop of
+    that size from its noise, so it is lengthened before any verdict is attempted.
+    """
+    from perfsuite.analysis.stats import median, median_ci
+
+    def check(window_seconds: list[float]) -> bool:
+        rates = [1.0 / s for s in window_seconds if s > 0]
+        if len(rates) < len(window_seconds) or not rates:
+            return True  # a zero-length window: nothing more windows would fix
+        lo, hi = median_ci(rates)
+        return (hi - lo) <= width * median(rates)
+
+    return check
+
+
+def combine_ranks(rank_window_seconds: list[list[float]], images_per_window_per_rank: int) -> list[float]:
+    """Global throughput per window: all ranks' images over the slowest rank's time.
+
+    Ranks step in lockstep through their gradient all-reduce, so the slowest rank's
+    window is the wall time the whole job spent on those images.
+    """
+    world = len(rank_window_seconds)
+    n = min(len(s) for s in rank_window_seconds)
+    out = []
+    for w in range(n):
+        slowest = max(s[w] for s in rank_window_seconds)
+        out.append(world * images_per_window_per_rank / slowest)
+    return out

@@ -1,0 +1,80 @@
+"""The WorkerRecord a burst leaves, built the same way for every framework.
+
+Each rank describes itself with ``rank_entry``; the leader gathers the entries (by the
+framework's own collective) and ``build_record`` combines them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable
+
+from perfsuite.analysis.utilisation import merge_ranks, rank_share, summary
+from perfsuite.contract.job import Job
+from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.worker.measure import WindowTimings, combine_ranks
+
+
+def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], float]) -> ModelInfo:
+    """``info`` with the parameter count and forward FLOPs its registration left out, counted
+    by the framework (``params()``, ``flops()``) before the burst: never inside a window."""
+    changes = {}
+    if info.params is None:
+        changes["params"] = int(params())
+    if info.flops is None:
+        changes["flops"] = float(flops())
+    return dataclasses.replace(info, **changes) if changes else info
+
+
+def host_peak_memory() -> int:
+    """Peak resident memory of this process, in bytes: a CPU worker's device memory."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def rank_entry(rank: int, device_name: str, timings: WindowTimings, images_per_window: int,
+               peak_memory_bytes: int) -> RankEntry:
+    """One rank's figures; ``images_per_window`` is what this rank (or process) trained per window."""
+    return RankEntry(
+        rank=rank,
+        host=socket.gethostname(),
+        device=device_name,
+        window_seconds=tuple(timings.window_seconds),
+        images_per_sec=images_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
+        loss_first=timings.loss_first,
+        loss_last=timings.loss_last,
+        peak_memory_bytes=peak_memory_bytes,
+        warmup_seconds=timings.warmup_seconds,
+        utilisation=rank_share(timings.utilisation),
+    )
+
+
+def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[RankEntry], images_per_window: int,
+                 *, framework_version: str, device_name: str, precision_dtype: str,
+                 fp32_math: str | None) -> WorkerRecord:
+    """The leader's record from every rank's entry; ``timings`` are the leader's own."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
+    # The series live once, in the record's utilisation.
+    ranks = [dataclasses.replace(r, utilisation=summary(r.utilisation)) for r in ranks]
+    samples = combine_ranks([list(r.window_seconds) for r in ranks], images_per_window)
+    return WorkerRecord(
+        spec=job.spec,
+        model=info,
+        framework_version=framework_version,
+        device_name=device_name,
+        precision_dtype=precision_dtype,
+        fp32_math=fp32_math,
+        samples=tuple(samples),
+        window_seconds=tuple(max(r.window_seconds[w] for r in ranks) for w in range(len(samples))),
+        images_per_window=images_per_window * len(ranks),
+        per_rank=tuple(ranks),
+        loss_first=timings.loss_first,
+        loss_last=timings.loss_last,
+        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
+        warmup_seconds=timings.warmup_seconds,
+        utilisation=utilisation,
+    )

@@ -1,0 +1,67 @@
+"""The package layout keeps its promise: imports go one way across the process boundary."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "perfsuite"
+
+# Which of perfsuite's packages each one may import. The worker never imports the plugin
+# side, the plugin side never imports the worker, and the lower layers import upwards never.
+ALLOWED = {
+    "common": set(),
+    "contract": {"common"},
+    "models": {"common", "contract"},
+    "data": {"common", "contract"},
+    "analysis": {"common", "contract", "models"},
+    "store": {"common", "contract", "analysis"},
+    "worker": {"common", "contract", "models", "data", "analysis"},
+    "reporting": {"common", "contract", "models", "analysis", "store"},
+    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "suite"},
+    "suite": {"common", "contract", "plugin"},
+    "top": {"common", "contract", "models", "store", "analysis"},  # __init__, __main__, cli
+}
+
+
+def _package(path: Path) -> str:
+    parts = path.relative_to(ROOT).parts
+    return parts[0] if len(parts) > 1 else "top"
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] if node.module != "perfsuite" else [f"perfsuite.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "perfsuite" and len(parts) > 1:
+                yield node.lineno, "top" if (ROOT / f"{parts[1]}.py").exists() else parts[1]
+
+
+MODULES = sorted(p for p in ROOT.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_go_one_way(path: Path) -> None:
+    package = _package(path)
+    allowed = ALLOWED[package] | {package}
+    wrong = [f"line {line}: perfsuite.{target}" for line, target in _imports(path) if target not in allowed]
+    assert not wrong, f"{path.relative_to(ROOT)} ({package}) imports {', '.join(wrong)}"
+
+
+def test_only_entry_modules_sit_at_the_top() -> None:
+    flat = sorted(p.name for p in ROOT.glob("*.py"))
+    assert flat == ["__init__.py", "__main__.py", "cli.py"]
+
+
+def test_every_package_is_in_the_rules() -> None:
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages == set(ALLOWED) - {"top"}
