@@ -29,7 +29,7 @@ from perfsuite.contract.job import PARENT_ENV, ContractError, Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.plugin.processes import STOP_GRACE_S, BurstProcesses
+from perfsuite.plugin.processes import BurstProcesses
 
 POLL_S = 0.5  # how often the launcher looks at a running burst: progress, deadlines
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
@@ -158,7 +158,7 @@ def run_burst(
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM, SIGHUP), a timeout, a rendezvous that never
         # completed: nothing of this burst may outlive it.
-        burst.stop(STOP_GRACE_S)
+        burst.stop()
         raise
     if returncode == 0 and node_rank != 0:
         # Rank 0 lives on node 0 and writes the record there; this node ran its ranks.
@@ -184,14 +184,14 @@ def _wait(burst: BurstProcesses, spec: BurstSpec, options: LaunchOptions, starte
                 on_progress(state)
         waiting = _join_overdue(join_file, options.init_timeout_s) if join_file else None
         if waiting is not None:
-            burst.stop(grace_s=0)  # TensorFlow swallows SIGTERM while joining
+            burst.stop()
             raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
         if time.monotonic() - started > options.timeout_s:
             burst.stop()
             raise BurstError(f"burst timed out after {options.timeout_s:.0f} s" + _suffix(_last_error_line(out, log)))
     # The launched process is done; a rank torchrun could not stop, or a data-loader worker
     # of a rank that skipped its teardown, is a straggler: it goes now.
-    return burst.stop(grace_s=0)
+    return burst.stop()
 
 
 def _exited_within(burst: BurstProcesses, seconds: float) -> bool:

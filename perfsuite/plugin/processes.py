@@ -22,9 +22,9 @@ import psutil
 from perfsuite.contract.burst_files import pid_files
 from perfsuite.plugin.stops import signals_held
 
-# SIGTERM first (torchrun forwards it to its ranks), SIGKILL for whatever is left after
-# this long: a stop must be complete within 5 s.
-STOP_GRACE_S = 2.0
+# A stopped burst is thrown away, so nothing of it needs a graceful end: every process
+# gets SIGKILL at once (a grace period would be spent where a loaded machine can least
+# afford it; a stop must be complete within 5 s). Then this long for the kernel to reap.
 KILL_WAIT_S = 2.0
 
 _LIVE: set[BurstProcesses] = set()
@@ -63,27 +63,17 @@ class BurstProcesses:
         except ChildProcessError:
             return True
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
-        """End every process of the burst and reap the launched one; returns its exit code.
-
-        ``grace_s`` > 0 sends SIGTERM and waits that long before SIGKILL; 0 kills at once
-        (the sweep after a burst that ended: whatever is left is a straggler).
-        """
+    def stop(self) -> int | None:
+        """Kill every process of the burst and reap the launched one; returns its exit code."""
         with signals_held():
-            return self._stop(grace_s)
+            return self._stop()
 
-    def _stop(self, grace_s: float) -> int | None:
+    def _stop(self) -> int | None:
         try:
-            steps = ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)) if grace_s > 0 else (
-                (signal.SIGKILL, KILL_WAIT_S),)
-            for sig, wait_s in steps:
-                targets = self._targets()
-                leader_running = not self.exited()
-                if not targets and not leader_running:
-                    break
-                self._signal(sig, targets)
-                if self._wait(targets, wait_s):
-                    break
+            targets = self._targets()
+            if targets or not self.exited():
+                self._signal(signal.SIGKILL, targets)
+                self._wait(targets, KILL_WAIT_S)
             try:
                 self.proc.wait(timeout=KILL_WAIT_S)
             except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): leave it to the kernel
