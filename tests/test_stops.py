@@ -89,8 +89,11 @@ def start(project: Path, workers: int, *extra: str, only: str = "") -> subproces
            "--perf-json", "results.json", *extra]
     env = dict(os.environ, TMPDIR=str(project / "tmp"))
     # A session of its own, like a job under a terminal or a CI runner: "the group" is pytest's.
+    # SIGINT at its default, as under a terminal: a shell's background job (`cmd &`) ignores
+    # it and passes that on, and a Python started so never turns Ctrl-C into KeyboardInterrupt.
     STARTED.append(subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True))
+                                    text=True, start_new_session=True,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)))
     return STARTED[-1]
 
 
