@@ -7,7 +7,9 @@ BIN    := $(VENV)/bin
 # several GB of CUDA packages).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 ifeq ($(HAS_GPU),yes)
-FRAMEWORKS := -e ".[torch,dev]" "tensorflow[and-cuda]>=2.16" pillow
+# A CUDA torch; TensorFlow's CUDA build pins other nvidia-* wheels, so it gets a venv of its
+# own (pip install -e ".[tf-gpu]"): here its GPU cases skip and say so.
+FRAMEWORKS := -e ".[torch,dev]" "tensorflow-cpu>=2.16" pillow
 else
 FRAMEWORKS := -e ".[dev]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
 endif

@@ -117,7 +117,11 @@ def test_slurm_allows_nodes_without_endpoints(monkeypatch):
     assert resolve(cli, {}, "", Path.cwd()).nnodes == 2
 
 
-def test_unsupported_multinode_cases_are_skipped_with_a_reason():
+def test_unsupported_multinode_cases_are_skipped_with_a_reason(monkeypatch):
+    from perfsuite.plugin import framework_gpus
+
+    monkeypatch.setattr(framework_gpus, "framework_gpus", lambda fw: 8)  # a GPU node, its TensorFlow sees them
+
     def case(count, update, kind="cpu"):
         return cases.Case("tf", "cifar10", kind, count, "device", update, "fp32", None, nodes=2)
 

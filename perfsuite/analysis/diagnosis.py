@@ -95,6 +95,9 @@ def _data_location(r: BurstResult, twin: BurstResult | None) -> list[Finding]:
         return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but no GPU utilisation was recorded")]
     if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
         return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.host_text}; {tail}")]
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.loaders_saturated:
+        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.loaders_text}, with host "
+                                   f"cores to spare: more input workers would help; {tail}")]
     if ev.gpu_busy < DEVICE_BUSY_PERCENT:
         return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail} and {ev.gpus_text}, but {ev.host_text}: "
                                     f"host CPU capacity is not shown to be what they wait on")]
@@ -191,6 +194,10 @@ class Evidence:
         busy = [b for b in busy if b is not None]
         self.gpu_busy = sum(busy) / len(busy) if busy else None
         self.gpu_count = len(busy)
+        loaders = util.get("loaders") if isinstance(util.get("loaders"), dict) else {}
+        processes = _finite(loaders.get("processes"))
+        self.loader_processes = int(processes) if processes and processes >= 1 else None
+        self.loader_busy = _finite(loaders.get("cores_busy"))
         self.step_seconds = _step_seconds(r, rec)
 
     @property
@@ -201,6 +208,18 @@ class Evidence:
         if self.cpu_percent is not None:
             shares.append(self.cpu_percent / 100)
         return max(shares) >= HOST_SATURATED_FRACTION if shares else None
+
+    @property
+    def loaders_saturated(self) -> bool | None:
+        """The data-loader workers had no headroom: each near a whole core, whatever the host's other cores did."""
+        if self.loader_processes is None or self.loader_busy is None:
+            return None
+        return self.loader_busy >= HOST_SATURATED_FRACTION * self.loader_processes
+
+    @property
+    def loaders_text(self) -> str:
+        """A clause: 'its 4 input workers kept 3.9 cores busy'."""
+        return f"its {_plural(self.loader_processes, 'input worker')} kept {self.loader_busy:.1f} cores busy"
 
     @property
     def host_text(self) -> str:
@@ -218,13 +237,18 @@ class Evidence:
 
 
 def _step_seconds(r: BurstResult, rec: WorkerRecord | None) -> float | None:
-    """Seconds per step of a typical rank: per-device batch over its own throughput."""
+    """Seconds per step of a typical rank: the images it trains per step over its own throughput.
+
+    A torch entry is one rank, one device. A TensorFlow entry is one process driving all
+    of its node's replicas, so its step trains the per-device batch on each of them.
+    """
     batch = r.spec.batch_size
     ranks = rec.per_rank if rec is not None else ()
     per_rank = [_positive(x.images_per_sec) for x in ranks]
     per_rank = [x for x in per_rank if x is not None]
     if per_rank:
-        return batch / statistics.median(per_rank)
+        devices_per_entry = r.spec.devices if r.spec.framework == "tf" else 1
+        return batch * devices_per_entry / statistics.median(per_rank)
     ips = _positive(r.images_per_sec)
     return batch * r.spec.world_size / ips if ips else None
 

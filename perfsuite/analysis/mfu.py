@@ -40,9 +40,10 @@ def _p(fp32=None, tf32=None, fp16=None, bf16=None) -> dict:
 # FP32 accumulation, which is what mixed-precision training uses. Where a datasheet
 # prints only "with sparsity" figures, the dense figure is half, as its footnote says.
 PEAKS: tuple[GpuPeak, ...] = (
-    # Blackwell. fp32 left out: NVIDIA's pages give different non-tensor figures.
-    GpuPeak("B200", r"\bB200\b", _p(tf32=1100, fp16=2250, bf16=2250),
-            "NVIDIA HGX B200 specifications, per GPU (2.2 / 4.5 PFLOPS with sparsity)"),
+    # Blackwell
+    GpuPeak("B200", r"\bB200\b", _p(fp32=80, tf32=1100, fp16=2250, bf16=2250),
+            "NVIDIA Blackwell architecture technical brief, HGX B200 at 1,000 W, per GPU "
+            "(tensor figures 2.2 / 4.5 PFLOPS with sparsity)"),
     # Hopper
     GpuPeak("GH200", r"\bGH200\b", _p(fp32=67, tf32=494, fp16=990, bf16=990),
             "NVIDIA GH200 Grace Hopper Superchip datasheet"),
@@ -68,13 +69,18 @@ PEAKS: tuple[GpuPeak, ...] = (
             "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40 GB and 80 GB alike)"),
     GpuPeak("A40", r"\bA40\b", _p(fp32=37.4, tf32=74.8, fp16=149.7, bf16=149.7), "NVIDIA A40 datasheet"),
     GpuPeak("A30", r"\bA30\b", _p(fp32=10.3, tf32=82, fp16=165, bf16=165), "NVIDIA A30 datasheet"),
+    GpuPeak("A10G", r"\bA10G\b", _p(fp32=35, tf32=35, fp16=70, bf16=70),
+            "AWS G5 instances' A10G as published by NVIDIA partners (no NVIDIA datasheet)"),
     GpuPeak("A10", r"\bA10\b", _p(fp32=31.2, tf32=62.5, fp16=125, bf16=125), "NVIDIA A10 datasheet"),
     GpuPeak("RTX 3090", r"\bRTX 3090\s*$", _p(fp32=35.6, tf32=35.6, fp16=71, bf16=71),
             "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090"),
     # Turing, Volta, Pascal, Maxwell: no TF32 or BF16
     GpuPeak("T4", r"\bT4\b", _p(fp32=8.1, fp16=65), "NVIDIA T4 datasheet (mixed precision FP16/FP32)"),
     GpuPeak("V100S PCIe", r"\bV100S\b", _p(fp32=16.4, fp16=130), "NVIDIA V100 datasheet, V100S PCIe"),
-    GpuPeak("V100 SXM2", r"\bV100\b.*\bSXM2\b", _p(fp32=15.7, fp16=125), "NVIDIA V100 datasheet, V100 SXM2"),
+    GpuPeak("V100 SXM3", r"\bV100\b.*\bSXM3\b", _p(fp32=16.4, fp16=130),
+            "NVIDIA DGX-2 datasheet, V100 SXM3 (350 W)"),
+    GpuPeak("V100 SXM2", r"\bV100\b.*\b(SXM2|DGXS)\b", _p(fp32=15.7, fp16=125),
+            "NVIDIA V100 datasheet, V100 SXM2 (DGX Station's V100-DGXS is the same part)"),
     GpuPeak("V100 PCIe", r"\bV100\b.*\bPCIE\b", _p(fp32=14, fp16=112), "NVIDIA V100 datasheet, V100 PCIe"),
     GpuPeak("P100 SXM2", r"\bP100\b.*\bSXM2\b", _p(fp32=10.6, fp16=21.2), "NVIDIA Tesla P100 datasheet, NVLink (SXM2)"),
     GpuPeak("P100 PCIe", r"\bP100\b.*\bPCIE\b", _p(fp32=9.3, fp16=18.7), "NVIDIA Tesla P100 datasheet, PCIe"),

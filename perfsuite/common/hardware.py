@@ -40,6 +40,7 @@ class GpuInfo:
     name: str
     memory_total_bytes: int
     uuid: str | None = None
+    mig_profile: str | None = None  # a MIG slice ("1g.10gb") of its GPU; None: a whole GPU
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,15 @@ def _query_nvml() -> Discovery:
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
         return Discovery(problem=f"NVML: {exc}".strip())
     try:
-        devices = []
+        devices: list[GpuInfo] = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            try:
-                uuid: str | None = text(pynvml.nvmlDeviceGetUUID(handle))
-            except pynvml.NVMLError:
-                uuid = None
-            devices.append(
-                GpuInfo(
-                    index=i,
-                    name=text(pynvml.nvmlDeviceGetName(handle)),
-                    memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    uuid=uuid,
-                )
-            )
+            migs = _mig_devices(pynvml, handle)
+            if migs:
+                # With MIG on, CUDA sees the slices, never the whole GPU.
+                devices.extend(dataclasses.replace(m, index=len(devices) + k) for k, m in enumerate(migs))
+            else:
+                devices.append(_gpu_info(pynvml, handle, len(devices)))
         driver = text(pynvml.nvmlSystemGetDriverVersion())
         try:
             version = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 13000
@@ -180,6 +175,42 @@ def _query_nvml() -> Discovery:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass
+
+
+def _gpu_info(pynvml: Any, handle: Any, index: int, mig_profile: str | None = None) -> GpuInfo:
+    try:
+        uuid: str | None = text(pynvml.nvmlDeviceGetUUID(handle))
+    except pynvml.NVMLError:
+        uuid = None
+    return GpuInfo(index=index, name=text(pynvml.nvmlDeviceGetName(handle)),
+                   memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), uuid=uuid,
+                   mig_profile=mig_profile)
+
+
+_MIG_PROFILE = re.compile(r"\b(\d+g\.\d+gb)\b", re.IGNORECASE)
+
+
+def _mig_devices(pynvml: Any, gpu: Any) -> list[GpuInfo]:
+    """The MIG slices of ``gpu`` when MIG mode is on, else []: each named "<GPU> MIG <profile>"."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(gpu)
+    except (pynvml.NVMLError, AttributeError):  # no MIG support on this GPU or this pynvml
+        return []
+    if current != 1:
+        return []
+    parent = text(pynvml.nvmlDeviceGetName(gpu))
+    out = []
+    for k in range(int(pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu))):
+        try:
+            handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, k)
+        except pynvml.NVMLError:  # an empty slot
+            continue
+        info = _gpu_info(pynvml, handle, k)
+        found = _MIG_PROFILE.search(info.name)
+        profile = found.group(1).lower() if found else f"{round(info.memory_total_bytes / 2**30)}gb"
+        # The fingerprint names the slice, not the whole GPU: a slice has a fraction of its speed.
+        out.append(dataclasses.replace(info, name=f"{parent} MIG {profile}", mig_profile=profile))
+    return out
 
 
 def _query_nvidia_smi() -> Discovery:
@@ -241,7 +272,9 @@ def _visible(devices: tuple[GpuInfo, ...], spec: str | None) -> list[GpuInfo]:
     "" and "-1" hide every device.
     """
     if spec is None:
-        chosen = list(devices)
+        # Unlisted, CUDA gives a process the whole GPUs and, of the MIG slices, the first only.
+        slices = [d for d in devices if d.mig_profile]
+        chosen = [d for d in devices if not d.mig_profile or d is slices[0]]
     else:
         chosen = []
         for token in (t.strip() for t in spec.split(",")):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from perfsuite.common.files import atomic_write
 from perfsuite.common.text import one_line
+from perfsuite.contract.job import Job
 from perfsuite.contract.record import WorkerRecord
 
 JOB = "job.json"
@@ -41,6 +42,11 @@ def read_errors(out: Path) -> list[str]:
         rank = p.name.split(".rank")[1].split(".")[0]
         lines.append(f"rank {rank}: {p.read_text().strip()}")
     return lines
+
+
+def write_job(path: Path, job: Job) -> None:
+    """Atomically: whoever looks into the burst folder never reads half a job."""
+    atomic_write(path, job.to_json().encode())
 
 
 def write_result(out: Path, record: WorkerRecord) -> None:

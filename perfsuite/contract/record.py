@@ -56,6 +56,11 @@ class WorkerRecord:
     peak_memory_bytes: int
     warmup_seconds: float
     utilisation: dict | None = None  # the leader's host view plus every rank's GPUs, with series
+    # DataLoader processes per rank; 0: the rank makes its own input; None: the framework
+    # sizes its own pool (tf.data AUTOTUNE).
+    input_workers: int | None = None
+    fp32_matmul: str | None = None  # what fp32 matrix multiplies ran as on a GPU: "tf32" or "ieee"
+    compute_capability: str | None = None  # of the leader's GPU: "9.0"
     # Set by the launcher, not the worker: the burst's wall time and its log file.
     wall_seconds: float | None = None
     worker_log: str | None = None

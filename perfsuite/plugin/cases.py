@@ -28,12 +28,15 @@ SLOW_CPU_STEP_FLOPS = 120e9
 # On CPU workers the steps per window follow the model's cost so that a window lasts
 # about half a second on one core (~25 GFLOP): long enough to smooth scheduler noise,
 # short enough that `make perf` stays within its budget.
-BURST_LENGTH = {
-    "cuda": (20, 10, 10),
-    "cpu": (2, 5, None),
-}
-CPU_WINDOW_FLOPS = 25e9
-CPU_WINDOW_STEPS_UNKNOWN = 5
+# (warm-up steps, windows) per device kind.
+BURST_LENGTH = {"cuda": (20, 10), "cpu": (2, 5)}
+# Training work per timed window, so a window outlasts scheduler jitter and its sync
+# many times over: about a second on a CPU worker, a few tenths of a second on a current
+# GPU (10 steps of cifar10 there take 10-20 ms, within jitter). Steps per window stay
+# within the bounds; a model registered without FLOPs gets the fallback.
+WINDOW_FLOPS = {"cpu": 25e9, "cuda": 2e13}
+WINDOW_STEPS = {"cpu": (1, 20), "cuda": (10, 1000)}
+WINDOW_STEPS_UNKNOWN = {"cpu": 5, "cuda": 10}
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,12 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
         from perfsuite.plugin.preflight import install_hint
 
         return f"{SUPPORTED[case.framework]['package']} is not installed: {install_hint(case.framework)}"
+    if case.device_kind == "cuda":
+        from perfsuite.plugin import framework_gpus  # a subprocess per framework, on GPU machines only
+
+        gap = framework_gpus.gap(case.framework, case.device_count, gpu_count)
+        if gap:
+            return gap
     support = SUPPORTED[case.framework]
     if case.data_location not in support["data_locations"]:
         return f"the {case.framework} backend has no data location {case.data_location!r} yet"
@@ -145,14 +154,15 @@ def default_threads(options: PerfOptions) -> int:
 def burst_length(options: PerfOptions, device_kind: str, step_flops: float | None) -> tuple[int, int, int]:
     """(warm-up steps, timed steps, windows); options override the defaults.
 
-    ``step_flops`` None (a model registered without FLOPs): CPU windows of
-    CPU_WINDOW_STEPS_UNKNOWN steps.
+    ``step_flops``: training FLOPs of one step on one device; None (a model registered
+    without FLOPs): windows of WINDOW_STEPS_UNKNOWN steps.
     """
-    warm, windows, per_window = BURST_LENGTH[device_kind]
-    if per_window is None and step_flops is None:
-        per_window = CPU_WINDOW_STEPS_UNKNOWN
-    elif per_window is None:
-        per_window = max(1, min(20, round(CPU_WINDOW_FLOPS / max(step_flops, 1.0))))
+    warm, windows = BURST_LENGTH[device_kind]
+    if step_flops is None:
+        per_window = WINDOW_STEPS_UNKNOWN[device_kind]
+    else:
+        low, high = WINDOW_STEPS[device_kind]
+        per_window = max(low, min(high, round(WINDOW_FLOPS[device_kind] / max(step_flops, 1.0))))
     warm = options.warmup_steps if options.warmup_steps is not None else warm
     windows = options.windows if options.windows is not None else windows
     steps = options.steps if options.steps is not None else windows * per_window

@@ -138,9 +138,9 @@ def run_burst(
             continue
         stale.unlink(missing_ok=True)
     node_rank = options.node_rank if spec.nodes > 1 else 0
-    job.write_text(Job(spec=spec, model=model, folder=str(workdir), node_rank=node_rank,
-                       init_timeout_s=options.init_timeout_s, progress_file=str(progress),
-                       join_file=str(join_file) if join_file else None).to_json())
+    files.write_job(job, Job(spec=spec, model=model, folder=str(workdir), node_rank=node_rank,
+                             init_timeout_s=options.init_timeout_s, progress_file=str(progress),
+                             join_file=str(join_file) if join_file else None))
     cmd = worker_command(spec, job, out, options)
     started = time.monotonic()
     with open(log, "wb") as log_file:

@@ -55,6 +55,7 @@ def run_windows(
     max_windows: int = 0,
     stable: Callable[[list[float]], bool] | None = None,
     sample_gpus: list[int] | None = None,
+    after_warmup: Callable[[], None] | None = None,
 ) -> WindowTimings:
     """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
 
@@ -65,7 +66,9 @@ def run_windows(
     ``max_windows``, while ``stable(window_seconds)`` says the spread is too wide.
     Host CPU and memory (and the GPUs ``sample_gpus``: CUDA ordinals of this process,
     mapped to NVML devices through CUDA_VISIBLE_DEVICES) are sampled in the background
-    from the first timed window to the last.
+    from the first timed window to the last. ``after_warmup()`` runs once the warm-up is
+    done and the device idle, before the first window (peak memory counters start there:
+    autotuning workspaces of the first steps are not the model's memory).
     """
     delay = injected_delay()
     if delay:
@@ -85,6 +88,8 @@ def run_windows(
             first_loss = loss
     sync()
     warmup_seconds = clock() - start
+    if after_warmup is not None:
+        after_warmup()
 
     total = windows * steps_per_window
     done = 0

@@ -28,6 +28,15 @@ def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], fl
     return dataclasses.replace(info, **changes) if changes else info
 
 
+# TF32 units arrived with Ampere: below it, fp32 runs as IEEE fp32 whatever is allowed.
+TF32_MIN_CAPABILITY = (8, 0)
+
+
+def fp32_kind(allowed: bool, capability: tuple[int, int]) -> str:
+    """What fp32 arithmetic ran as: "tf32" where allowed and the GPU has TF32 units, else "ieee"."""
+    return "tf32" if allowed and tuple(capability) >= TF32_MIN_CAPABILITY else "ieee"
+
+
 def host_peak_memory() -> int:
     """Peak resident memory of this process, in bytes: a CPU worker's device memory."""
     import resource
@@ -54,7 +63,8 @@ def rank_entry(rank: int, device_name: str, timings: WindowTimings, images_per_w
 
 def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[RankEntry], images_per_window: int,
                  *, framework_version: str, device_name: str, precision_dtype: str,
-                 fp32_math: str | None) -> WorkerRecord:
+                 fp32_math: str | None, input_workers: int | None = None, fp32_matmul: str | None = None,
+                 compute_capability: str | None = None) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
@@ -77,4 +87,7 @@ def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[
         peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
         warmup_seconds=timings.warmup_seconds,
         utilisation=utilisation,
+        input_workers=input_workers,
+        fp32_matmul=fp32_matmul,
+        compute_capability=compute_capability,
     )

@@ -102,6 +102,8 @@ class Sampler:
         self._children: list[psutil.Process] = []
         self._children_at = -math.inf
         self._cpus: list[int] | None = None  # logical CPUs this process may run on
+        self._loader_start: dict[int, tuple[psutil.Process, float]] = {}  # child pid -> (process, CPU s)
+        self._loaders: dict | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> Sampler:
@@ -110,6 +112,7 @@ class Sampler:
             self._proc = psutil.Process()
             first = psutil.cpu_percent(percpu=True)  # the next call reports use since this one
             self._cpus = _allowed_cpus(len(first))
+            self._loader_start = _cpu_seconds(self._proc.children(recursive=True))
             if self._cuda:
                 self._open_gpus()
             self._t0 = self._clock()
@@ -135,7 +138,21 @@ class Sampler:
                     self._error = one_line(exc, 500)
         if thread is None or not thread.is_alive():
             self._close_gpus()  # a thread stuck inside NVML keeps it open
+        if self._proc is not None:
+            self._loaders = self._loader_use(self._clock() - self._t0)
         return self.result()
+
+    def _loader_use(self, elapsed: float) -> dict | None:
+        """How busy this process's children (data-loader workers) were over the windows:
+        their CPU time over the wall time, in cores. None without children."""
+        try:
+            now = _cpu_seconds(self._proc.children(recursive=True))
+        except psutil.Error:
+            return None
+        if not now or elapsed <= 0:
+            return None
+        used = sum(seconds - self._loader_start.get(pid, (None, 0.0))[1] for pid, (_, seconds) in now.items())
+        return {"processes": len(now), "cores_busy": max(0.0, used) / elapsed}
 
     def _loop(self) -> None:
         try:
@@ -256,6 +273,7 @@ class Sampler:
                 "cores": cores,
             },
             "rss_bytes": stats_of(rss, peak=True),
+            "loaders": self._loaders,
             "gpus": [],
             "series": {"t": t, "cpu_percent": cpu_percent, "per_core": per_core, "rss_bytes": rss, "gpus": []},
         }
@@ -276,6 +294,17 @@ class Sampler:
         if self._error:
             out["error"] = self._error
         return out
+
+
+def _cpu_seconds(processes: list[psutil.Process]) -> dict[int, tuple[psutil.Process, float]]:
+    out = {}
+    for p in processes:
+        try:
+            times = p.cpu_times()
+            out[p.pid] = (p, times.user + times.system)
+        except psutil.Error:  # gone meanwhile
+            continue
+    return out
 
 
 def _allowed_cpus(count: int) -> list[int] | None:

@@ -27,7 +27,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.models.registry import resolve_builder
     from perfsuite.worker.measure import run_windows, stable_within
     from perfsuite.worker.progress import progress_writer
-    from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
+    from perfsuite.worker.record import build_record, completed, fp32_kind, host_peak_memory, rank_entry
 
     spec, info = job.spec, job.model
     builder = resolve_builder(info)  # a missing builder fails before the slow TensorFlow import
@@ -65,9 +65,11 @@ def run(job: Job) -> WorkerRecord | None:
     step = make_step(spec, strategy, model, optimizer, data, loss_scale)
 
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
-    for gpu in gpus:
-        tf.config.experimental.reset_memory_stats(gpu)
     global_batch = spec.batch_size * len(devices)
+
+    def reset_peaks() -> None:
+        for gpu in gpus:
+            tf.config.experimental.reset_memory_stats(gpu)
     timings = run_windows(
         step,
         # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
@@ -84,14 +86,21 @@ def run(job: Job) -> WorkerRecord | None:
         max_windows=spec.max_windows if spec.nodes == 1 else 0,
         stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
         sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
+        after_warmup=reset_peaks,
     )
     if gpus:
         # Per device, as torch reports it: the fullest GPU is what limits the batch.
         peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
         device_name = details.get("device_name", "gpu")
+        capability = tuple(details.get("compute_capability") or (0, 0))
+        # TensorFlow allows TF32 unless told not to, for convolutions and matmuls alike; a
+        # GPU before Ampere has no TF32 units and runs IEEE fp32 whatever is allowed.
+        tf32 = fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability)
+        fp32 = {"fp32_math": tf32, "fp32_matmul": tf32, "compute_capability": f"{capability[0]}.{capability[1]}"}
     else:
         peak, device_name = host_peak_memory(), "cpu"
+        fp32 = {"fp32_math": None}
     images_per_window = global_batch * spec.steps_per_window
     mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -108,8 +117,7 @@ def run(job: Job) -> WorkerRecord | None:
         framework_version=tf.__version__,
         device_name=device_name,
         precision_dtype=precision.dtype,
-        # TensorFlow allows TF32 unless told not to.
-        fp32_math=("tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "ieee") if gpus else None,
+        **fp32,
     )
 
 

@@ -32,7 +32,7 @@ def run(job: Job) -> WorkerRecord | None:
     import torch
 
     from perfsuite.models.registry import resolve_builder
-    from perfsuite.worker.backends.torch.data import batches
+    from perfsuite.worker.backends.torch.data import batches, input_workers
     from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.torch.train import make_step, precision_policy
     from perfsuite.worker.measure import run_windows
@@ -70,8 +70,6 @@ def run(job: Job) -> WorkerRecord | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     progress = job.progress_file if leader else None
     timings = run_windows(
         step,
@@ -84,6 +82,7 @@ def run(job: Job) -> WorkerRecord | None:
         max_windows=spec.max_windows,
         stable=_stability_check(spec, dist, device),
         sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
+        after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
     )
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
@@ -103,8 +102,26 @@ def run(job: Job) -> WorkerRecord | None:
         framework_version=torch.__version__,
         device_name=device_name,
         precision_dtype=precision_policy(spec, device).dtype,
-        fp32_math=("tf32" if torch.backends.cudnn.allow_tf32 else "ieee") if device.type == "cuda" else None,
+        input_workers=input_workers(spec),
+        **_fp32_facts(device),
     )
+
+
+def _fp32_facts(device) -> dict:
+    """What fp32 ran as, not what was allowed: cuDNN convolutions and matmuls have separate
+    TF32 switches (torch leaves matmuls IEEE by default), and a GPU before Ampere has none."""
+    import torch
+
+    from perfsuite.worker.record import fp32_kind
+
+    if device.type != "cuda":
+        return {"fp32_math": None}
+    capability = torch.cuda.get_device_capability(device)
+    return {
+        "fp32_math": fp32_kind(torch.backends.cudnn.allow_tf32, capability),
+        "fp32_matmul": fp32_kind(torch.backends.cuda.matmul.allow_tf32, capability),
+        "compute_capability": f"{capability[0]}.{capability[1]}",
+    }
 
 
 def _stability_check(spec, dist, device):

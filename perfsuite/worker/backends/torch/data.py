@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from perfsuite.common.hardware import cpu_cores
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.worker.lifeline import loader_worker_init
 
@@ -56,11 +58,36 @@ class _PythonBatches(IterableDataset):
             yield torch.from_numpy(images), torch.from_numpy(labels)
 
 
-def python_batches(spec, num_classes, device, seed, workers: int = 2) -> Iterator:
+# Loader processes per rank, at most, when CPU workers stand in for devices: the compute
+# threads need the node's cores too.
+CPU_WORKER_LOADERS = 4
+
+
+def loader_workers(spec: BurstSpec) -> int:
+    """DataLoader processes per rank: the node's cores shared by the ranks on this node.
+
+    A GPU at full speed wants thousands of decoded images a second: a fixed small pool
+    would measure the pool, and TensorFlow's tf.data takes every core (AUTOTUNE).
+    ``PERFSUITE_LOADER_WORKERS`` overrides the count.
+    """
+    env = os.environ.get("PERFSUITE_LOADER_WORKERS")
+    if env:
+        return int(env)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", spec.devices))  # this node's ranks, not the job's
+    share = max(1, cpu_cores() // local)
+    return share if spec.device_kind == "cuda" else min(CPU_WORKER_LOADERS, share)
+
+
+def input_workers(spec: BurstSpec) -> int:
+    """Loader processes per rank for this burst's data location (0: the rank makes its own input)."""
+    return loader_workers(spec) if spec.data_location in ("python", "real") else 0
+
+
+def python_batches(spec, num_classes, device, seed) -> Iterator:
     loader = DataLoader(
         _PythonBatches(spec.batch_size, spec.image_size, num_classes, seed),
         batch_size=None,
-        num_workers=workers,
+        num_workers=loader_workers(spec),
         prefetch_factor=4,
         pin_memory=device.type == "cuda",
         persistent_workers=True,

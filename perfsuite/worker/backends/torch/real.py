@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from perfsuite.common.hardware import cpu_cores
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.data import datasets
 from perfsuite.data.datasets import (
@@ -33,6 +32,7 @@ from perfsuite.data.datasets import (
     RRC_RATIO,
     RRC_SCALE,
 )
+from perfsuite.worker.backends.torch.data import loader_workers
 from perfsuite.worker.lifeline import loader_worker_init
 
 PREFETCH_FACTOR = 4
@@ -44,7 +44,7 @@ def real_batches(spec: BurstSpec, num_classes: int, device: torch.device, seed: 
     """Forever: (images float32 NCHW, labels int64) on ``device``, ``spec.batch_size`` per rank."""
     rank, world = rank_and_world()
     dataset, augment = build_dataset(spec, num_classes, rank, world, device, seed)
-    loader = make_loader(dataset, spec.batch_size, device, seed, world)
+    loader = make_loader(dataset, spec.batch_size, device, seed, loader_workers(spec))
     for images, labels in loader:
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
@@ -97,17 +97,7 @@ def shard(items: list, rank: int, world: int, root) -> list:
     return mine
 
 
-def loader_workers(world: int) -> int:
-    env = os.environ.get("PERFSUITE_LOADER_WORKERS")
-    if env:
-        return int(env)
-    # The node's cores are shared by the ranks on this node, not by every rank of the job.
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return min(4, max(1, cpu_cores() // local))
-
-
-def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: int, world: int) -> DataLoader:
-    workers = loader_workers(world)
+def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: int, workers: int) -> DataLoader:
     extra = {"persistent_workers": True, "prefetch_factor": PREFETCH_FACTOR} if workers > 0 else {}
     return DataLoader(
         dataset,
@@ -234,7 +224,9 @@ class CifarDeviceAugment:
         mean = x.mean(dim=(2, 3), keepdim=True)
         x = (x - mean) * self._uniform(n, *CIFAR_CONTRAST) + mean
         std = x.std(dim=(1, 2, 3), keepdim=True, correction=0).clamp_min(1.0 / math.sqrt(x[0].numel()))
-        return (x - x.mean(dim=(1, 2, 3), keepdim=True)) / std
+        # The permute above leaves channels-last strides, and cuDNN follows the input's
+        # layout: NCHW like every other cifar10 burst, or the comparison mixes in layout.
+        return ((x - x.mean(dim=(1, 2, 3), keepdim=True)) / std).contiguous()
 
 
 # --- ImageNet-style JPEGs -----------------------------------------------------------------
