@@ -340,3 +340,11 @@ def test_a_bucket_holds_one_dtype_up_to_its_size():
     tensors = [torch.zeros(big // 2), torch.zeros(big // 2), torch.zeros(1), torch.zeros(1, dtype=torch.int64),
                torch.zeros(2 * big)]
     assert [[t.numel() for t in b] for b in train._buckets(tensors)] == [[big // 2, big // 2], [1], [1], [2 * big]]
+
+
+def test_the_sampler_finds_the_mig_slice_cuda_was_given():
+    from perfsuite.worker.sampler import nvml_indices
+
+    uuids = ["MIG-0000", "MIG-0001", "GPU-0001"]  # an A100 in MIG mode (two slices), then an H100
+    assert nvml_indices([0], "MIG-0001", uuids) == [1]
+    assert nvml_indices([0, 1], None, uuids) == [0, 2]  # unset: the first slice and the whole GPUs

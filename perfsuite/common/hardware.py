@@ -14,6 +14,7 @@ import platform
 import re
 import subprocess
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,15 +153,7 @@ def _query_nvml() -> Discovery:
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, OSError, ...
         return Discovery(problem=f"NVML: {exc}".strip())
     try:
-        devices: list[GpuInfo] = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            migs = _mig_devices(pynvml, handle)
-            if migs:
-                # With MIG on, CUDA sees the slices, never the whole GPU.
-                devices.extend(dataclasses.replace(m, index=len(devices) + k) for k, m in enumerate(migs))
-            else:
-                devices.append(_gpu_info(pynvml, handle, len(devices)))
+        devices = [info for _, info in nvml_devices(pynvml)]
         driver = text(pynvml.nvmlSystemGetDriverVersion())
         try:
             version = int(pynvml.nvmlSystemGetCudaDriverVersion())  # e.g. 13000
@@ -177,6 +170,20 @@ def _query_nvml() -> Discovery:
             pass
 
 
+def nvml_devices(pynvml: Any) -> list[tuple[Any, GpuInfo]]:
+    """(NVML handle, GpuInfo) of every device CUDA can be given: each whole GPU, or the MIG
+    slices of a GPU in MIG mode (CUDA sees those, never the whole GPU), in NVML's order."""
+    out: list[tuple[Any, GpuInfo]] = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        migs = _mig_devices(pynvml, handle)
+        if migs:
+            out.extend((h, dataclasses.replace(m, index=len(out) + k)) for k, (h, m) in enumerate(migs))
+        else:
+            out.append((handle, _gpu_info(pynvml, handle, len(out))))
+    return out
+
+
 def _gpu_info(pynvml: Any, handle: Any, index: int, mig_profile: str | None = None) -> GpuInfo:
     try:
         uuid: str | None = text(pynvml.nvmlDeviceGetUUID(handle))
@@ -190,7 +197,7 @@ def _gpu_info(pynvml: Any, handle: Any, index: int, mig_profile: str | None = No
 _MIG_PROFILE = re.compile(r"\b(\d+g\.\d+gb)\b", re.IGNORECASE)
 
 
-def _mig_devices(pynvml: Any, gpu: Any) -> list[GpuInfo]:
+def _mig_devices(pynvml: Any, gpu: Any) -> list[tuple[Any, GpuInfo]]:
     """The MIG slices of ``gpu`` when MIG mode is on, else []: each named "<GPU> MIG <profile>"."""
     try:
         current, _pending = pynvml.nvmlDeviceGetMigMode(gpu)
@@ -209,7 +216,7 @@ def _mig_devices(pynvml: Any, gpu: Any) -> list[GpuInfo]:
         found = _MIG_PROFILE.search(info.name)
         profile = found.group(1).lower() if found else f"{round(info.memory_total_bytes / 2**30)}gb"
         # The fingerprint names the slice, not the whole GPU: a slice has a fraction of its speed.
-        out.append(dataclasses.replace(info, name=f"{parent} MIG {profile}", mig_profile=profile))
+        out.append((handle, dataclasses.replace(info, name=f"{parent} MIG {profile}", mig_profile=profile)))
     return out
 
 
@@ -264,11 +271,12 @@ def _discovery() -> Discovery:
     return _query_devices()
 
 
-def _visible(devices: tuple[GpuInfo, ...], spec: str | None) -> list[GpuInfo]:
-    """Apply CUDA_VISIBLE_DEVICES the way the CUDA runtime does.
+def visible_devices(devices: Sequence[GpuInfo], spec: str | None) -> list[GpuInfo]:
+    """The devices CUDA_VISIBLE_DEVICES (``spec``; None: unset) gives a process, in CUDA
+    ordinal order, as listed in ``devices`` (their indices unchanged).
 
-    Entries are indices or UUID prefixes ("GPU-8a3f..."), in the order listed; like
-    CUDA, the first invalid, unknown, ambiguous or repeated entry ends the list, so
+    Entries are indices or UUID prefixes ("GPU-8a3f...", "MIG-..."), in the order listed;
+    like CUDA, the first invalid, unknown, ambiguous or repeated entry ends the list, so
     "" and "-1" hide every device.
     """
     if spec is None:
@@ -282,7 +290,7 @@ def _visible(devices: tuple[GpuInfo, ...], spec: str | None) -> list[GpuInfo]:
             if match is None or match in chosen:
                 break
             chosen.append(match)
-    return [dataclasses.replace(d, index=i) for i, d in enumerate(chosen)]
+    return chosen
 
 
 def match_device(devices: tuple[GpuInfo, ...], token: str) -> GpuInfo | None:
@@ -301,7 +309,8 @@ def cuda_devices() -> list[GpuInfo]:
 
     The physical list is cached per process; CUDA_VISIBLE_DEVICES is read on each call.
     """
-    return _visible(_discovery().devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    chosen = visible_devices(_discovery().devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return [dataclasses.replace(d, index=i) for i, d in enumerate(chosen)]
 
 
 def cuda_device_count() -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from perfsuite.analysis.utilisation import BUSY_CORE_PERCENT, GPU_METRICS, mean, percentile, stats_of
-from perfsuite.common.text import one_line, text
+from perfsuite.common.text import one_line
 
 DEFAULT_INTERVAL_S = 0.1
 # Finding child processes walks /proc; data-loader workers live for the whole burst,
@@ -37,26 +37,21 @@ MIN_TAIL_S = 0.02
 
 def nvml_indices(cuda_indices: Sequence[int], visible: str | None,
                  nvml_uuids: Sequence[str | None]) -> list[int | None]:
-    """NVML index of each CUDA ordinal (``cuda:<i>``), or None where there is none.
+    """Position in ``nvml_uuids`` of each CUDA ordinal (``cuda:<i>``), or None where there is none.
 
     ``visible`` is CUDA_VISIBLE_DEVICES (None: unset), whose entries are indices or
-    UUID prefixes, parsed the way the CUDA runtime does (see ``hardware._visible``);
-    ``nvml_uuids`` lists NVML's devices in NVML index order. Unset, CUDA ordinal i is
-    NVML device i: both enumerate by PCI bus id on machines of one GPU model (CUDA's
-    default FASTEST_FIRST order only differs on mixed models).
+    UUID prefixes, parsed the way the CUDA runtime does (``hardware.visible_devices``);
+    ``nvml_uuids`` lists the devices of ``hardware.nvml_devices``: whole GPUs, or a MIG
+    GPU's slices ("MIG-..."). Unset, CUDA ordinal i is NVML device i: both enumerate by
+    PCI bus id on machines of one GPU model (CUDA's default FASTEST_FIRST order only
+    differs on mixed models).
     """
-    from perfsuite.common.hardware import GpuInfo, match_device
+    from perfsuite.common.hardware import GpuInfo, visible_devices
 
-    devices = tuple(GpuInfo(index=i, name="", memory_total_bytes=0, uuid=u) for i, u in enumerate(nvml_uuids))
-    if visible is None:
-        chosen = [d.index for d in devices]
-    else:
-        chosen = []
-        for token in (t.strip() for t in visible.split(",")):
-            match = match_device(devices, token)
-            if match is None or match.index in chosen:
-                break  # like CUDA: the first bad entry ends the list
-            chosen.append(match.index)
+    devices = tuple(GpuInfo(index=i, name="", memory_total_bytes=0, uuid=u,
+                            mig_profile="mig" if (u or "").startswith("MIG-") else None)
+                    for i, u in enumerate(nvml_uuids))
+    chosen = [d.index for d in visible_devices(devices, visible)]
     return [chosen[i] if 0 <= i < len(chosen) else None for i in cuda_indices]
 
 
@@ -204,10 +199,12 @@ class Sampler:
                 self._nvml = nvml
             nvml.nvmlInit()
             self._nvml_up = True
-            count = nvml.nvmlDeviceGetCount()
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            uuids = [text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-            names = [text(nvml.nvmlDeviceGetName(h)) for h in handles]
+            from perfsuite.common.hardware import nvml_devices
+
+            found = nvml_devices(nvml)  # MIG slices in place of their GPU, as CUDA sees them
+            handles = [h for h, _ in found]
+            uuids = [info.uuid for _, info in found]
+            names = [info.name for _, info in found]
         except Exception as exc:  # noqa: BLE001 - no driver, no library: CPU sampling goes on
             self._gpu_error = one_line(exc, 500)
             self._close_gpus()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The first GPU run, in one command: what a lent single-GPU machine (no TensorFlow, no
+# package registry) should run, each phase under its own time limit, everything written
+# to $OUT as it goes so a phase cut short still leaves the ones before it.
+#
+#   OUT=/some/dir benchmarks/gpu_session.sh
+#
+# Phases: hardware facts; perfsuite's own tests that touch the CUDA path; the torch GPU
+# suite on 1 GPU (the 8 models, data location device, fp32 and amp), saving baselines
+# into $OUT/baselines; then the data locations and the real pipeline for resnet50.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?set OUT to the folder the results go to}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=${PYTHON:-python3}
+run() {  # run LIMIT_S NAME CMD...: one phase, its output in $OUT/NAME.log, its status in $OUT/status
+  local limit=$1 name=$2; shift 2
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name $?" >> "$OUT/status"
+}
+
+run 60 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; $PY -m perfsuite fingerprint"
+run 300 tests $PY -m pytest -p perfsuite.plugin.hooks -q tests/test_gpu_path.py tests/test_torch_burst.py \
+    tests/test_hardware.py tests/test_utilisation.py tests/test_stops.py
+COMMON=(tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -rs --save-baseline
+        --baseline-runs 3 --baseline-dir "$OUT/baselines" --missing-baseline pass)
+run 900 suite $PY -m pytest "${COMMON[@]}" --precision fp32 --precision amp \
+    --perf-report "$OUT/report" --perf-json "$OUT/results.json" --junitxml "$OUT/junit.xml"
+run 480 data-locations $PY -m pytest "${COMMON[@]}" --model resnet50 --data-location device \
+    --data-location host --data-location python --data-location real --augment-on cpu \
+    --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"
+cat "$OUT/status"
