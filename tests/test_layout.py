@@ -65,3 +65,10 @@ def test_only_entry_modules_sit_at_the_top() -> None:
 def test_every_package_is_in_the_rules() -> None:
     packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages == set(ALLOWED) - {"top"}
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    readme = (ROOT.parent / "README.md").read_text()
+    layout = readme[readme.index("## Repository layout"):]
+    missing = [str(p.relative_to(ROOT)) for p in MODULES if p.name != "__init__.py" and p.name not in layout]
+    assert not missing, f"README's layout section does not name {', '.join(missing)}"
