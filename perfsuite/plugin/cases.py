@@ -12,6 +12,7 @@ from perfsuite.common import hardware
 from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
 from perfsuite.contract.spec import BurstSpec, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
+from perfsuite.plugin import framework_gpus
 from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
 
 # Fixture names the plugin parametrizes, in id order.
@@ -24,16 +25,13 @@ DIMENSIONS = (
 # (3 x forward FLOPs x batch): several seconds a step on one core.
 SLOW_CPU_STEP_FLOPS = 120e9
 
-# Default burst length by device kind: (warm-up steps, windows, steps per window).
-# On CPU workers the steps per window follow the model's cost so that a window lasts
-# about half a second on one core (~25 GFLOP): long enough to smooth scheduler noise,
-# short enough that `make perf` stays within its budget.
 # (warm-up steps, windows) per device kind.
 BURST_LENGTH = {"cuda": (20, 10), "cpu": (2, 5)}
 # Training work per timed window, so a window outlasts scheduler jitter and its sync
-# many times over: about a second on a CPU worker, a few tenths of a second on a current
-# GPU (10 steps of cifar10 there take 10-20 ms, within jitter). Steps per window stay
-# within the bounds; a model registered without FLOPs gets the fallback.
+# many times over while `make perf` stays within its budget: under a second on one CPU
+# core, a few tenths of a second on a current GPU (10 steps of cifar10 there take 10-20
+# ms, within jitter). Steps per window stay within the bounds; a model registered
+# without FLOPs gets the fallback.
 WINDOW_FLOPS = {"cpu": 25e9, "cuda": 2e13}
 WINDOW_STEPS = {"cpu": (1, 20), "cuda": (10, 1000)}
 WINDOW_STEPS_UNKNOWN = {"cpu": 5, "cuda": 10}
@@ -129,9 +127,7 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
 
         return f"{SUPPORTED[case.framework]['package']} is not installed: {install_hint(case.framework)}"
     if case.device_kind == "cuda":
-        from perfsuite.plugin import framework_gpus  # a subprocess per framework, on GPU machines only
-
-        gap = framework_gpus.gap(case.framework, case.device_count, gpu_count)
+        gap = framework_gpus.gap(case.framework, case.device_count, gpu_count)  # a probe per framework, cached
         if gap:
             return gap
     support = SUPPORTED[case.framework]
