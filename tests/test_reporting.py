@@ -270,7 +270,7 @@ def test_perf_json_names_its_schema_and_the_run(injected):
     assert doc["schema_version"] == 2 and "interrupted" not in doc
     run = doc["run"]
     assert set(run) == {"date", "host", "python", "git_commit", "fingerprints", "frameworks", "driver", "cuda",
-                        "command", "interrupted"}
+                        "command", "interrupted", "cudnn", "nccl", "container", "labels"}
     assert run["command"][:4] == ["--perf-json", "r.json", "-p", "no:cacheprovider"] and run["interrupted"] is False
     assert run["fingerprints"]["cpu"]["id"].startswith("cpu-") and run["frameworks"] == {"torch": "test"}
     assert [r["key"] for r in doc["results"]] == ["torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"]

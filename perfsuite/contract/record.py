@@ -61,6 +61,8 @@ class WorkerRecord:
     input_workers: int | None = None
     fp32_matmul: str | None = None  # what fp32 matrix multiplies ran as on a GPU: "tf32" or "ieee"
     compute_capability: str | None = None  # of the leader's GPU: "9.0"
+    # The GPU libraries the framework loaded, for the results history: {"cuda", "cudnn", "nccl"}.
+    libraries: dict[str, str] = field(default_factory=dict)
     # Set by the launcher, not the worker: the burst's wall time and its log file.
     wall_seconds: float | None = None
     worker_log: str | None = None

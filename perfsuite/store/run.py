@@ -1,17 +1,22 @@
 """RunInfo: what identifies one run of the suite, for --perf-json, the report header and
-any store of results that keeps more than one night.
+the results history (--perf-history), which keeps every night.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from perfsuite.common.hardware import Fingerprint
 from perfsuite.store.baseline import git_commit
+
+# NGC containers name their release in the environment; any other image can be named
+# through PERFSUITE_CONTAINER (a CI job knows the image it runs in).
+CONTAINER_ENV = (("NVIDIA_PYTORCH_VERSION", "NGC PyTorch"), ("NVIDIA_TENSORFLOW_VERSION", "NGC TensorFlow"))
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,10 @@ class RunInfo:
     cuda: str | None = None
     command: tuple[str, ...] = ()  # pytest's arguments
     interrupted: bool = False  # stopped before the end: the results are the bursts that finished
+    cudnn: str | None = None  # as the frameworks loaded them ("torch 9.1.0, tf 9.3.0" where they differ)
+    nccl: str | None = None
+    container: str | None = None  # the image the run ran in, where the environment names one
+    labels: dict[str, str] = field(default_factory=dict)  # --perf-label KEY=VALUE
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -34,8 +43,12 @@ class RunInfo:
 
 
 def describe_run(rootdir, fingerprints: dict[str, Fingerprint], framework_versions: dict[str, str],
-                 command: Sequence[str] = (), interrupted: bool = False) -> RunInfo:
+                 command: Sequence[str] = (), interrupted: bool = False,
+                 libraries: Mapping[str, Mapping[str, str]] | None = None,
+                 labels: Mapping[str, str] | None = None) -> RunInfo:
+    """``libraries``: framework -> {"cudnn": ..., "nccl": ...} as its bursts reported them."""
     gpu = fingerprints.get("gpu")
+    libraries = libraries or {}
     return RunInfo(
         date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         host=socket.gethostname(),
@@ -47,4 +60,28 @@ def describe_run(rootdir, fingerprints: dict[str, Fingerprint], framework_versio
         cuda=gpu.cuda if gpu else None,
         command=tuple(str(c) for c in command),
         interrupted=interrupted,
+        cudnn=library_version(libraries, "cudnn") or os.environ.get("CUDNN_VERSION") or None,
+        nccl=library_version(libraries, "nccl") or os.environ.get("NCCL_VERSION") or None,
+        container=container(os.environ),
+        labels=dict(sorted((labels or {}).items())),
     )
+
+
+def library_version(libraries: Mapping[str, Mapping[str, str]], name: str) -> str | None:
+    """One version where every framework loaded the same, else each framework's."""
+    found = {fw: libs[name] for fw, libs in sorted(libraries.items()) if libs.get(name)}
+    if len(set(found.values())) == 1:
+        return next(iter(found.values()))
+    return ", ".join(f"{fw} {v}" for fw, v in found.items()) or None
+
+
+def container(env: Mapping[str, str]) -> str | None:
+    named = env.get("PERFSUITE_CONTAINER", "").strip()
+    if named:
+        return named
+    for var, product in CONTAINER_ENV:
+        release = env.get(var, "").strip()
+        if release:
+            build = env.get("NVIDIA_BUILD_ID", "").strip()
+            return f"{product} {release}" + (f" (build {build})" if build else "")
+    return None

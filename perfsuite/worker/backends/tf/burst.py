@@ -117,8 +117,20 @@ def run(job: Job) -> WorkerRecord | None:
         framework_version=tf.__version__,
         device_name=device_name,
         precision_dtype=precision.dtype,
+        libraries=_libraries(),
         **fp32,
     )
+
+
+def _libraries() -> dict[str, str]:
+    """The CUDA and cuDNN versions this TensorFlow was built with; none on a CPU build."""
+    import tensorflow as tf
+
+    info = tf.sysconfig.get_build_info()
+    if not info.get("is_cuda_build"):
+        return {}
+    return {name: str(info[key]) for name, key in (("cuda", "cuda_version"), ("cudnn", "cudnn_version"))
+            if info.get(key)}
 
 
 def finish(clean: bool) -> None:

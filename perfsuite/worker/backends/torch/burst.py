@@ -103,8 +103,27 @@ def run(job: Job) -> WorkerRecord | None:
         device_name=device_name,
         precision_dtype=precision_policy(spec, device).dtype,
         input_workers=input_workers(spec),
+        libraries=_libraries(),
         **_fp32_facts(device),
     )
+
+
+def _libraries() -> dict[str, str]:
+    """The CUDA, cuDNN and NCCL versions this torch build carries; none on a CPU build."""
+    import torch
+
+    out = {}
+    if torch.version.cuda:
+        out["cuda"] = str(torch.version.cuda)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    if cudnn:  # 90100 -> 9.1.0
+        out["cudnn"] = f"{cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}"
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except (RuntimeError, AttributeError):  # a build without NCCL
+            pass
+    return out
 
 
 def _fp32_facts(device) -> dict:
