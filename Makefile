@@ -9,9 +9,9 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 ifeq ($(HAS_GPU),yes)
 # A CUDA torch; TensorFlow's CUDA build pins other nvidia-* wheels, so it gets a venv of its
 # own (pip install -e ".[tf-gpu]"): here its GPU cases skip and say so.
-FRAMEWORKS := -e ".[torch,dev]" "tensorflow-cpu>=2.16" pillow
+FRAMEWORKS := -e ".[torch,dev,history]" "tensorflow-cpu>=2.16" pillow
 else
-FRAMEWORKS := -e ".[dev]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
+FRAMEWORKS := -e ".[dev,history]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
 endif
 PERF_REPORT ?= perf-report
 PERF_ARGS ?= --model cifar10 --model resnet50

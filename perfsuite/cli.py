@@ -8,6 +8,7 @@ import sys
 
 from perfsuite.common import hardware
 from perfsuite.common.text import columns
+from perfsuite.history import cli as history_cli
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
 from perfsuite.store import cli as baseline_cli
 
@@ -64,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true", help="machine-readable output")
     models.set_defaults(run=_models)
     baseline_cli.add_parser(sub)
+    history_cli.add_parser(sub)
     return p
 
 

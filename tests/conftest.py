@@ -1,10 +1,12 @@
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from postgres_server import create_database, postgres_server
 from suite_files import FAST, SUITE, TINY, TINY_STEP_MS
 
 NO_HYPOTHESIS = "-p no:hypothesispytest"
@@ -41,6 +43,21 @@ def _test_environment(request, tmp_path_factory):
         patch.delenv(name, raising=False)
     yield
     patch.undo()
+
+
+# -- a real PostgreSQL server, started by the tests themselves ---------------------------------
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """One server per pytest-xdist worker; skips with the reason where PostgreSQL is absent."""
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_db(postgres_url):
+    """A fresh database on it, for tests that must not see each other's tables."""
+    return create_database(postgres_url, f"test_{uuid.uuid4().hex}")
 
 
 # -- one saved baseline of the tiny suite, shared by the tests that gate against it ---------

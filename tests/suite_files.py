@@ -30,6 +30,19 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None):
 perfsuite.plugin.session.run_burst = fake_run_burst
 """
 
+# One CPU worker, cifar10 in torch: the case the faked-burst tests gate.
+FAKE_ARGS = ["--framework", "torch", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
+             "-p", "no:cacheprovider"]
+
+
+def faked_project(pytester):
+    """The suite with its bursts faked: for what the gate decides, not what a burst measures."""
+    pytester.makeconftest(FAKE_BURSTS)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.mkdir("baselines")
+    return pytester
+
+
 # A conftest registering the tiny test model.
 TINY = (Path(__file__).parent / "tiny_model.py").read_text()
 

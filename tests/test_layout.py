@@ -20,9 +20,10 @@ ALLOWED = {
     "store": {"common", "contract", "analysis"},
     "worker": {"common", "contract", "models", "data", "analysis"},
     "reporting": {"common", "contract", "models", "analysis", "store"},
-    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "suite"},
+    "history": {"common", "contract", "analysis", "store", "reporting"},
+    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "suite"},
     "suite": {"common", "contract", "plugin"},
-    "top": {"common", "contract", "models", "store", "analysis"},  # __init__, __main__, cli
+    "top": {"common", "contract", "models", "store", "analysis", "history"},  # __init__, __main__, cli
 }
 
 

@@ -11,7 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from suite_files import FAKE_BURSTS, FAST, SUITE, TINY, TINY_STEP_MS
+from suite_files import FAKE_ARGS, FAST, SUITE, TINY, TINY_STEP_MS, faked_project
 
 from perfsuite.common.hardware import cpu_fingerprint
 from perfsuite.store import baseline as store
@@ -32,11 +32,7 @@ def suite(pytester, monkeypatch):
 
 @pytest.fixture
 def faked(pytester):
-    """The same suite with its bursts faked: for what the gate decides, not what a burst measures."""
-    pytester.makeconftest(FAKE_BURSTS)
-    pytester.makepyfile(test_suite=SUITE)
-    pytester.mkdir("baselines")
-    return pytester
+    return faked_project(pytester)
 
 
 def run(pytester, *args):
@@ -49,7 +45,7 @@ def baseline_files(pytester):
 
 # -- policies without a baseline (decisions only: bursts faked) ----------------------------
 
-FAKE = ["--framework", "torch", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1", "-p", "no:cacheprovider"]
+FAKE = FAKE_ARGS
 
 
 def test_missing_baseline_skips_by_default_with_advice(faked):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfsuite.analysis import stats
+from perfsuite.analysis.changes import Drift
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
@@ -89,6 +90,11 @@ class BurstResult:
     baseline: dict | None = None  # the baseline entry compared against
     baseline_file: str | None = None
     saved: bool = False  # merged into its baseline file by --save-baseline
+    # With --perf-history: the runs of this key's series the drift check read (tonight
+    # included), and the drift it found.
+    drift_runs: int | None = None
+    drift: Drift | None = None
+    drift_message: str | None = None  # the sentence the gate reported it with
 
     @property
     def id(self) -> str:

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from perfsuite.analysis import stats
+from perfsuite.analysis import changes, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
 from perfsuite.common.numbers import fixed
@@ -58,7 +58,9 @@ class PerfGate:
         tolerance = self._tolerance(entry)
         if entry is None:
             result.verdict = stats.compare(result.samples, None, tolerance)
+            drift = self._drift(result, tolerance)
             self._record(result)
+            self._act_drift(drift, stats.NO_BASELINE)
             self._missing(spec, path)
             return result
         # The floor widens the tolerance at most twofold: three bursts estimate the spread
@@ -84,8 +86,10 @@ class PerfGate:
             result = self.session.rerun(spec)
             verdict = stats.compare(result.samples, base_samples, tolerance)
         result.verdict, result.baseline, result.baseline_file = verdict, entry, str(path)
+        drift = self._drift(result, tolerance)
         self._record(result)
         if self.options.save_baseline:
+            self._act_drift(drift, verdict.status)  # a warning: saving over a drift hides it
             return result
         base = stats.median(base_samples)
         bound = (f"tolerance {tolerance:.1%}, the baseline's noise floor" if floor > self._tolerance(entry)
@@ -96,8 +100,44 @@ class PerfGate:
             + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
             + f", {result.runs} burst{'s' if result.runs > 1 else ''}) [baseline {path}]"
         )
+        if drift and verdict.status == stats.REGRESSION:
+            detail += f"; and {drift}"
         self._act(verdict, detail)
+        self._act_drift(drift, verdict.status)
         return result
+
+    # -- drift --------------------------------------------------------------------------
+    def _drift(self, result: BurstResult, tolerance: float) -> str | None:
+        """With a history: a drop beyond the tolerance made of change points in the last
+        --drift-window runs, this one included. The sentence that reports it, or None."""
+        past = self.session.history_series(result.spec)
+        if past is None or result.images_per_sec is None:
+            return None
+        values = [p.images_per_sec for p in past] + [result.images_per_sec]
+        names = [p.name for p in past] + ["this run"]
+        result.drift_runs = len(values)
+        try:
+            found = changes.drift(values, window=self.options.drift_window, tolerance=tolerance)
+        except ValueError:
+            return None
+        result.drift = found
+        if found is None:
+            return None
+        steps = ", ".join(f"{p.change:+.1%} at {names[p.index]}" for p in found.points)
+        tonight = result.images_per_sec / found.before - 1
+        result.drift_message = (
+            f"drift: {result.spec.label}: {found.change:+.1%} in the last {self.options.drift_window} runs, beyond the "
+            f"{tolerance:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} img/s; change points: "
+            f"{steps}); this run {fixed(result.images_per_sec)} img/s, {tonight:+.1%} against the level before "
+            f"[history of {len(values)} runs: python -m perfsuite history changes]")
+        return result.drift_message
+
+    def _act_drift(self, drift: str | None, status: str) -> None:
+        if drift is None or status == stats.REGRESSION:
+            return  # a regression's failure already says it
+        if self.options.drift == "fail" and not self.options.save_baseline:
+            pytest.fail(drift, pytrace=False)
+        warnings.warn(PerfWarning(drift), stacklevel=3)
 
     # -- scaling ----------------------------------------------------------------------
     def assert_scaling(self, spec: BurstSpec) -> BurstResult:
@@ -207,6 +247,8 @@ class PerfGate:
             lo, hi = result.interval
             props.extend([("images_per_sec", round(result.images_per_sec, 3)), ("ci_low", round(lo, 3)),
                           ("ci_high", round(hi, 3)), ("windows", len(result.samples)), ("bursts", result.runs)])
+        if not scaling and result.drift is not None:
+            props.append(("drift", round(result.drift.change, 4)))
         verdict = result.scaling_verdict if scaling else result.verdict
         if verdict is not None:
             props.append(("verdict", verdict.status))

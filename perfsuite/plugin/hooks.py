@@ -221,6 +221,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         preflight.check_frameworks(perf.options, cases, matrix.framework_installed)
         preflight.check_gpus(perf.options, cases, cuda_device_count(), hardware.visibility())
         preflight.check_outputs(perf.options)
+        preflight.check_history(perf.options)
         for kind in {c.device_kind for c in cases} & {"cpu", "cuda"}:
             if kind == "cuda" and cuda_device_count() == 0:
                 continue

@@ -19,6 +19,7 @@ import tomllib
 
 from perfsuite.analysis.stats import ALPHA, MIN_SAMPLES
 from perfsuite.contract.spec import DATA_LOCATIONS, PRECISIONS, VARIABLE_UPDATES
+from perfsuite.history.url import HistoryError, normalise
 from perfsuite.models.registry import FRAMEWORKS
 
 MISSING_POLICIES = ("skip", "fail", "pass")
@@ -27,6 +28,8 @@ MIN_WINDOWS = MIN_SAMPLES
 WHY_MIN_WINDOWS = (f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever "
                    "fail the gate")
 INCONCLUSIVE_POLICIES = ("pass", "fail")
+DRIFT_POLICIES = ("warn", "fail")
+_LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$")
 
 
 class OptionError(ValueError):
@@ -37,7 +40,7 @@ class OptionError(ValueError):
 class Option:
     flag: str
     help: str
-    kind: str = "str"  # str | int | float | flag | choice | path | endpoint | hosts
+    kind: str = "str"  # str | int | float | flag | choice | path | endpoint | hosts | history | label
     repeat: bool = False
     choices: tuple[str, ...] = ()
     minimum: float | None = None
@@ -110,6 +113,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
     Option("--perf-report", "write a report folder here: results.json, report.md, a self-contained "
            "report.html, plots and utilisation series", "path", metavar="DIR"),
+    Option("--perf-history", "append every burst of this run to a results history: a SQLite file (a path or "
+           "sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB; read back for the drift check",
+           "history", metavar="URL"),
+    Option("--perf-label", "a KEY=VALUE the history keeps with this run (e.g. image=ngc-24.05); repeatable",
+           "label", repeat=True, metavar="KEY=VALUE"),
+    Option("--drift-window", "with --perf-history: the last N runs in which a change point whose drop is beyond the "
+           "tolerance counts as drift (default: 14)", "int", minimum=3, default=14, metavar="N"),
+    Option("--drift", "what drift does to a throughput test: warn, or fail it (default: warn)", "choice",
+           choices=DRIFT_POLICIES, default="warn", metavar="{warn,fail}"),
     Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
     Option("--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0,
            metavar="R"),
@@ -123,7 +135,8 @@ OPTIONS: tuple[Option, ...] = (
 BY_DEST = {o.dest: o for o in OPTIONS}
 # Keys accepted in [tool.perfsuite]; repeatable options also take their plural.
 PLURALS = {"framework": "frameworks", "model": "models", "data_location": "data_locations",
-           "variable_update": "variable_updates", "batch_size": "batch_sizes", "precision": "precisions"}
+           "variable_update": "variable_updates", "batch_size": "batch_sizes", "precision": "precisions",
+           "perf_label": "perf_labels"}
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,10 @@ class PerfOptions:
     keep_burst_dirs: bool
     perf_json: Path | None
     perf_report: Path | None
+    perf_history: str | None  # a full URL: a bare path has become sqlite:///ABSOLUTE
+    perf_label: tuple[tuple[str, str], ...]
+    drift_window: int
+    drift: str
     nnodes: int
     node_rank: int
     rdzv_timeout: float
@@ -236,6 +253,11 @@ def _default(o: Option) -> Any:
 
 
 def _convert(o: Option, raw: Any, where: str, base: Path) -> Any:
+    if o.kind == "label":
+        # Commas may sit in a label's value: one KEY=VALUE per item; the table may give a table.
+        items = [f"{k}={v}" for k, v in raw.items()] if isinstance(raw, dict) else raw
+        labels = dict(_label(item, where) for item in items)
+        return tuple(sorted(labels.items()))
     if o.repeat:
         items = []
         for item in raw:
@@ -269,6 +291,11 @@ def _scalar(o: Option, raw: Any, where: str, base: Path) -> Any:
     if o.kind == "endpoint":
         _endpoint(text, where)
         return text
+    if o.kind == "history":
+        try:
+            return normalise(text, base)
+        except HistoryError as exc:
+            raise OptionError(f"{where}: {exc}") from None
     if o.kind == "hosts":
         hosts = tuple(h.strip() for h in text.split(",") if h.strip())
         if not hosts:
@@ -299,6 +326,13 @@ def _number(o: Option, raw: Any, where: str) -> float | int:
     return value
 
 
+def _label(item: Any, where: str) -> tuple[str, str]:
+    m = _LABEL.match(str(item).strip())
+    if m is None:
+        raise OptionError(f"{where}: expected KEY=VALUE (KEY: letters, digits, _ . -), got {item!r}")
+    return m.group(1), m.group(2).strip()
+
+
 _ENDPOINT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 
 
@@ -327,6 +361,8 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
         raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
     # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
     slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
+    if v["perf_label"] and v["perf_history"] is None:
+        raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
     if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:
         raise OptionError("--nnodes > 1 needs --rdzv-endpoint (torch) or --worker-hosts (tf)")
 

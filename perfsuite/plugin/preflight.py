@@ -8,6 +8,7 @@ an environment that has it, and must stay out of the way of test suites that run
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import Iterable
@@ -96,6 +97,22 @@ def check_frameworks(options: PerfOptions, cases: list[SelectedCase], installed)
     where = _where(options, "framework", ",".join(missing)) if explicit else "the selected cases"
     verb = "is" if len(missing) == 1 else "are"
     raise PreflightError(f"{where}: {packages} {verb} not installed; {install_hint(*missing)}")
+
+
+HISTORY_INSTALL = 'pip install -e ".[history]"'
+
+
+def check_history(options: PerfOptions, installed=lambda name: importlib.util.find_spec(name) is not None) -> None:
+    """--perf-history has its libraries. The database itself is not tried here: one that cannot
+    be reached must not fail the gate (the run is spooled instead)."""
+    if options.perf_history is None:
+        return
+    needed = ["sqlalchemy", "otava"]
+    if not options.perf_history.startswith("sqlite:"):
+        needed.append("psycopg")
+    missing = [name for name in needed if not installed(name)]
+    if missing:
+        raise PreflightError(f"{_named(options, 'perf_history')} needs {', '.join(missing)}: {HISTORY_INSTALL}")
 
 
 def check_outputs(options: PerfOptions) -> None:

@@ -40,6 +40,9 @@ class PerfSession:
     selected_cases: int = 0  # perf cases left after selection (-m, -k)
     skip_reasons: list[str] = field(default_factory=list)  # of perf cases skipped at run time
     refused: str | None = None  # why the run was refused after collection (pytest-xdist)
+    # --perf-history, read once per hardware fingerprint for the drift check: key -> past img/s,
+    # oldest first; None where the history could not be read.
+    _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
     _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.plugin.progress).
@@ -113,6 +116,7 @@ class PerfSession:
         if self.options.save_baseline and self.results:
             status = self._save(exitstatus, status)
         status = self._write_results(command, exitstatus, status)
+        self._write_history(command, status)
         kept = self.remove_burst_dirs()
         if kept:
             self.messages.append(kept)
@@ -157,6 +161,34 @@ class PerfSession:
                 status = failed
         return status
 
+    def _write_history(self, command: Sequence[str], status: int) -> None:
+        """Every run goes into the history, gated or saved, passed or failed; never fails the run."""
+        if self.options.perf_history is None or not self.results or self.options.node_rank != 0:
+            return
+        from perfsuite.history import document, recorder
+        from perfsuite.reporting.perf_json import row
+
+        doc = document.live(self.run_info(command).as_dict(), [row(r) for r in self.results.values()],
+                            save_baseline=self.options.save_baseline,
+                            outcome=document.outcome_of(status, self.interrupted))
+        self.messages.extend(recorder.record(self.options.perf_history, doc))
+
+    def history_series(self, spec: BurstSpec) -> list | None:
+        """Past points (perfsuite.history.db.SeriesPoint) of ``spec``'s key on this hardware, oldest first (this run not
+        included); None without a history or when it cannot be read (said once, in the summary)."""
+        if self.options.perf_history is None:
+            return None
+        fingerprint = self.fingerprint(spec.device_kind).id
+        if fingerprint not in self._history:
+            from perfsuite.history import recorder
+
+            found, warning = recorder.load_series(self.options.perf_history, [fingerprint])
+            self._history[fingerprint] = None if found is None else {k: v for (_, k), v in found.items()}
+            if warning and warning not in self.messages:
+                self.messages.append(warning)
+        series = self._history[fingerprint]
+        return None if series is None else series.get(spec.key(), [])
+
     def _nothing_ran(self) -> str:
         n = self.selected_cases
         head = f"no burst ran: {n} selected case{'s' if n != 1 else ''}"
@@ -169,11 +201,15 @@ class PerfSession:
     # -- what the reports read ------------------------------------------------------------
     def run_info(self, command: Sequence[str] = ()) -> RunInfo:
         versions: dict[str, str] = {}
+        libraries: dict[str, dict[str, str]] = {}
         for r in self.results.values():
             if r.record is not None and r.record.framework_version:
                 versions.setdefault(r.spec.framework, r.record.framework_version)
+                if r.record.libraries:
+                    libraries.setdefault(r.spec.framework, r.record.libraries)
         fingerprints, _ = self._report_fingerprints()
-        return describe_run(self.rootdir, fingerprints, versions, command, self.interrupted)
+        return describe_run(self.rootdir, fingerprints, versions, command, self.interrupted, libraries,
+                            dict(self.options.perf_label))
 
     def view(self, command: Sequence[str] = ()) -> RunView:
         fingerprints, errors = self._report_fingerprints()
@@ -188,7 +224,38 @@ class PerfSession:
                             for kind, fp in fingerprints.items()},
             min_scaling_efficiency=self.options.min_scaling_efficiency,
             scaling_tolerance=self.options.scaling_tolerance,
+            trends=self.trends(),
         )
+
+    def trends(self) -> dict:
+        """Burst id -> its history with this run last (perfsuite.reporting.trend.Trend), for the report."""
+        if self.options.perf_history is None:
+            return {}
+        from perfsuite.analysis import changes
+        from perfsuite.reporting.trend import Trend
+
+        out = {}
+        for result in self.results.values():
+            if result.images_per_sec is None or result.remote:
+                continue
+            try:
+                past = self.history_series(result.spec)
+            except hardware.HardwareError:
+                continue
+            if not past:
+                continue
+            values = [p.images_per_sec for p in past] + [result.images_per_sec]
+            try:
+                found = [(c.index, c.change) for c in changes.change_points(values)]
+            except ValueError:
+                found = []
+            lo, hi = result.interval or (None, None)
+            out[result.id] = Trend(
+                title=f"{result.spec.key()} on {self.fingerprint(result.spec.device_kind).id}",
+                runs=[str(p.date)[:10] for p in past] + ["this run"], images_per_sec=values,
+                ci_low=[p.ci_low for p in past] + [lo], ci_high=[p.ci_high for p in past] + [hi],
+                change_points=found, current=len(values) - 1)
+        return out
 
     def _report_fingerprints(self) -> tuple[dict[str, hardware.Fingerprint], dict[str, str]]:
         """The hardware of every device kind this run measured or looked up, and why any is unknown."""

@@ -191,8 +191,12 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
         if r.get("error"):
             out.append((ERROR, "burst failed", f"{name}: {r['error']}"))
             continue
+        drift = r.get("drift")
+        if isinstance(drift, dict) and drift.get("message"):
+            # Amber: every night may have passed its baseline; the history says where it went.
+            out.append((INCONCLUSIVE, "drift", str(drift["message"]).removeprefix("drift: ")))
         if r.get("saved"):
-            continue  # the new baseline: nothing was gated
+            continue  # the new baseline: nothing was gated (a drift above still shows: saving hides it)
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
             line = (f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
                     f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"

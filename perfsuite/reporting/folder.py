@@ -4,6 +4,7 @@ DIR/results.json    the --perf-json payload
 DIR/report.md       header, regressions first, results table, findings, plot links
 DIR/report.html     the same, self-contained (inline CSS, plots embedded as data: URIs)
 DIR/*.png           scaling curve (and data-location bars) per framework x model
+DIR/trend-*.png     with --perf-history: each entry's img/s over its runs, change points marked
 DIR/utilisation/    each burst's raw utilisation series (JSON) and its plot
 
 Plots and utilisation files of an earlier report in DIR that this run did not produce
@@ -23,7 +24,7 @@ from perfsuite.reporting import content, header, html, markdown
 from perfsuite.reporting.perf_json import row, write_json
 from perfsuite.reporting.view import RunView
 
-PLOT_PATTERNS = ("scaling-*.png", "data-locations-*.png")
+PLOT_PATTERNS = ("scaling-*.png", "data-locations-*.png", "trend-*.png")
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
@@ -35,7 +36,7 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     write_json(folder / "results.json", view.run, records)
     series = {rec["id"]: s for rec, r in zip(records, results) if (s := raw_series(r))}
     records = content.ordered(records)
-    plots, util_png, notes = _draw(records, series)
+    plots, util_png, notes = _draw(records, series, view)
     for plot in plots:
         atomic_write(folder / plot.name, plot.png)
     utilisation, images = _write_utilisation(folder, records, series, util_png)
@@ -52,14 +53,19 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     return [f"report: {folder / 'report.html'}", *notes]
 
 
-def _draw(records: list[dict], series: dict[str, dict]):
+def _draw(records: list[dict], series: dict[str, dict], view: RunView):
     """Plots, utilisation plots and notes; the tables and findings are written even where plots fail."""
     if importlib.util.find_spec("matplotlib") is None:
         return [], {}, ["--perf-report: plots left out: matplotlib is not installed (pip install matplotlib)"]
     from perfsuite.reporting import plots as draw
+    from perfsuite.reporting.content import Plot
+    from perfsuite.reporting.trend import trend_png
 
     try:
-        return draw.render(records), draw.utilisation_plots(records, series), []
+        trends = [Plot(f"trend-{draw.safe_name(rec['id'])}.png", f"{content.label(rec)}: history",
+                       trend_png(view.trends[rec["id"]]))
+                  for rec in records if rec["id"] in view.trends]
+        return draw.render(records) + trends, draw.utilisation_plots(records, series), []
     except Exception as exc:  # noqa: BLE001 - a plotting fault must not cost the report
         return [], {}, [f"--perf-report: plots left out: {type(exc).__name__}: {exc}"]
 

@@ -102,6 +102,13 @@ def row(result: BurstResult) -> dict:
         "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
                           + [base.get("images_per_sec")] if base else [],
         "baseline_file": result.baseline_file,
+        # With --perf-history: the runs the drift check read, and the drift it found.
+        "drift_runs": result.drift_runs,
+        "drift": None if result.drift is None else {
+            "change": result.drift.change, "before": result.drift.before, "now": result.drift.now,
+            "message": result.drift_message,
+            "change_points": [{"runs_ago": result.drift_runs - 1 - p.index, "change": p.change, "p_value": p.p_value}
+                              for p in result.drift.points]},
         "saved": result.saved,
         "error": result.error,
         "tests": result.tests,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.hardware import Fingerprint
+from perfsuite.reporting.trend import Trend
 from perfsuite.store.run import RunInfo
 
 
@@ -21,3 +22,4 @@ class RunView:
     baseline_files: dict[str, Path] = field(default_factory=dict)  # "cpu"/"gpu" -> the file in use
     min_scaling_efficiency: float | None = None
     scaling_tolerance: float = 0.05
+    trends: dict[str, Trend] = field(default_factory=dict)  # burst id -> its history (--perf-history)

@@ -1,0 +1,1 @@
+"""The results history: every run's bursts in SQLite or PostgreSQL, with change points."""

@@ -1,0 +1,436 @@
+"""``python -m perfsuite history runs|trend|changes|import``: read the results history and back-fill it.
+
+Exit codes: 0 done; 1 the history or a file cannot be used (unreachable, locked, newer
+schema, missing, not a results file); 2 bad command-line arguments. Errors are one
+``error:`` line. SQLAlchemy and Otava are imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import fnmatch
+import json
+import math
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from perfsuite.common.numbers import fixed
+from perfsuite.common.text import columns
+from perfsuite.history import spool
+from perfsuite.history.url import HistoryError, normalise, shown
+
+DEFAULT_LIMIT = 20
+NEAREST_KEYS = 3
+NO_FINGERPRINT = "-"  # how a series without a recorded fingerprint is named, and chosen with --fingerprint
+NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproject.toml)"
+INSTALL = "pip install 'perfsuite[history]'"
+
+
+class UsageError(Exception):
+    """Arguments that parse but make no sense, or name nothing; exit code 2."""
+
+
+class Failure(Exception):
+    """A file, the history or what was asked of it cannot be used; exit code 1."""
+
+
+# --- the history's URL -----------------------------------------------------------
+
+
+def history_url(given: str | None, cwd: Path) -> str:
+    """``--history``, else ``perf_history`` of ``cwd``'s pyproject.toml (relative to that file's folder)."""
+    if given is not None:
+        try:
+            return normalise(given, cwd)
+        except HistoryError as exc:
+            raise UsageError(f"--history: {exc}") from None
+    pyproject = cwd / "pyproject.toml"
+    if not pyproject.is_file():
+        raise UsageError(NEEDS_URL)
+    try:
+        with open(pyproject, "rb") as f:
+            table = tomllib.load(f).get("tool", {}).get("perfsuite", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise Failure(f"{pyproject}: cannot read [tool.perfsuite]: {exc}") from None
+    value = table.get("perf_history") if isinstance(table, dict) else None
+    if value is None:
+        raise UsageError(NEEDS_URL)
+    if not isinstance(value, str):
+        raise Failure(f"{pyproject}: perf_history in [tool.perfsuite] must be a path or URL string")
+    try:
+        return normalise(value, pyproject.parent.resolve())
+    except HistoryError as exc:
+        raise Failure(f"{pyproject}: perf_history: {exc}") from None
+
+
+@contextmanager
+def _history(url: str, *, create: bool = False) -> Iterator[Any]:
+    """An engine on the history; reading creates nothing and takes no write lock."""
+    from perfsuite.history import db
+
+    engine = db.open_history(url, write=create)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+# --- figures and metadata ----------------------------------------------------------
+
+
+def _when(date: str | None) -> str:
+    return str(date or "?")[:16].replace("T", " ")
+
+
+def _commit(commit: str | None) -> str:
+    return commit[:10] if commit else "-"
+
+
+def _pairs(mapping: Any, sep: str) -> str:
+    if not isinstance(mapping, dict) or not mapping:
+        return "-"
+    return ", ".join(f"{k}{sep}{v}" for k, v in sorted(mapping.items()))
+
+
+def _p(p_value: float) -> str:
+    return f"{p_value:.1g}"
+
+
+def _fp(fingerprint: str | None) -> str:
+    return NO_FINGERPRINT if fingerprint is None else fingerprint
+
+
+def metadata_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """What differs between two runs' metadata: frameworks and labels name by name."""
+    from perfsuite.history.db import META_FIELDS
+
+    out = []
+    for name in META_FIELDS:
+        a, b = old.get(name), new.get(name)
+        if name in ("frameworks", "labels"):
+            a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+            out.extend({"field": f"{name}.{k}", "before": a.get(k), "after": b.get(k)}
+                       for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+        elif a != b:
+            out.append({"field": name, "before": a, "after": b})
+    return out
+
+
+def _change_text(c: dict[str, Any]) -> str:
+    field, before, after = c["field"], c["before"], c["after"]
+    if field == "git_commit":
+        return f"commit {_commit(before)} -> {_commit(after)}"
+    group, _, name = field.partition(".")
+    a, b = ("-" if v is None else v for v in (before, after))
+    if group == "frameworks":
+        return f"{name} {a} -> {b}"
+    if group == "labels":
+        return f"label {name}: {a} -> {b}"
+    return f"{field} {a} -> {b}"
+
+
+def _finite(points: list) -> list:
+    return [p for p in points if math.isfinite(p.images_per_sec)]
+
+
+def _change_points(points: list) -> list:
+    from perfsuite.analysis.changes import change_points
+
+    try:
+        return change_points([p.images_per_sec for p in points])
+    except ImportError as exc:
+        raise Failure(str(exc)) from None
+
+
+def _cp_dict(cp, points: list) -> dict[str, Any]:
+    at = points[cp.index]
+    return {"index": cp.index, "run_id": at.run_id, "date": at.date, "git_commit": at.meta.get("git_commit"),
+            "before": cp.before, "after": cp.after, "change": cp.change, "p_value": cp.p_value}
+
+
+# --- runs --------------------------------------------------------------------------
+
+
+def _runs(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.history import db
+
+    with _history(url) as engine:
+        found = db.runs(engine, limit=args.limit or None)
+    waiting = len(spool.pending(url))
+    if args.json:
+        _dump({"history": shown(url), "runs": found, "spooled": waiting})
+        return 0
+    if not found:
+        print(f"no runs in {shown(url)}")
+    else:
+        print(f"{shown(url)}: {len(found)} run{'s' if len(found) != 1 else ''}, newest first"
+              + ("" if args.limit == 0 or len(found) < args.limit else f" (--limit {args.limit}; 0 for all)"))
+        header = ("run", "date", "commit", "host", "mode", "outcome", "bursts", "frameworks", "container", "labels")
+        rows = [(str(r["id"]), _when(r["date"]), _commit(r["git_commit"]), r["host"] or "-", r["mode"], r["outcome"],
+                 f"{r['bursts']}" + (f" ({r['failing']} failing)" if r["failing"] else ""),
+                 _pairs(r["frameworks"], " "), r["container"] or "-", _pairs(r["labels"], "="))
+                for r in found]
+        print()
+        for line in columns(header, rows, left=(1, 2, 3, 4, 5, 7, 8, 9)):
+            print(line)
+    if waiting:
+        print(f"\nnote: {waiting} run{'s' if waiting != 1 else ''} spooled while the history was unreachable "
+              f"wait in {spool.folder(url)}; the next run, or the next `history import`, writes them")
+    return 0
+
+
+# --- trend -------------------------------------------------------------------------
+
+
+def _nearest(key: str, keys: set[str]) -> str:
+    near = difflib.get_close_matches(key, sorted(keys), n=NEAREST_KEYS)
+    if near:
+        return "nearest: " + ", ".join(near)
+    return f"it holds {len(keys)} key{'s' if len(keys) != 1 else ''}" if keys else "it is empty"
+
+
+def _trend(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.history import db
+
+    with _history(url) as engine:
+        found = db.all_series(engine, key=args.key)
+        if not found:
+            keys = {k for _, k, _ in db.series_keys(engine)}
+            raise Failure(f"no key {args.key} in {shown(url)} ({_nearest(args.key, keys)})")
+    on = {_fp(fp): points for (fp, _), points in found.items()}
+    if args.fingerprint is None and len(on) > 1:
+        listed = ", ".join(f"{fp} ({len(p)} runs)" for fp, p in sorted(on.items()))
+        raise UsageError(f"{args.key} ran on {len(on)} fingerprints: give --fingerprint ID, one of {listed}")
+    fingerprint = args.fingerprint if args.fingerprint is not None else next(iter(on))
+    if fingerprint not in on:
+        raise Failure(f"{args.key} has no runs on fingerprint {fingerprint} (it has: {', '.join(sorted(on))})")
+    points = _finite(on[fingerprint])
+    cps = _change_points(points)
+    marks = {cp.index: cp for cp in cps}
+    plotted = _plot(args.plot, args.key, fingerprint, points, cps) if args.plot else None
+    if args.json:
+        _dump({"history": shown(url), "key": args.key, "fingerprint": None if fingerprint == NO_FINGERPRINT
+               else fingerprint,
+               "runs": [{"run_id": p.run_id, "date": p.date, "git_commit": p.meta.get("git_commit"),
+                         "images_per_sec": p.images_per_sec, "ci_low": p.ci_low, "ci_high": p.ci_high,
+                         "change_point": i in marks} for i, p in enumerate(points)],
+               "change_points": [_cp_dict(cp, points) for cp in cps], "plot": plotted})
+        return 0
+    n = len(points)
+    print(f"{args.key} on fingerprint {fingerprint}: {n} run{'s' if n != 1 else ''} in {shown(url)}")
+    header = ("run", "date", "commit", "img/s", "95% CI", "")
+    rows = []
+    for i, p in enumerate(points):
+        ci = f"{fixed(p.ci_low)}-{fixed(p.ci_high)}" if p.ci_low is not None and p.ci_high is not None else "-"
+        cp = marks.get(i)
+        mark = (f"<- change {cp.change:+.1%} ({fixed(cp.before)} -> {fixed(cp.after)}), p={_p(cp.p_value)}"
+                if cp else "")
+        rows.append((str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.images_per_sec), ci,
+                     mark))
+    print()
+    for line in columns(header, rows, left=(1, 2, 5)):
+        print(line)
+    from perfsuite.analysis.changes import MIN_POINTS
+
+    print()
+    if cps:
+        print(f"{len(cps)} change point{'s' if len(cps) != 1 else ''}, marked on the first run after "
+              + ("it" if len(cps) == 1 else "each"))
+    else:
+        print("no change points" + (f" (a series needs {MIN_POINTS} runs)" if n < MIN_POINTS else ""))
+    if plotted:
+        print(f"plot: {plotted}")
+    return 0
+
+
+def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> str:
+    from perfsuite.common.files import atomic_write
+    from perfsuite.reporting.trend import Trend, trend_png
+
+    trend = Trend(title=f"{key}  [fingerprint {fingerprint}]", runs=[str(p.date)[:10] for p in points],
+                  images_per_sec=[p.images_per_sec for p in points], ci_low=[p.ci_low for p in points],
+                  ci_high=[p.ci_high for p in points], change_points=[(cp.index, cp.change) for cp in cps])
+    try:
+        png = trend_png(trend)
+    except ImportError as exc:
+        raise Failure(f"--plot needs matplotlib ({exc})") from None
+    path = Path(where)
+    try:
+        atomic_write(path, png)
+    except OSError as exc:
+        raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+    return str(path)
+
+
+# --- changes -----------------------------------------------------------------------
+
+
+def _changes(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.analysis.changes import MIN_POINTS
+    from perfsuite.history import db, document
+
+    patterns = args.key or []
+    with _history(url) as engine:
+        found = db.all_series(engine)
+    chosen = {(fp, key): points for (fp, key), points in found.items()
+              if (args.fingerprint is None or _fp(fp) == args.fingerprint)
+              and (not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns))}
+    notes = [f"note: --key {p!r} matches no key" for p in patterns
+             if not any(fnmatch.fnmatchcase(key, p) for _, key in found)]
+    if args.fingerprint is not None and not any(_fp(fp) == args.fingerprint for fp, _ in found):
+        notes.append(f"note: no series on fingerprint {args.fingerprint}")
+    changes, short = [], 0
+    for (fp, key), points in sorted(chosen.items(), key=lambda kv: (_fp(kv[0][0]), kv[0][1])):
+        points = _finite(points)
+        if len(points) < MIN_POINTS:
+            short += 1
+            continue
+        for cp in _change_points(points):
+            at, before = points[cp.index], points[cp.index - 1]
+            changes.append({"key": key, "fingerprint": fp, **_cp_dict(cp, points),
+                            "previous_run_id": before.run_id, "metadata_changes": metadata_changes(before.meta,
+                                                                                                   at.meta)})
+    changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0), reverse=True)
+    total = len(changes)
+    if args.limit:
+        changes = changes[:args.limit]
+    if args.json:
+        _dump({"history": shown(url), "series": len(chosen), "too_short": short, "min_runs": MIN_POINTS,
+               "total": total, "changes": changes})
+        return 0
+    for note in notes:
+        print(note)
+    s = "" if len(chosen) == 1 else "s"
+    if not total:
+        print(f"no change points in {len(chosen)} series{s} of {shown(url)}"
+              + (f" ({short} with fewer than {MIN_POINTS} runs, too few to tell)" if short else ""))
+        return 0
+    print(f"{total} change point{'' if total == 1 else 's'} in {len(chosen)} series of {shown(url)}, newest first"
+          + (f" (showing {len(changes)}; --limit 0 for all)" if len(changes) < total else ""))
+    if short:
+        print(f"{short} series with fewer than {MIN_POINTS} runs: too few to tell")
+    for c in changes:
+        print(f"\n{c['change']:+.1%}  {c['key']}  [fingerprint {_fp(c['fingerprint'])}]")
+        print(f"  at run {c['run_id']} ({_when(c['date'])}, commit {_commit(c['git_commit'])}): "
+              f"{fixed(c['before'])} -> {fixed(c['after'])} img/s (medians), p={_p(c['p_value'])}")
+        what = "; ".join(map(_change_text, c["metadata_changes"]))
+        print(f"  changed since run {c['previous_run_id']}: {what}" if what else "  no metadata changed")
+    return 0
+
+
+# --- import ------------------------------------------------------------------------
+
+
+def _import(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.history import db, document, recorder
+
+    docs = []
+    for path in args.files:
+        try:
+            doc = document.from_file(path)
+        except HistoryError as exc:
+            text = str(exc)
+            raise Failure(text if text.startswith(str(path)) else f"{path}: {text}") from None
+        docs.append((path, doc))
+    report = {"history": shown(url), "spooled": 0, "files": []}
+    with _history(url, create=True) as engine:
+        report["spooled"], notes = recorder.flush(engine, url)
+        if not args.json:
+            for note in notes:
+                print(note)
+            if report["spooled"]:
+                print(f"wrote {report['spooled']} spooled run{'s' if report['spooled'] != 1 else ''} "
+                      f"to {shown(url)}")
+        for path, doc in docs:
+            run_id = db.write_run(engine, doc)
+            bursts = len(doc["results"])
+            report["files"].append({"file": str(path), "run_id": run_id, "bursts": bursts,
+                                    "already_there": run_id is None})
+            if not args.json:
+                print(f"{path}: already in the history" if run_id is None
+                      else f"imported {path} as run {run_id} ({bursts} burst{'s' if bursts != 1 else ''})")
+    if args.json:
+        _dump(report)
+    return 0
+
+
+# --- wiring ------------------------------------------------------------------------
+
+
+def _dump(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``history`` and its commands to the subparsers of ``python -m perfsuite``."""
+    p = sub.add_parser("history", help="list runs, trends and change points of a results history; import files",
+                       description="Read the results history that --perf-history fills, or back-fill it.",
+                       epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments")
+    cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,import}")
+
+    def command(name: str, action, **kw) -> argparse.ArgumentParser:
+        c = cmds.add_parser(name, **kw)
+        c.add_argument("--history", metavar="URL",
+                       help="a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
+                            "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)")
+        c.add_argument("--json", action="store_true", help="machine-readable output")
+        c.set_defaults(run=run, action=action)
+        return c
+
+    runs = command("runs", _runs, help="the runs, newest first")
+    runs.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
+                      help=f"the newest N runs (default: {DEFAULT_LIMIT}; 0: all)")
+    trend = command("trend", _trend, help="one key's img/s run by run, change points marked")
+    trend.add_argument("key", metavar="KEY")
+    trend.add_argument("--fingerprint", metavar="ID",
+                       help=f"the hardware, where the key ran on several ({NO_FINGERPRINT}: none recorded)")
+    trend.add_argument("--plot", metavar="FILE.png", help="also draw the trend into this PNG")
+    changes = command("changes", _changes, help="change points of every series, newest first, with what "
+                                                "changed at each run")
+    changes.add_argument("--key", action="append", metavar="PATTERN",
+                         help="keys matching this fnmatch pattern ('*' spans '/'); repeatable")
+    changes.add_argument("--fingerprint", metavar="ID", help="only series on this hardware")
+    changes.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
+                         help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)")
+    imp = command("import", _import, help="back-fill runs from --perf-json or report results.json files",
+                  description="Write each file's run, with its own date, commit and hardware, in a transaction "
+                              "of its own; all files are read and checked first. A file already imported is "
+                              "skipped. Runs spooled while the history was unreachable are written first.")
+    imp.add_argument("files", nargs="+", type=Path, metavar="FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        url = history_url(args.history, Path.cwd())
+        try:
+            from perfsuite.history import db
+        except ImportError as exc:
+            raise Failure(f"the history needs SQLAlchemy: {INSTALL} ({exc})") from None
+        try:
+            return args.action(args, url)
+        except BrokenPipeError:
+            raise
+        except db.UNAVAILABLE as exc:
+            raise Failure(db.describe_error(url, exc)) from None
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Failure as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

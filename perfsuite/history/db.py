@@ -1,0 +1,234 @@
+"""Open a history database and read or write it: one run is one transaction.
+
+SQLite: writes take the lock when their transaction begins (BEGIN IMMEDIATE) and wait
+for it up to ``BUSY_TIMEOUT_S``, so nodes or processes writing at once queue instead of
+failing; WAL lets readers go on meanwhile. PostgreSQL handles concurrent writers itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from perfsuite.history import schema
+from perfsuite.history.document import utc
+from perfsuite.history.url import HistoryError, engine_url, shown, sqlite_path
+
+BUSY_TIMEOUT_S = 60
+CONNECT_TIMEOUT_S = 10
+
+# Errors that mean "the database cannot be used now" (unreachable, locked, unwritable).
+UNAVAILABLE = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DatabaseError, OSError, HistoryError)
+
+
+class NoHistory(HistoryError):
+    """Reading a history that has not been written yet."""
+
+
+def open_history(url: str, write: bool = True) -> sa.Engine:
+    """An engine on ``url``. To write: the database is brought to the current schema (created
+    if new). To read: nothing is created or migrated, and SQLite takes no write lock."""
+    path = sqlite_path(url)
+    if path is not None:
+        if path.is_dir():
+            raise HistoryError(f"{path} is a directory, not a SQLite file")
+        if not write and not path.is_file():
+            raise NoHistory(f"no history at {path}")
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(engine_url(url), connect_args={"timeout": BUSY_TIMEOUT_S},
+                                  poolclass=sa.pool.NullPool)
+        sa.event.listen(engine, "connect", _sqlite_connect)
+        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
+    else:
+        engine = sa.create_engine(engine_url(url), connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+                                  poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            if write:
+                schema.migrate(conn)
+            else:
+                _readable(conn, url)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _readable(conn: sa.Connection, url: str) -> None:
+    if not sa.inspect(conn).has_table(schema.schema_table.name):
+        raise NoHistory(f"no history at {shown(url)} (no perfsuite tables in it)")
+    version = conn.execute(sa.select(sa.func.max(schema.schema_table.c.version))).scalar() or 0
+    if version != schema.SCHEMA_VERSION:
+        newer = version > schema.SCHEMA_VERSION
+        raise HistoryError(f"the history is at schema version {version}, "
+                           + (f"newer than this perfsuite's {schema.SCHEMA_VERSION}: upgrade perfsuite to read it"
+                              if newer else f"older than this perfsuite's {schema.SCHEMA_VERSION}: a run with "
+                                            "--perf-history or `history import` brings it forward"))
+
+
+def _sqlite_connect(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None  # SQLAlchemy's begin event issues BEGIN IMMEDIATE itself
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+    cur.execute("PRAGMA journal_mode = WAL")
+    cur.execute("PRAGMA foreign_keys = ON")
+    cur.close()
+
+
+def describe_error(url: str, exc: BaseException) -> str:
+    """One line: what went wrong, without the driver's multi-line detail."""
+    if isinstance(exc, NoHistory):
+        return str(exc)  # names the history already
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{shown(url)}: {detail[0] if detail else type(exc).__name__}"
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def write_run(engine: sa.Engine, doc: dict) -> int | None:
+    """Append one run document (perfsuite.history.document) and its bursts in one transaction.
+
+    Returns the run's id, or None when a run with its uuid is already there.
+    """
+    run = doc["run"]
+    fingerprints = run.get("fingerprints") or {}
+    values = {
+        "uuid": doc["uuid"],
+        "started_at": utc(run["date"]),
+        "date": str(run["date"]),
+        "git_commit": run.get("git_commit"),
+        "host": run.get("host"),
+        "cpu_fingerprint": (fingerprints.get("cpu") or {}).get("id"),
+        "gpu_fingerprint": (fingerprints.get("gpu") or {}).get("id"),
+        "frameworks": run.get("frameworks") or {},
+        "driver": run.get("driver"),
+        "cuda": run.get("cuda"),
+        "cudnn": run.get("cudnn"),
+        "nccl": run.get("nccl"),
+        "container": run.get("container"),
+        "labels": run.get("labels") or {},
+        "mode": doc["mode"],
+        "outcome": doc["outcome"],
+        "source": doc["source"],
+        "info": run,
+    }
+    try:
+        with engine.begin() as conn:
+            if _written(conn, doc["uuid"]):
+                return None
+            run_id = conn.execute(sa.insert(schema.runs).values(values).returning(schema.runs.c.id)).scalar_one()
+            rows = [_burst_values(run_id, fingerprints, r) for r in doc["results"]]
+            if rows:
+                conn.execute(sa.insert(schema.bursts), rows)
+    except sa.exc.IntegrityError:
+        # Two writers of one spooled or imported run at once (PostgreSQL): the other one won.
+        with engine.connect() as conn:
+            if _written(conn, doc["uuid"]):
+                return None
+        raise
+    return run_id
+
+
+def _written(conn: sa.Connection, uuid: str) -> bool:
+    return conn.execute(sa.select(schema.runs.c.id).where(schema.runs.c.uuid == uuid)).first() is not None
+
+
+def _burst_values(run_id: int, fingerprints: dict, row: dict) -> dict:
+    kind = "gpu" if row.get("device_kind") == "cuda" else "cpu"
+    return {
+        "run_id": run_id,
+        "fingerprint": (fingerprints.get(kind) or {}).get("id"),
+        "key": row["key"],
+        **{name: row.get(name) for name in ("framework", "model", "device_kind", "devices", "nodes", "data_location",
+                                             "variable_update", "precision", "batch_size", "images_per_sec",
+                                             "ci_low", "ci_high", "scaling_efficiency", "verdict", "change")},
+        "bursts_pooled": row.get("runs"),
+        "row": row,
+    }
+
+
+# -- reading ------------------------------------------------------------------------
+
+RUN_FIELDS = ("id", "uuid", "date", "git_commit", "host", "cpu_fingerprint", "gpu_fingerprint", "frameworks",
+              "driver", "cuda", "cudnn", "nccl", "container", "labels", "mode", "outcome", "source")
+
+
+def runs(engine: sa.Engine, limit: int | None = None) -> list[dict[str, Any]]:
+    """Runs newest first, each with its burst count and how many bursts failed their gate."""
+    r, b = schema.runs, schema.bursts
+    count = sa.select(sa.func.count()).where(b.c.run_id == r.c.id).scalar_subquery()
+    failing = (sa.select(sa.func.count()).where(b.c.run_id == r.c.id, b.c.verdict.in_(("regression", "error")))
+               .scalar_subquery())
+    query = (sa.select(*(r.c[f] for f in RUN_FIELDS), count.label("bursts"), failing.label("failing"))
+             .order_by(r.c.started_at.desc(), r.c.id.desc()))
+    if limit is not None:
+        query = query.limit(limit)
+    with engine.connect() as conn:
+        return [dict(m) for m in conn.execute(query).mappings()]
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One run's measurement of one key: the oldest first in a series."""
+
+    run_id: int | None  # None: a spooled run, not in the database yet
+    date: str
+    images_per_sec: float
+    ci_low: float | None
+    ci_high: float | None
+    meta: dict[str, Any]  # the run's metadata that a change can be blamed on
+
+    @property
+    def name(self) -> str:
+        """How a message names the run: its date, and its commit where known."""
+        return run_name(self.date, self.meta.get("git_commit"))
+
+
+META_FIELDS = ("git_commit", "host", "frameworks", "driver", "cuda", "cudnn", "nccl", "container", "labels")
+
+
+def all_series(engine: sa.Engine, fingerprints: Iterable[str | None] | None = None,
+               key: str | None = None) -> dict[tuple[str | None, str], list[SeriesPoint]]:
+    """(fingerprint, key) -> measured img/s, oldest first, one point per run; of every key (or
+    ``key``) on these fingerprints (or all), in one query."""
+    r, b = schema.runs, schema.bursts
+    query = (sa.select(b.c.fingerprint, b.c.key, r.c.id, r.c.date, b.c.images_per_sec, b.c.ci_low, b.c.ci_high,
+                       *(r.c[f] for f in META_FIELDS))
+             .join(r, r.c.id == b.c.run_id)
+             .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+             .order_by(r.c.started_at, r.c.id, b.c.bursts_pooled.desc(), b.c.id))
+    if fingerprints is not None:
+        prints = list(fingerprints)
+        query = query.where(sa.or_(b.c.fingerprint.in_([f for f in prints if f]),
+                                   b.c.fingerprint.is_(None) if None in prints else sa.false()))
+    if key is not None:
+        query = query.where(b.c.key == key)
+    out: dict[tuple[str | None, str], list[SeriesPoint]] = {}
+    with engine.connect() as conn:
+        for m in conn.execute(query).mappings():
+            points = out.setdefault((m["fingerprint"], m["key"]), [])
+            if points and points[-1].run_id == m["id"]:
+                continue  # tests with their own tolerance ran the key again: the longest burst stands
+            points.append(SeriesPoint(m["id"], m["date"], m["images_per_sec"], m["ci_low"], m["ci_high"],
+                                      {f: m[f] for f in META_FIELDS}))
+    return out
+
+
+def series_keys(engine: sa.Engine) -> list[tuple[str | None, str, int]]:
+    """(fingerprint, key, runs) of every series with a measurement."""
+    b = schema.bursts
+    query = (sa.select(b.c.fingerprint, b.c.key, sa.func.count(sa.distinct(b.c.run_id)))
+             .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+             .group_by(b.c.fingerprint, b.c.key).order_by(b.c.fingerprint, b.c.key))
+    with engine.connect() as conn:
+        return [(f, k, n) for f, k, n in conn.execute(query)]
+
+
+def run_name(date: str | None, commit: str | None) -> str:
+    return " ".join(filter(None, [str(date or "?")[:10], f"commit {commit[:10]}" if commit else None]))

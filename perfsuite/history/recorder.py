@@ -1,0 +1,99 @@
+"""What a run does with its history: write itself (after any spooled runs), or spool itself
+when the database cannot be used; and read the series the drift check needs.
+
+Nothing here raises for an unusable database: the gate never fails for it and no run is
+lost. Every outcome is a line for the run's summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from perfsuite.history import db, spool
+from perfsuite.history.url import shown
+
+
+def flush(engine, url: str) -> tuple[int, list[str]]:
+    """Write every spooled run of ``url``; (runs written, lines about unreadable spool files)."""
+    written, notes = 0, []
+    for path in spool.pending(url):
+        try:
+            doc = spool.read(path)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            notes.append(f"perf history: spooled run {path} unreadable ({exc}); left in place")
+            continue
+        if db.write_run(engine, doc) is not None:
+            written += 1
+        path.unlink(missing_ok=True)  # written now, or by an earlier flush that died before this
+    return written, notes
+
+
+def record(url: str, doc: dict) -> list[str]:
+    """Write ``doc`` to the history at ``url``; spool it if that fails. Lines for the summary."""
+    lines: list[str] = []
+    engine = None
+    try:
+        engine = db.open_history(url)
+        flushed, notes = flush(engine, url)
+        lines.extend(notes)
+        if flushed:
+            lines.append(f"perf history: wrote {flushed} spooled run{'s' if flushed != 1 else ''} to {shown(url)}")
+        run_id = db.write_run(engine, doc)
+        n = len(doc["results"])
+        lines.append(f"perf history: run {run_id} ({n} burst{'s' if n != 1 else ''}) written to {shown(url)}")
+    except db.UNAVAILABLE as exc:
+        lines.append(_spool(url, doc, db.describe_error(url, exc)))
+    finally:
+        if engine is not None:
+            engine.dispose()
+    return lines
+
+
+def _spool(url: str, doc: dict, why: str) -> str:
+    try:
+        path = spool.spool(url, doc)
+    except OSError as exc:
+        return f"warning: perf history unusable ({why}) and the run could not be spooled either: {exc}"
+    waiting = len(spool.pending(url))
+    return (f"warning: perf history unusable ({why}): run spooled to {path}; it is written on the next run "
+            f"that reaches the history ({waiting} run{'s' if waiting != 1 else ''} waiting)")
+
+
+def load_series(url: str, fingerprints: Iterable[str]) -> tuple[dict[tuple[str, str], list[db.SeriesPoint]] | None,
+                                                                str | None]:
+    """(fingerprint, key) -> past points oldest first, spooled runs included; or (None, why)."""
+    fingerprints = [f for f in fingerprints if f]
+    engine = None
+    try:
+        engine = db.open_history(url, write=False)
+        found = db.all_series(engine, fingerprints)
+    except db.NoHistory:
+        found = {}  # the first night of a new history
+    except db.UNAVAILABLE as exc:
+        return None, f"warning: no drift check: perf history unusable ({db.describe_error(url, exc)})"
+    finally:
+        if engine is not None:
+            engine.dispose()
+    for path in spool.pending(url):  # not in the database yet, but nights all the same
+        try:
+            doc = spool.read(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for series, point in spooled_points(doc, fingerprints):
+            found.setdefault(series, []).append(point)
+    return found, None
+
+
+def spooled_points(doc: dict, fingerprints: list[str]):
+    """((fingerprint, key), SeriesPoint) of a run document's measured bursts on these fingerprints."""
+    run = doc["run"]
+    prints = run.get("fingerprints") or {}
+    meta = {f: run.get(f) for f in db.META_FIELDS}
+    seen = set()
+    for row in doc["results"]:
+        fp = (prints.get("gpu" if row.get("device_kind") == "cuda" else "cpu") or {}).get("id")
+        ips = row.get("images_per_sec")
+        if fp in fingerprints and isinstance(ips, (int, float)) and ips > 0 and (fp, row["key"]) not in seen:
+            seen.add((fp, row["key"]))
+            yield (fp, row["key"]), db.SeriesPoint(None, run.get("date"), float(ips), row.get("ci_low"),
+                                                   row.get("ci_high"), meta)

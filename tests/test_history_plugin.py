@@ -1,0 +1,159 @@
+"""--perf-history through pytest: every run appended with its metadata, drift gated, the
+report's trend plots, and a database that cannot be reached never failing the gate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip install -e '.[history]'")
+
+from history_docs import run_doc  # noqa: E402
+from suite_files import FAKE_ARGS, faked_project  # noqa: E402
+
+from perfsuite.history import db, spool  # noqa: E402
+
+pytest_plugins = ["pytester"]
+
+FAKE = FAKE_ARGS
+
+
+@pytest.fixture
+def faked(pytester):
+    return faked_project(pytester)
+
+
+def _history(pytester):
+    return db.open_history(f"sqlite:///{pytester.path / 'perf.db'}")
+
+
+def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
+    monkeypatch.setenv("NVIDIA_PYTORCH_VERSION", "24.05")
+    monkeypatch.setenv("NVIDIA_BUILD_ID", "9001")
+    first = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--perf-label", "pool=a",
+                                       "--perf-label", "note=x=y, z", "--missing-baseline", "pass",
+                                       "--perf-json", "r.json")
+    first.assert_outcomes(passed=1)
+    assert "perf history: run 1 (1 burst) written to sqlite:///" in first.stdout.str()
+    saved = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--save-baseline")
+    saved.assert_outcomes(passed=1)
+
+    engine = _history(faked)
+    runs = db.runs(engine)
+    assert [(r["mode"], r["outcome"]) for r in runs] == [("save", "passed"), ("gate", "passed")]
+    gate = runs[1]
+    assert gate["labels"] == {"pool": "a", "note": "x=y, z"}
+    assert gate["container"] == "NGC PyTorch 24.05 (build 9001)"
+    assert gate["frameworks"] == {"torch": "fake"} and gate["bursts"] == 1
+    record = json.loads((faked.path / "r.json").read_text())
+    assert gate["date"] == record["run"]["date"] and gate["cpu_fingerprint"] == record["run"]["fingerprints"][
+        "cpu"]["id"]
+    ((fp, key), points), = db.all_series(engine).items()
+    assert key == record["results"][0]["key"] and [p.images_per_sec for p in points] == [100.0, 100.0]
+
+
+def test_a_failed_run_is_kept_too(faked, monkeypatch):
+    faked.runpytest_subprocess(*FAKE, "--save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
+    faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db").assert_outcomes(failed=1)
+    (run,) = db.runs(_history(faked))
+    assert run["outcome"] == "failed" and run["failing"] == 1
+
+
+def test_without_a_history_nothing_new_is_written(faked, tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    def files():  # pytester's own: its temporary folder and captured output
+        return {p.name for p in faked.path.iterdir() if not p.name.startswith(("runpytest", "stdout", "stderr"))}
+
+    before = files()
+    # pytest-benchmark makes its .benchmarks folder on its own: left out, to see perfsuite's files.
+    faked.runpytest_subprocess(*FAKE, "--missing-baseline", "pass", "-p", "no:benchmark").assert_outcomes(passed=1)
+    assert files() - before == {"bursts.log"}
+    assert not (tmp_path / "cache" / "history-spool").exists()
+
+
+def test_labels_need_a_history_and_a_form(faked):
+    result = faked.runpytest_subprocess(*FAKE, "--perf-label", "pool=a")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "labels are kept by the results history" in result.stderr.str()
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "h.db", "--perf-label", "no-equals")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "expected KEY=VALUE" in result.stderr.str()
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "mysql://h/db")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "unsupported URL scheme 'mysql'" in result.stderr.str()
+
+
+def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    url = "postgresql://perf:secret@127.0.0.1:1/nightly"  # nothing listens on port 1
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", url, "--missing-baseline", "pass")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.OK
+    out = result.stdout.str()
+    assert "warning: perf history unusable (postgresql://perf:***@127.0.0.1:1/nightly" in out
+    assert "secret" not in out
+    assert "warning: no drift check" in out
+    (spooled,) = (tmp_path / "cache" / "history-spool").rglob("*.json")
+    assert spooled.parent == spool.folder(url)
+    doc = json.loads(spooled.read_text())["document"]
+    assert doc["outcome"] == "passed" and len(doc["results"]) == 1
+
+
+# -- drift ---------------------------------------------------------------------------
+
+def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 9) -> None:
+    """``nights`` flat nights, then ``drift_nights`` each 3% slower than the one before; tonight
+    (the fake burst, 100 img/s) is the next 3% down."""
+    first = faked.runpytest_subprocess(*FAKE, "--missing-baseline", "pass", "--perf-json", "probe.json")
+    first.assert_outcomes(passed=1)
+    probe = json.loads((faked.path / "probe.json").read_text())
+    (row,) = probe["results"]
+    fingerprint = probe["run"]["fingerprints"]["cpu"]["id"]
+    engine = _history(faked)
+    level = 100.0 / 0.97 ** (drift_nights + 1)
+    levels = [level] * nights + [level * 0.97 ** k for k in range(1, drift_nights + 1)]
+    for day, ips in enumerate(levels):
+        noisy = ips * (1 + 0.004 * ((day * 7) % 5 - 2))  # a little wander, the same every time
+        db.write_run(engine, run_doc(noisy, day=day, key=row["key"], fingerprint=fingerprint, commit=f"n{day}"))
+    engine.dispose()
+    # Yesterday's level as the baseline: tonight is 3% below it, inside the 10% tolerance.
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", f"{levels[-1]:.3f}")
+    faked.runpytest_subprocess(*FAKE, "--save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
+
+
+def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
+    _drifting_history(faked, monkeypatch)
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail",
+                                        "--perf-json", "r.json", "--perf-report", "report")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    line = next(x for x in out.splitlines() if "drift: torch cifar10 on 1 CPU worker" in x)
+    assert "in the last 14 runs, beyond the 10% tolerance" in line and "at 2026-01-2" in line and "commit n2" in line
+    assert "this run 100 img/s, -26.3% against the level before" in line
+    assert "regression:" not in out
+    (row,) = json.loads((faked.path / "r.json").read_text())["results"]
+    assert row["verdict"] == "pass" and row["change"] > -0.10  # the fixed baseline passed tonight
+    assert row["drift"]["change"] < -0.10 and row["drift_runs"] == 25 + 9 + 1
+    assert all(0 <= p["runs_ago"] < 14 for p in row["drift"]["change_points"])
+    assert list((faked.path / "report").glob("trend-*.png"))
+    report = (faked.path / "report" / "report.md").read_text()
+    assert "trend-" in report and "in the last 14 runs, beyond the 10% tolerance" in report
+    # The failed night is in the history too.
+    assert db.runs(_history(faked))[0]["outcome"] == "failed"
+
+
+def test_drift_warns_by_default(faked, monkeypatch):
+    _drifting_history(faked, monkeypatch)
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db")
+    result.assert_outcomes(passed=1, warnings=1)
+    assert "PerfWarning: drift: torch cifar10 on 1 CPU worker" in result.stdout.str()
+
+
+def test_a_flat_history_is_no_drift(faked, monkeypatch):
+    _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail",
+                                        "--perf-json", "r.json")
+    result.assert_outcomes(passed=1)
+    (row,) = json.loads((faked.path / "r.json").read_text())["results"]
+    assert row["drift"] is None and row["drift_runs"] == 31

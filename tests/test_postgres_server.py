@@ -1,0 +1,110 @@
+"""The throwaway PostgreSQL server the database tests run against."""
+
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import postgres_server as pg
+import pytest
+from postgres_server import create_database, postgres_server
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    with postgres_server() as url:
+        yield url
+
+
+def fetch_one(url, query):
+    with psycopg.connect(url) as conn:
+        return conn.execute(query).fetchone()
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_server_answers_on_loopback(postgres_url):
+    parts = urlsplit(postgres_url)
+    assert (parts.scheme, parts.username, parts.hostname, parts.path) == ("postgresql", "postgres", "127.0.0.1",
+                                                                          "/postgres")
+    assert fetch_one(postgres_url, "SELECT 1") == (1,)
+
+
+def test_server_answers_through_sqlalchemy(postgres_url):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sqlalchemy.text("SELECT 1")).scalar_one() == 1
+    finally:
+        engine.dispose()
+
+
+def test_created_databases_are_isolated(postgres_url):
+    first, second = create_database(postgres_url, "first"), create_database(postgres_url, "Second-DB")
+    assert fetch_one(first, "SELECT current_database()") == ("first",)
+    assert fetch_one(second, "SELECT current_database()") == ("Second-DB",)
+    with psycopg.connect(first) as conn:
+        conn.execute("CREATE TABLE only_here (x int)")
+    assert fetch_one(first, "SELECT to_regclass('only_here') IS NOT NULL") == (True,)
+    assert fetch_one(second, "SELECT to_regclass('only_here') IS NOT NULL") == (False,)
+
+
+def test_server_is_stopped_and_removed_on_exit():
+    with postgres_server() as url:
+        port = urlsplit(url).port
+        (data,) = fetch_one(url, "SHOW data_directory")
+        workdir = Path(data).parent
+        assert workdir.is_dir()
+    assert refuses_connections(port)
+    assert not workdir.exists()
+
+
+def test_taken_port_is_retried(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        free_port = pg._free_port
+        monkeypatch.setattr(pg, "_free_port", lambda: next(ports, None) or free_port())
+        with postgres_server() as url:
+            assert urlsplit(url).port != taken.getsockname()[1]
+            assert fetch_one(url, "SELECT 1") == (1,)
+
+
+def test_server_that_does_not_start_fails_with_its_log(monkeypatch):
+    made, mkdtemp = [], pg.tempfile.mkdtemp
+    monkeypatch.setattr(pg.tempfile, "mkdtemp", lambda **kwargs: made.append(mkdtemp(**kwargs)) or made[-1])
+    monkeypatch.setitem(pg.SERVER_SETTINGS, "no_such_setting", "1")
+    with pytest.raises(pytest.fail.Exception, match="server log") as failure:
+        with postgres_server():
+            pass
+    assert 'unrecognized configuration parameter "no_such_setting"' in str(failure.value)
+    assert len(made) == 1 and not Path(made[0]).exists()
+
+
+def test_skips_without_server_binaries(monkeypatch):
+    monkeypatch.setattr(pg, "find_bindir", lambda: None)
+    with pytest.raises(pytest.skip.Exception, match=r"initdb, pg_ctl\) not found"):
+        with postgres_server():
+            pass
+
+
+def test_root_skips_without_postgres_user(monkeypatch):
+    monkeypatch.setattr(pg, "find_bindir", lambda: Path("/nonexistent"))
+    monkeypatch.setattr(pg.os, "geteuid", lambda: 0)
+
+    def no_user(name):
+        raise KeyError(name)
+
+    monkeypatch.setattr(pg.pwd, "getpwnam", no_user)
+    with pytest.raises(pytest.skip.Exception, match="no `postgres` system user"):
+        with postgres_server():
+            pass
