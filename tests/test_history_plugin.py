@@ -157,3 +157,45 @@ def test_a_flat_history_is_no_drift(faked, monkeypatch):
     result.assert_outcomes(passed=1)
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["drift"] is None and row["drift_runs"] == 31
+
+
+# -- options and preflight (no pytest session needed) ---------------------------------
+
+def _options(cli: dict, table: dict, base):
+    from perfsuite.plugin.options import resolve
+
+    return resolve(lambda dest: cli.get(dest), table, "pyproject.toml", base)
+
+
+def test_history_options_from_the_table(tmp_path):
+    opts = _options({}, {"perf_history": "nightly/perf.db", "perf_labels": {"pool": "a", "image": "ngc:24.05"},
+                         "drift": "fail", "drift_window": 20}, tmp_path)
+    assert opts.perf_history == f"sqlite:///{tmp_path / 'nightly' / 'perf.db'}"  # relative to pyproject
+    assert opts.perf_label == (("image", "ngc:24.05"), ("pool", "a"))
+    assert (opts.drift, opts.drift_window) == ("fail", 20)
+    cli = _options({"perf_history": "postgresql://perf@db/nightly", "perf_label": ["pool=b"]},
+                   {"perf_history": "x.db", "perf_label": ["pool=a"]}, tmp_path)
+    assert cli.perf_history == "postgresql://perf@db/nightly" and cli.perf_label == (("pool", "b"),)
+    default = _options({}, {}, tmp_path)
+    assert (default.perf_history, default.perf_label, default.drift, default.drift_window) == (None, (), "warn", 14)
+
+
+@pytest.mark.parametrize("cli, message", [
+    ({"drift_window": "2"}, "--drift-window: must be >= 3"),
+    ({"drift": "error"}, "--drift: 'error' is not one of warn, fail"),
+    ({"perf_history": "sqlite://"}, "a SQLite URL needs a file"),
+])
+def test_bad_history_options_are_one_line(tmp_path, cli, message):
+    from perfsuite.plugin.options import OptionError
+
+    with pytest.raises(OptionError, match=message):
+        _options(cli, {}, tmp_path)
+
+
+def test_a_history_without_its_libraries_stops_the_run_up_front(tmp_path):
+    from perfsuite.plugin.preflight import PreflightError, check_history
+
+    opts = _options({"perf_history": "postgresql://perf@db/nightly"}, {}, tmp_path)
+    with pytest.raises(PreflightError, match=r"needs sqlalchemy, psycopg: pip install -e \"\.\[history\]\""):
+        check_history(opts, installed=lambda name: name == "otava")
+    check_history(_options({"perf_history": "h.db"}, {}, tmp_path), installed=lambda name: name != "psycopg")

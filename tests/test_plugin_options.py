@@ -34,7 +34,8 @@ def test_help_shows_one_option_group(pytester):
     for flag in ("--gpus", "--cpu-workers", "--framework", "--model", "--data-location", "--variable-update",
                  "--batch-size", "--precision", "--steps", "--warmup-steps", "--baseline-dir", "--save-baseline",
                  "--perf-tolerance", "--missing-baseline", "--min-scaling-efficiency", "--perf-json", "--nnodes",
-                 "--node-rank", "--rdzv-endpoint", "--worker-hosts"):
+                 "--node-rank", "--rdzv-endpoint", "--worker-hosts", "--perf-history", "--perf-label",
+                 "--drift-window", "--drift"):
         assert flag in out, flag
 
 

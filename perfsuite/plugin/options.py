@@ -234,7 +234,7 @@ def resolve(cli: Callable[[str], Any], table: dict[str, Any], table_source: str,
             raw = table[o.dest]
             where = f"{o.dest} in [tool.perfsuite] of {table_source}"
             base = base_dir
-            if o.repeat and not isinstance(raw, list):
+            if o.repeat and not isinstance(raw, (list, dict)):  # a dict: perf_labels as a table
                 raw = [raw]
         if raw is None:
             values[o.dest] = tuple(o.default or ()) if o.repeat else _default(o)
@@ -258,6 +258,8 @@ def _convert(o: Option, raw: Any, where: str, base: Path) -> Any:
         items = [f"{k}={v}" for k, v in raw.items()] if isinstance(raw, dict) else raw
         labels = dict(_label(item, where) for item in items)
         return tuple(sorted(labels.items()))
+    if isinstance(raw, dict):
+        raise OptionError(f"{where}: expected a value or a list, got a table")
     if o.repeat:
         items = []
         for item in raw:
