@@ -13,6 +13,9 @@ FRAMEWORKS := -e ".[torch,dev,history]" "tensorflow-cpu>=2.16" pillow
 else
 FRAMEWORKS := -e ".[dev,history]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
 endif
+# The results history's change points, without Otava's pins (pyproject.toml's history extra
+# says why).
+OTAVA := "apache-otava==0.8.0"
 PERF_REPORT ?= perf-report
 PERF_ARGS ?= --model cifar10 --model resnet50
 
@@ -22,6 +25,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(FRAMEWORKS)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(OTAVA)
 	touch $@
 
 # The report's path comes last, also when a regression fails the run; make keeps pytest's status.

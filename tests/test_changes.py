@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from perfsuite.analysis import stats
 from perfsuite.analysis.changes import MAX_PVALUE, MIN_POINTS, change_points, drift
 
-pytest.importorskip("otava", reason="change points need the history extra: pip install -e '.[history]'")
+pytest.importorskip("otava", reason="change points need Apache Otava: pip install --no-deps apache-otava==0.8.0")
 
 # A little above the burst-to-burst noise of the 2-vCPU EPYC runner (2.24%, baselines/cpu-amd-epyc-2c.json).
 NOISE = 0.025

@@ -198,4 +198,7 @@ def test_a_history_without_its_libraries_stops_the_run_up_front(tmp_path):
     opts = _options({"perf_history": "postgresql://perf@db/nightly"}, {}, tmp_path)
     with pytest.raises(PreflightError, match=r"needs sqlalchemy, psycopg: pip install -e \"\.\[history\]\""):
         check_history(opts, installed=lambda name: name == "otava")
+    with pytest.raises(PreflightError, match="needs Apache Otava for its change points: pip install --no-deps "
+                                             "apache-otava==0.8.0"):
+        check_history(opts, installed=lambda name: name != "otava")
     check_history(_options({"perf_history": "h.db"}, {}, tmp_path), installed=lambda name: name != "psycopg")

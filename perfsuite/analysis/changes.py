@@ -31,6 +31,11 @@ WINDOW = 50
 MIN_POINTS = 8
 
 
+# Without its pins (pyproject.toml's history extra says why); the version this module's use
+# of Otava's split and t-test was written and measured against.
+OTAVA_INSTALL = "pip install --no-deps apache-otava==0.8.0"
+
+
 @dataclass(frozen=True)
 class ChangePoint:
     index: int  # position in the series of the first value after the change
@@ -62,7 +67,7 @@ def _otava_points(series: list[float], max_pvalue: float) -> list:
     try:
         from otava.analysis import TTestSignificanceTester, split
     except ImportError as e:
-        raise ImportError("change points need Apache Otava: pip install 'perfsuite[history]'") from e
+        raise ImportError(f"change points need Apache Otava: {OTAVA_INSTALL}") from e
 
     # Otava's compute_change_points is split (E-Divisive in sliding windows, at a relaxed
     # p-value) then merge. Its merge, after dropping a point, recomputes the point after the gap

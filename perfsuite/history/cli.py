@@ -29,7 +29,7 @@ DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
 NO_FINGERPRINT = "-"  # how a series without a recorded fingerprint is named, and chosen with --fingerprint
 NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproject.toml)"
-INSTALL = "pip install 'perfsuite[history]'"
+INSTALL = 'pip install -e ".[history]"'
 
 
 class UsageError(Exception):

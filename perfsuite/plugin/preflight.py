@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfsuite.analysis.changes import OTAVA_INSTALL
 from perfsuite.contract.frameworks import SUPPORTED
 from perfsuite.plugin.options import PerfOptions
 
@@ -107,12 +108,13 @@ def check_history(options: PerfOptions, installed=lambda name: importlib.util.fi
     be reached must not fail the gate (the run is spooled instead)."""
     if options.perf_history is None:
         return
-    needed = ["sqlalchemy", "otava"]
-    if not options.perf_history.startswith("sqlite:"):
-        needed.append("psycopg")
+    needed = ["sqlalchemy"] + ([] if options.perf_history.startswith("sqlite:") else ["psycopg"])
     missing = [name for name in needed if not installed(name)]
     if missing:
         raise PreflightError(f"{_named(options, 'perf_history')} needs {', '.join(missing)}: {HISTORY_INSTALL}")
+    if not installed("otava"):
+        raise PreflightError(f"{_named(options, 'perf_history')} needs Apache Otava for its change points: "
+                             f"{OTAVA_INSTALL}")
 
 
 def check_outputs(options: PerfOptions) -> None:
