@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from perfsuite.history import schema
-from perfsuite.history.document import utc
+from perfsuite.history.document import row_fingerprint, utc
 from perfsuite.history.url import HistoryError, engine_url, shown, sqlite_path
 
 BUSY_TIMEOUT_S = 60
@@ -123,7 +123,7 @@ def write_run(engine: sa.Engine, doc: dict) -> int | None:
             if _written(conn, doc["uuid"]):
                 return None
             run_id = conn.execute(sa.insert(schema.runs).values(values).returning(schema.runs.c.id)).scalar_one()
-            rows = [_burst_values(run_id, fingerprints, r) for r in doc["results"]]
+            rows = [_burst_values(run_id, run, r) for r in doc["results"]]
             if rows:
                 conn.execute(sa.insert(schema.bursts), rows)
     except sa.exc.IntegrityError:
@@ -139,11 +139,10 @@ def _written(conn: sa.Connection, uuid: str) -> bool:
     return conn.execute(sa.select(schema.runs.c.id).where(schema.runs.c.uuid == uuid)).first() is not None
 
 
-def _burst_values(run_id: int, fingerprints: dict, row: dict) -> dict:
-    kind = "gpu" if row.get("device_kind") == "cuda" else "cpu"
+def _burst_values(run_id: int, run: dict, row: dict) -> dict:
     return {
         "run_id": run_id,
-        "fingerprint": (fingerprints.get(kind) or {}).get("id"),
+        "fingerprint": row_fingerprint(run, row),
         "key": row["key"],
         **{name: row.get(name) for name in ("framework", "model", "device_kind", "devices", "nodes", "data_location",
                                              "variable_update", "precision", "batch_size", "images_per_sec",

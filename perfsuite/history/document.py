@@ -13,6 +13,7 @@ import uuid as uuids
 from pathlib import Path
 from typing import Any
 
+from perfsuite.contract.spec import SHORT_KINDS
 from perfsuite.history.url import HistoryError
 
 MODES = ("gate", "save")
@@ -67,6 +68,12 @@ def from_file(path: Path) -> dict:
                                                                                        else "passed")
     return {"uuid": "sha256:" + hashlib.sha256(raw).hexdigest()[:48], "mode": "save" if saved else "gate",
             "outcome": outcome, "source": str(path), "run": run, "results": rows}
+
+
+def row_fingerprint(run: dict, row: dict) -> str | None:
+    """The hardware fingerprint id a result row's series belongs to: the run's CPU or GPU one."""
+    kind = SHORT_KINDS.get(row.get("device_kind"), "cpu")
+    return ((run.get("fingerprints") or {}).get(kind) or {}).get("id")
 
 
 def utc(date: str) -> datetime.datetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from perfsuite.history import db, spool
+from perfsuite.history.document import row_fingerprint
 from perfsuite.history.url import shown
 
 
@@ -87,11 +88,10 @@ def load_series(url: str, fingerprints: Iterable[str]) -> tuple[dict[tuple[str, 
 def spooled_points(doc: dict, fingerprints: list[str]):
     """((fingerprint, key), SeriesPoint) of a run document's measured bursts on these fingerprints."""
     run = doc["run"]
-    prints = run.get("fingerprints") or {}
     meta = {f: run.get(f) for f in db.META_FIELDS}
     seen = set()
     for row in doc["results"]:
-        fp = (prints.get("gpu" if row.get("device_kind") == "cuda" else "cpu") or {}).get("id")
+        fp = row_fingerprint(run, row)
         ips = row.get("images_per_sec")
         if fp in fingerprints and isinstance(ips, (int, float)) and ips > 0 and (fp, row["key"]) not in seen:
             seen.add((fp, row["key"]))

@@ -88,12 +88,9 @@ def migrate(conn: sa.Connection, migrations: dict[int, Callable[[sa.Connection],
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _LOCK_ID})
     # SQLite: the caller's BEGIN IMMEDIATE already holds the write lock.
-    if sa.inspect(conn).has_table(schema_table.name):
-        current = conn.execute(sa.select(sa.func.max(schema_table.c.version))).scalar()
-    else:
+    if not sa.inspect(conn).has_table(schema_table.name):
         schema_table.create(conn)
-        current = None
-    current = current or 0
+    current = conn.execute(sa.select(sa.func.max(schema_table.c.version))).scalar() or 0
     if current > target:
         raise HistoryError(f"the history is at schema version {current}, newer than this perfsuite's {target}: "
                            "upgrade perfsuite to write to it")

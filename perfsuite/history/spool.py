@@ -1,5 +1,5 @@
 """Runs that could not reach their history wait here, one JSON file each, until a later
-run (or ``python -m perfsuite history``) writes them.
+run (or ``python -m perfsuite history import``) writes them.
 
 The folder is per history URL, under perfsuite's cache: ``$PERFSUITE_CACHE/history-spool/<hash>``.
 """
