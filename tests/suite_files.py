@@ -11,13 +11,14 @@ from perfsuite.suite.test_throughput import test_throughput
 """
 
 # A conftest that stands in for the launcher: each burst returns at once, at
-# $PERFSUITE_FAKE_RATE img/s (default 100) per device, and leaves its key in bursts.log.
+# $PERFSUITE_FAKE_RATE img/s (default 100) per device, with a peak memory of
+# $PERFSUITE_FAKE_PEAK_MB (default 0: none measured), and leaves its key in bursts.log.
 FAKE_BURSTS = """
 import os
 import perfsuite.plugin.session
 from perfsuite.contract.record import WorkerRecord
 
-def fake_run_burst(spec, model, workdir, options, on_progress=None):
+def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
     with open("bursts.log", "a") as log:
         log.write(spec.key() + "\\n")
     rate = float(os.environ.get("PERFSUITE_FAKE_RATE", "100")) * spec.world_size
@@ -25,7 +26,8 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None):
     return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
                         precision_dtype="float32", fp32_math=None, samples=(rate,) * n, window_seconds=(1.0,) * n,
                         images_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
-                        peak_memory_bytes=0, warmup_seconds=0.0)
+                        peak_memory_bytes=int(float(os.environ.get("PERFSUITE_FAKE_PEAK_MB", "0")) * 2**20),
+                        warmup_seconds=0.0)
 
 perfsuite.plugin.session.run_burst = fake_run_burst
 """

@@ -139,7 +139,7 @@ FAKE = """
 import perfsuite.plugin.session
 from perfsuite.contract.record import WorkerRecord
 
-def fake_run_burst(spec, model, workdir, options, on_progress=None):
+def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
     for step in range(1, spec.steps + 1):
         rate = 50.0 * step if step % spec.steps_per_window == 0 else None
         if on_progress:

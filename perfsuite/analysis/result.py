@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfsuite.analysis import stats
+from perfsuite.analysis.attribution import Attribution
 from perfsuite.analysis.changes import Drift
+from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
@@ -23,15 +25,17 @@ class Measurement:
     error: str | None = None  # the burst's error line
     remote: RemoteNode | None = None  # a multi-node burst seen from a node other than 0
     run_samples: tuple[tuple[float, ...], ...] = ()  # window samples of each pooled burst
+    run_peaks: tuple[int, ...] = ()  # peak memory of each pooled burst, bytes (the fullest device)
 
     @classmethod
     def of(cls, spec: BurstSpec, outcome: WorkerRecord | RemoteNode) -> Measurement:
         if isinstance(outcome, RemoteNode):
             return cls(spec, remote=outcome)
-        measured = cls(spec, outcome, run_samples=(tuple(outcome.samples),))
+        measured = cls(spec, outcome, run_samples=(tuple(outcome.samples),),
+                       run_peaks=(int(outcome.peak_memory_bytes),))
         if not measured.loss_finite:
             return cls(spec, outcome, f"loss is not finite (first {outcome.loss_first}, last {outcome.loss_last})",
-                       run_samples=measured.run_samples)
+                       run_samples=measured.run_samples, run_peaks=measured.run_peaks)
         return measured
 
     @property
@@ -66,14 +70,27 @@ class Measurement:
         losses = (self.record.loss_first, self.record.loss_last)
         return all(finite(x) for x in losses)
 
+    @property
+    def op_profile(self):
+        """The newest pooled burst's op profile (perfsuite.contract.op_profile.OpProfile), if one was taken."""
+        from perfsuite.contract.op_profile import OpProfile
+
+        data = self.record.op_profile if self.record else None
+        return OpProfile.from_dict(data) if data else None
+
     def pooled_with(self, other: Measurement) -> Measurement:
-        """A rerun's windows appended to these: more samples of the same spec."""
+        """A rerun's windows appended to these: more samples of the same spec. The newest
+        op profile and trace are kept, so an unprofiled rerun does not lose an earlier one."""
         if not (self.record and other.record):
             return self
+        profiled = other.record if other.record.op_profile or other.record.profile_error else self.record
         record = other.record.replace(samples=self.record.samples + other.record.samples,
                                       window_seconds=self.record.window_seconds + other.record.window_seconds,
-                                      loss_first=self.record.loss_first)
-        return Measurement(self.spec, record, None, None, self.run_samples + other.run_samples)
+                                      loss_first=self.record.loss_first, op_profile=profiled.op_profile,
+                                      profile_error=profiled.profile_error, trace_file=profiled.trace_file,
+                                      profile_seconds=profiled.profile_seconds)
+        return Measurement(self.spec, record, None, None, self.run_samples + other.run_samples,
+                           self.run_peaks + other.run_peaks)
 
 
 @dataclass(eq=False)
@@ -95,6 +112,10 @@ class BurstResult:
     drift_runs: int | None = None
     drift: Drift | None = None
     drift_message: str | None = None  # the sentence the gate reported it with
+    memory_verdict: MemoryVerdict | None = None  # peak memory against the baseline entry's
+    # A regressed (or --profile) burst's op profile against its baseline entry's, or why there is none.
+    attribution: Attribution | None = None
+    attribution_note: str | None = None
 
     @property
     def id(self) -> str:
@@ -111,6 +132,8 @@ class BurstResult:
     runs = property(lambda self: self.measurement.runs)
     run_samples = property(lambda self: self.measurement.run_samples)
     run_medians = property(lambda self: self.measurement.run_medians)
+    run_peaks = property(lambda self: self.measurement.run_peaks)
+    op_profile = property(lambda self: self.measurement.op_profile)
     images_per_sec = property(lambda self: self.measurement.images_per_sec)
     interval = property(lambda self: self.measurement.interval)
     loss_finite = property(lambda self: self.measurement.loss_finite)

@@ -22,3 +22,10 @@ def fixed(x: float, digits: int = 4) -> str:
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
     text = f"{rounded:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as GiB to three significant digits, small sizes in MiB: '9.81 GiB', '412 MiB'."""
+    if abs(nbytes) >= 2**30:
+        return f"{fixed(nbytes / 2**30, 3)} GiB"
+    return f"{fixed(nbytes / 2**20, 3)} MiB"

@@ -1,7 +1,8 @@
 """The burst folder: the files a launcher and its burst processes share, and their formats.
 
 job.json (``Job``) goes in; result.json (``WorkerRecord``), one error line per failed
-rank, a pid file per burst process and the leader's progress state come out.
+rank, a pid file per burst process, the leader's progress state and, when the job asked
+for a profile, the profiled steps' trace come out.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ RESULT = "result.json"
 PROGRESS = "progress.json"
 LOG = "worker.log"
 JOIN = "join.json"
+TRACE = "trace.json.gz"  # the profiled steps, as Chrome trace JSON (Perfetto opens it too)
 PID_SUFFIX = ".pid"
 
 

@@ -31,6 +31,8 @@ class Job:
     init_timeout_s: float = 120.0  # how long ranks wait for each other to join
     progress_file: str | None = None  # where the leader reports k/n steps while it runs
     join_file: str | None = None  # TF multi-node: when this worker starts and ends joining the others
+    # Steps the leader profiles after the timed windows (0: none); its trace goes beside the result.
+    profile_steps: int = 0
     version: int = JOB_VERSION
 
     def to_json(self) -> str:
@@ -43,6 +45,7 @@ class Job:
             "init_timeout_s": self.init_timeout_s,
             "progress_file": self.progress_file,
             "join_file": self.join_file,
+            "profile_steps": self.profile_steps,
         }, sort_keys=True)
 
     @classmethod
@@ -56,6 +59,6 @@ class Job:
             return cls(spec=BurstSpec.from_dict(data["spec"]), model=ModelInfo.from_dict(data["model"]),
                        folder=data["folder"], node_rank=int(data["node_rank"]),
                        init_timeout_s=float(data["init_timeout_s"]), progress_file=data.get("progress_file"),
-                       join_file=data.get("join_file"))
+                       join_file=data.get("join_file"), profile_steps=int(data.get("profile_steps") or 0))
         except (KeyError, TypeError) as exc:
             raise ContractError(f"job without a valid field: {exc}") from None

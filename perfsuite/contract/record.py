@@ -63,9 +63,15 @@ class WorkerRecord:
     compute_capability: str | None = None  # of the leader's GPU: "9.0"
     # The GPU libraries the framework loaded, for the results history: {"cuda", "cudnn", "nccl"}.
     libraries: dict[str, str] = field(default_factory=dict)
+    # The leader's op profile, taken after the timed windows when the job asked for one
+    # (perfsuite.contract.op_profile), the seconds it cost, and why there is none if it failed.
+    op_profile: dict | None = None
+    profile_seconds: float | None = None
+    profile_error: str | None = None
     # Set by the launcher, not the worker: the burst's wall time and its log file.
     wall_seconds: float | None = None
     worker_log: str | None = None
+    trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder
     version: int = field(default=RECORD_VERSION)
 
     def as_dict(self) -> dict:

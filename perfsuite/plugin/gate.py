@@ -11,10 +11,13 @@ import warnings
 
 import pytest
 
-from perfsuite.analysis import changes, stats
+from perfsuite.analysis import attribution, changes, memory, stats
+from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
-from perfsuite.common.numbers import fixed
+from perfsuite.common.numbers import fixed, gib
+from perfsuite.contract.job import ContractError
+from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key
 from perfsuite.plugin.session import PerfSession
 from perfsuite.store.baseline import BaselineError
@@ -24,10 +27,10 @@ class PerfWarning(UserWarning):
     """A measurement worth a look that does not fail the test (inconclusive, improvement)."""
 
 
-def marker_tolerance(item: pytest.Item) -> float | None:
-    """The tolerance a ``@pytest.mark.perf(tolerance=...)`` gives this test, if any."""
+def marker_tolerance(item: pytest.Item, name: str = "tolerance") -> float | None:
+    """The tolerance a ``@pytest.mark.perf(tolerance=..., memory_tolerance=...)`` gives this test, if any."""
     marker = item.get_closest_marker("perf")
-    value = marker.kwargs.get("tolerance") if marker else None
+    value = marker.kwargs.get(name) if marker else None
     return None if value is None else float(value)
 
 
@@ -37,6 +40,7 @@ class PerfGate:
         self.item = item
         self.options = session.options
         self.marker_tolerance = marker_tolerance(item)
+        self.marker_memory_tolerance = marker_tolerance(item, "memory_tolerance")
 
     # -- raw bursts -------------------------------------------------------------------
     def burst(self, spec: BurstSpec) -> BurstResult:
@@ -71,8 +75,9 @@ class PerfGate:
         verdict = stats.compare(result.samples, base_samples, tolerance)
         if verdict.status == stats.REGRESSION:
             # Confirm on a fresh burst: a whole burst can land in a slow minute of a shared
-            # machine, and a gate that cries wolf gets switched off.
-            result = self.session.rerun(spec)
+            # machine, and a gate that cries wolf gets switched off. The rerun profiles steps
+            # after its windows, so a confirmed regression says which ops moved.
+            result = self.session.rerun(spec, profile=True)
             again = stats.compare(result.run_samples[-1], base_samples, tolerance)
             if again.status == stats.REGRESSION:
                 verdict = stats.compare(result.samples, base_samples, tolerance)
@@ -86,6 +91,9 @@ class PerfGate:
             result = self.session.rerun(spec)
             verdict = stats.compare(result.samples, base_samples, tolerance)
         result.verdict, result.baseline, result.baseline_file = verdict, entry, str(path)
+        memory = self._memory(result, entry)
+        if not self.options.save_baseline:
+            self._attribute(result, entry)
         drift = self._drift(result, tolerance)
         self._record(result)
         if self.options.save_baseline:
@@ -102,9 +110,93 @@ class PerfGate:
         )
         if drift and verdict.status == stats.REGRESSION:
             detail += f"; and {drift}"
-        self._act(verdict, detail)
+        if verdict.status == stats.REGRESSION:
+            detail += "".join(f"\n{line}" for line in self._attribution_lines(result))
+        self._act(verdict, detail, also=self._memory_failure(spec, memory, path))
         self._act_drift(drift, verdict.status)
         return result
+
+    # -- peak memory --------------------------------------------------------------------
+    def _memory(self, result: BurstResult, entry: dict) -> MemoryVerdict | None:
+        """Peak memory against the entry's; a regression is confirmed on a rerun, as throughput's is."""
+        if not result.run_peaks:
+            return None
+        base = entry.get("peak_memory_bytes")
+        base = base if isinstance(base, int) and not isinstance(base, bool) and base > 0 else None
+        if not self.options.save_baseline:
+            for what, missing in (("peak memory", base is None), ("op profile", not entry.get("op_profile"))):
+                if missing:
+                    self.session.entries_lacking.setdefault(what, set()).add(result.spec.key())
+        tolerance = self._memory_tolerance(entry)
+        found = memory.compare_memory(result.run_peaks, base, tolerance)
+        if found.status == stats.REGRESSION and result.runs == 1 and not self.options.save_baseline:
+            result = self.session.rerun(result.spec)
+            found = memory.compare_memory(result.run_peaks, base, tolerance)
+        result.memory_verdict = found
+        return found
+
+    def _memory_tolerance(self, entry: dict | None) -> float:
+        if self.marker_memory_tolerance is not None:
+            return self.marker_memory_tolerance
+        value = (entry or {}).get("memory_tolerance")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return self.options.memory_tolerance
+
+    def _memory_failure(self, spec: BurstSpec, found: MemoryVerdict | None, path) -> str | None:
+        """The memory regression line, or None; an inconclusive or smaller peak only warns."""
+        if found is None or found.status in (stats.PASS, stats.NO_BASELINE) or self.options.save_baseline:
+            return None
+        line = (f"{spec.label}: peak {gib(found.peak_bytes)} vs baseline {gib(found.baseline_bytes)} "
+                f"({found.change:+.0%}, tolerance {found.tolerance:.0%}"
+                + (f", bursts {', '.join(gib(p) for p in found.runs)}" if len(found.runs) > 1 else "")
+                + f") [baseline {path}]")
+        if found.status == stats.REGRESSION:
+            return f"memory regression: {line}"
+        if found.status == stats.INCONCLUSIVE:
+            warnings.warn(PerfWarning(f"inconclusive memory: not every burst's peak is beyond the tolerance: {line}"),
+                          stacklevel=4)
+        else:
+            warnings.warn(PerfWarning(f"less memory than baseline, refresh it with --save-baseline: {line}"),
+                          stacklevel=4)
+        return None
+
+    # -- attribution --------------------------------------------------------------------
+    def _attribute(self, result: BurstResult, entry: dict) -> None:
+        """The burst's op profile against the entry's, when the burst was profiled."""
+        record = result.record
+        if record is None or not (record.op_profile or record.profile_error):
+            return
+        if record.profile_error:
+            result.attribution_note = record.profile_error
+            return
+        if not entry.get("op_profile"):
+            result.attribution_note = ("the baseline entry has no op profile: refresh it with --save-baseline "
+                                       "to see which ops moved")
+            return
+        try:
+            base = OpProfile.from_dict(entry["op_profile"])
+        except ContractError as exc:
+            result.attribution_note = f"the baseline entry's op profile is unusable: {exc}"
+            return
+        images = result.spec.batch_size * result.spec.world_size
+        now_ms = 1000 * images / result.images_per_sec if result.images_per_sec else None
+        base_ms = 1000 * images / entry["images_per_sec"] if entry.get("images_per_sec") else None
+        result.attribution = attribution.attribute(base, result.op_profile, base_ms, now_ms)
+
+    def _attribution_lines(self, result: BurstResult) -> list[str]:
+        if result.attribution is not None:
+            lines = result.attribution.lines()
+            report = self.options.perf_report
+            if result.record.trace_file:
+                from perfsuite.reporting.folder import trace_name
+
+                lines.append(f"  trace: {shown_path(report / trace_name(result.id))}" if report is not None
+                             else "  trace: add --perf-report DIR to keep the profiled steps' trace")
+            return lines
+        if result.attribution_note:
+            return [f"no attribution: {result.attribution_note}"]
+        return []
 
     # -- drift --------------------------------------------------------------------------
     def _drift(self, result: BurstResult, tolerance: float) -> str | None:
@@ -226,18 +318,24 @@ class PerfGate:
         if policy == "fail":
             pytest.fail(message, pytrace=False)
 
-    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput") -> None:
+    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput", also: str | None = None) -> None:
+        """Fail or warn on ``verdict``; ``also`` is another failure line (a memory regression)
+        that fails the test whatever the verdict, after the verdict's own line."""
+        failures = [also] if also else []
         if verdict.status == stats.REGRESSION:
             label = "scaling regression" if what == "scaling" else "regression"
-            pytest.fail(f"{label}: {detail}", pytrace=False)
-        if verdict.status == stats.INCONCLUSIVE:
+            failures.insert(0, f"{label}: {detail}")
+        elif verdict.status == stats.INCONCLUSIVE:
             message = f"inconclusive {what} after a rerun ({verdict.reason}): {detail}"
             if self.options.inconclusive == "fail":
-                pytest.fail(message, pytrace=False)
-            warnings.warn(PerfWarning(message), stacklevel=3)
+                failures.insert(0, message)
+            else:
+                warnings.warn(PerfWarning(message), stacklevel=3)
         elif verdict.status == stats.IMPROVEMENT:
             warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"),
                           stacklevel=3)
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
 
     def _record(self, result: BurstResult, scaling: bool = False) -> None:
         """Figures into the test's user properties, which --junitxml writes out."""
@@ -249,6 +347,19 @@ class PerfGate:
                           ("ci_high", round(hi, 3)), ("windows", len(result.samples)), ("bursts", result.runs)])
         if not scaling and result.drift is not None:
             props.append(("drift", round(result.drift.change, 4)))
+        if not scaling and result.run_peaks:
+            props.append(("peak_memory_bytes", int(stats.median(result.run_peaks))))
+            found = result.memory_verdict
+            if found is not None and found.baseline_bytes:
+                props.extend([("baseline_peak_memory_bytes", found.baseline_bytes),
+                              ("memory_change", round(found.change, 4)), ("memory_verdict", found.status),
+                              ("memory_tolerance", round(found.tolerance, 4))])
+        if not scaling and result.attribution is not None:
+            props.append(("attribution", result.attribution.status))
+            if result.attribution.movers:
+                top = result.attribution.movers[0]
+                props.extend([("top_mover", top.name), ("top_mover_family", top.family),
+                              ("top_mover_delta_ms", round(top.delta_ms, 3))])
         verdict = result.scaling_verdict if scaling else result.verdict
         if verdict is not None:
             props.append(("verdict", verdict.status))

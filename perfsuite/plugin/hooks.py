@@ -35,7 +35,7 @@ MARKERS = (
     "torch: a PyTorch burst",
     "tf: a TensorFlow burst",
     "slow: a long burst (big model on CPU workers)",
-    "perf(tolerance=None, min_devices=1): perfsuite gate settings for one test",
+    "perf(tolerance=None, memory_tolerance=None, min_devices=1): perfsuite gate settings for one test",
 )
 
 

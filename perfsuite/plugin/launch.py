@@ -121,9 +121,11 @@ def run_burst(
     workdir: Path,
     options: LaunchOptions = LaunchOptions(),
     on_progress: Callable[[dict], None] | None = None,
+    profile_steps: int = 0,
 ) -> WorkerRecord | RemoteNode:
     """Run ``spec`` and return the worker's record (on a node other than 0 of a multi-node
-    burst: that this node's ranks ran); raise BurstError on failure."""
+    burst: that this node's ranks ran); raise BurstError on failure. With ``profile_steps``,
+    the leader profiles that many steps after the timed windows and leaves their trace."""
     if spec.data_location == "real":
         _prepare_dataset(spec)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -131,16 +133,17 @@ def run_burst(
     out = workdir / files.RESULT
     progress = workdir / files.PROGRESS
     log = workdir / files.LOG
+    trace = workdir / files.TRACE
     # A TF worker of a multi-node burst marks when it starts and ends joining the others.
     join_file = workdir / files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
-    for stale in [out, progress, join_file, *files.error_files(out), *files.pid_files(workdir)]:
+    for stale in [out, progress, join_file, trace, *files.error_files(out), *files.pid_files(workdir)]:
         if stale is None:
             continue
         stale.unlink(missing_ok=True)
     node_rank = options.node_rank if spec.nodes > 1 else 0
     files.write_job(job, Job(spec=spec, model=model, folder=str(workdir), node_rank=node_rank,
                              init_timeout_s=options.init_timeout_s, progress_file=str(progress),
-                             join_file=str(join_file) if join_file else None))
+                             join_file=str(join_file) if join_file else None, profile_steps=profile_steps))
     cmd = worker_command(spec, job, out, options)
     started = time.monotonic()
     with open(log, "wb") as log_file:
@@ -169,7 +172,8 @@ def run_burst(
         record = files.read_result(out)
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
-    return record.replace(wall_seconds=time.monotonic() - started, worker_log=str(log))
+    return record.replace(wall_seconds=time.monotonic() - started, worker_log=str(log),
+                          trace_file=str(trace) if trace.is_file() else None)
 
 
 def _wait(burst: BurstProcesses, spec: BurstSpec, options: LaunchOptions, started: float, out: Path, log: Path,

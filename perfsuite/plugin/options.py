@@ -97,6 +97,12 @@ OPTIONS: tuple[Option, ...] = (
            "entry's noise floor (default: 3)", "int", minimum=1, maximum=20, default=3, metavar="N"),
     Option("--perf-tolerance", "relative throughput drop tolerated before a regression (default: 0.10)", "float",
            minimum=0.0, maximum=0.99, default=0.10, metavar="FRACTION"),
+    Option("--memory-tolerance", "relative peak-memory growth tolerated before a memory regression (default: "
+           "0.10)", "float", minimum=0.0, maximum=10.0, default=0.10, metavar="FRACTION"),
+    Option("--profile", "profile every burst after its timed windows and show which ops moved against the "
+           "baseline's profile (a confirmed regression is profiled anyway)", "flag", default=False),
+    Option("--profile-steps", "steps each profile records, after the timed windows (default: 3)", "int",
+           minimum=1, maximum=50, default=3, metavar="N"),
     Option("--scaling-tolerance", "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)", "float",
            minimum=0.0, maximum=1.0, default=0.10, metavar="FRACTION"),
     Option("--missing-baseline", "what a test does without a baseline entry (default: skip)", "choice",
@@ -163,6 +169,9 @@ class PerfOptions:
     baseline_runs: int
     perf_tolerance: float
     scaling_tolerance: float
+    memory_tolerance: float
+    profile: bool
+    profile_steps: int
     missing_baseline: str
     missing_gpus: str
     inconclusive: str

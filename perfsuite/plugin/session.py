@@ -40,6 +40,8 @@ class PerfSession:
     selected_cases: int = 0  # perf cases left after selection (-m, -k)
     skip_reasons: list[str] = field(default_factory=list)  # of perf cases skipped at run time
     refused: str | None = None  # why the run was refused after collection (pytest-xdist)
+    # Keys of gated entries saved before peak memory and op profiles were stored, per what they lack.
+    entries_lacking: dict[str, set[str]] = field(default_factory=dict)
     # --perf-history, read once per hardware fingerprint for the drift check: key -> past img/s,
     # oldest first; None where the history could not be read.
     _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
@@ -55,7 +57,10 @@ class PerfSession:
         if result is None:
             # Tests with their own tolerance run their own burst of a key others use.
             shared = any(r.spec.key() == spec.key() for r in self.results.values())
-            result = BurstResult(self._run(spec), burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None)
+            # A baseline entry keeps an op profile; --profile asks for one on every burst.
+            profile = self.options.save_baseline or self.options.profile
+            result = BurstResult(self._run(spec, profile),
+                                 burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None)
             self.results[spec] = result
             self._update_scaling(spec)
             if self.options.save_baseline and result.ok and not result.remote:
@@ -65,19 +70,20 @@ class PerfSession:
             result.tests.append(test)
         return result
 
-    def rerun(self, spec: BurstSpec) -> BurstResult:
-        """Run ``spec`` again and pool the new windows with the old ones (``run_samples[-1]`` is the new run).
+    def rerun(self, spec: BurstSpec, profile: bool = False) -> BurstResult:
+        """Run ``spec`` again and pool the new windows with the old ones (``run_samples[-1]`` is the new run);
+        with ``profile``, the rerun profiles steps after its windows.
 
         Verdicts reached before this rerun stay until a gate recomputes them.
         """
         result = self.results[spec]
-        again = self._run(spec)
+        again = self._run(spec, profile)
         if again.ok:
             result.measured(result.measurement.pooled_with(again))
             self._update_scaling(spec)
         return result
 
-    def _run(self, spec: BurstSpec) -> Measurement:
+    def _run(self, spec: BurstSpec, profile: bool = False) -> Measurement:
         model = get_model(spec.framework, spec.model)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="perfsuite-"))
@@ -90,7 +96,8 @@ class PerfSession:
         if on_progress:
             on_progress({})
         try:
-            return Measurement.of(spec, run_burst(spec, model, workdir, options, on_progress))
+            return Measurement.of(spec, run_burst(spec, model, workdir, options, on_progress,
+                                                  profile_steps=self.options.profile_steps if profile else 0))
         except BurstError as exc:
             return Measurement(spec, error=str(exc))
         finally:
@@ -120,6 +127,9 @@ class PerfSession:
         kept = self.remove_burst_dirs()
         if kept:
             self.messages.append(kept)
+        for what, keys in sorted(self.entries_lacking.items()):
+            self.messages.append(f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
+                                 f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --save-baseline")
         if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
             self.messages.append(self._nothing_ran())
             status = pytest.ExitCode.TESTS_FAILED

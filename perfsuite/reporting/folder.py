@@ -6,6 +6,8 @@ DIR/report.html     the same, self-contained (inline CSS, plots embedded as data
 DIR/*.png           scaling curve (and data-location bars) per framework x model
 DIR/trend-*.png     with --perf-history: each entry's img/s over its runs, change points marked
 DIR/utilisation/    each burst's raw utilisation series (JSON) and its plot
+DIR/traces/         the profiled steps' Chrome trace (Perfetto opens it) of every regressed or
+                    --profile burst that has an attribution
 
 Plots and utilisation files of an earlier report in DIR that this run did not produce
 are removed, so the folder never mixes two runs.
@@ -25,6 +27,14 @@ from perfsuite.reporting.perf_json import row, write_json
 from perfsuite.reporting.view import RunView
 
 PLOT_PATTERNS = ("scaling-*.png", "data-locations-*.png", "trend-*.png")
+TRACES = "traces"
+
+
+def trace_name(burst_id: str) -> str:
+    """Where a burst's trace goes in the report folder: 'traces/<burst id>.json.gz'."""
+    from perfsuite.reporting.plots import safe_name
+
+    return f"{TRACES}/{safe_name(burst_id)}.json.gz"
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
@@ -40,7 +50,9 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     for plot in plots:
         atomic_write(folder / plot.name, plot.png)
     utilisation, images = _write_utilisation(folder, records, series, util_png)
+    traces = _copy_traces(folder, results)
     kept = {p.name for p in plots} | {Path(path).name for _, data, png in utilisation for path in (data, png) if path}
+    kept |= {Path(t).name for t in traces.values()}
     _remove_stale(folder, kept)
     findings, note = _findings(results, view)
     report = content.build(records, header.facts(view, records), findings, note, plots, utilisation)
@@ -103,9 +115,24 @@ def _remove_stale(folder: Path, kept: set[str]) -> None:
     util = folder / "utilisation"
     if util.is_dir():
         stale += [p for ext in ("*.json", "*.png") for p in util.glob(ext)]
+    if (folder / TRACES).is_dir():
+        stale += list((folder / TRACES).glob("*.json.gz"))
     for p in stale:
         if p.name not in kept:
             p.unlink(missing_ok=True)
+
+
+def _copy_traces(folder: Path, results: list[BurstResult]) -> dict[str, str]:
+    """Burst id -> the report-relative trace of each burst with an attribution and a trace."""
+    out = {}
+    for r in results:
+        source = r.record.trace_file if r.record else None
+        if r.attribution is None or not source or not Path(source).is_file():
+            continue
+        name = trace_name(r.id)
+        atomic_write(folder / name, Path(source).read_bytes())
+        out[r.id] = name
+    return out
 
 
 def _findings(results: list[BurstResult], view: RunView) -> tuple[list[tuple[str, str]], str | None]:

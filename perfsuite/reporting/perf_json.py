@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfsuite.analysis import mfu
+from perfsuite.analysis import mfu, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
@@ -38,6 +38,7 @@ def row(result: BurstResult) -> dict:
     lo, hi = result.interval or (None, None)
     base = result.baseline or {}
     verdict = result.verdict
+    memory = result.memory_verdict
     return {
         "key": s.key(),
         "id": result.id,
@@ -86,7 +87,21 @@ def row(result: BurstResult) -> dict:
         "scaling_ci": list(result.scaling_interval) if result.scaling_interval else None,
         "loss_first": rec.loss_first if rec else None,
         "loss_last": rec.loss_last if rec else None,
-        "peak_memory_bytes": rec.peak_memory_bytes if rec else None,
+        # The fullest device's peak: the median over the pooled bursts, and each burst's.
+        "peak_memory_bytes": int(stats.median(result.run_peaks)) if result.run_peaks else None,
+        "peak_memory_runs": list(result.run_peaks),
+        "baseline_peak_memory_bytes": memory.baseline_bytes if memory else base.get("peak_memory_bytes"),
+        "memory_verdict": memory.status if memory else None,
+        "memory_change": memory.change if memory else None,
+        "memory_tolerance": memory.tolerance if memory else None,
+        # The op profile taken after the windows (--profile, --save-baseline, a confirming rerun),
+        # what it cost, and what moved against the baseline entry's profile.
+        "op_profile": rec.op_profile if rec else None,
+        "profile_seconds": rec.profile_seconds if rec else None,
+        "profile_error": rec.profile_error if rec else None,
+        "attribution": result.attribution.as_dict() if result.attribution else None,
+        "attribution_lines": result.attribution.lines() if result.attribution else [],
+        "attribution_note": result.attribution_note,
         "wall_seconds": rec.wall_seconds if rec else (result.remote.wall_seconds if result.remote else None),
         # Summary only: the time series stay in the record's utilisation.
         "utilisation": utilisation_summary(rec.utilisation) if rec else None,

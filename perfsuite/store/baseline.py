@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import atomic_write, cache_root
 from perfsuite.common.hardware import Fingerprint
@@ -27,8 +28,11 @@ from perfsuite.common.numbers import finite
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 20
-HISTORY_FIELDS = ("images_per_sec", "ci_low", "ci_high", "scaling_efficiency", "date", "git_commit")
+HISTORY_FIELDS = ("images_per_sec", "ci_low", "ci_high", "scaling_efficiency", "peak_memory_bytes", "date",
+                  "git_commit")
 LOCK_TIMEOUT_S = 60.0
+# Left out of an entry rather than stored as null: older entries lack them too.
+OPTIONAL_FIELDS = ("peak_memory_bytes", "op_profile")
 
 
 class BaselineError(Exception):
@@ -150,10 +154,16 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
         "runs": result.runs,
         "run_medians": result.run_medians,
         "scaling_efficiency_runs": result.scaling_runs,
+        # The fullest device's peak, median over the pooled bursts, and each burst's.
+        "peak_memory_bytes": int(stats.median(result.run_peaks)) if result.run_peaks else None,
+        "peak_memory_runs": list(result.run_peaks),
+        "op_profile": result.record.op_profile,  # what attribution compares a regressed burst with
     }
-    if old and "tolerance" in old:
-        entry["tolerance"] = old["tolerance"]  # a hand-set per-entry tolerance survives a refresh
-    return {k: v for k, v in entry.items() if not isinstance(v, float) or finite(v)}
+    for hand_set in ("tolerance", "memory_tolerance"):
+        if old and hand_set in old:
+            entry[hand_set] = old[hand_set]  # a hand-set per-entry tolerance survives a refresh
+    return {k: v for k, v in entry.items()
+            if (v is not None or k not in OPTIONAL_FIELDS) and (not isinstance(v, float) or finite(v))}
 
 
 def remove_entries(path: Path, select: Callable[[str, dict[str, Any]], bool]) -> tuple[list[str], BaselineFile]:

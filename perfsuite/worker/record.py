@@ -64,7 +64,9 @@ def rank_entry(rank: int, device_name: str, timings: WindowTimings, images_per_w
 def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[RankEntry], images_per_window: int,
                  *, framework_version: str, device_name: str, precision_dtype: str,
                  fp32_math: str | None, input_workers: int | None = None, fp32_matmul: str | None = None,
-                 compute_capability: str | None = None, libraries: dict[str, str] | None = None) -> WorkerRecord:
+                 compute_capability: str | None = None, libraries: dict[str, str] | None = None,
+                 op_profile: dict | None = None, profile_seconds: float | None = None,
+                 profile_error: str | None = None) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
@@ -91,4 +93,7 @@ def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[
         fp32_matmul=fp32_matmul,
         compute_capability=compute_capability,
         libraries=dict(libraries or {}),
+        op_profile=op_profile,
+        profile_seconds=profile_seconds,
+        profile_error=profile_error,
     )

@@ -70,10 +70,11 @@ def run(job: Job) -> WorkerRecord | None:
     def reset_peaks() -> None:
         for gpu in gpus:
             tf.config.experimental.reset_memory_stats(gpu)
+    # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
+    sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
     timings = run_windows(
         step,
-        # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
-        tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy),
+        sync,
         lambda loss: float(loss.numpy()),
         # The first call traces (and with XLA compiles) the step: never time it.
         warmup_steps=max(spec.warmup_steps, 1),
@@ -101,6 +102,8 @@ def run(job: Job) -> WorkerRecord | None:
     else:
         peak, device_name = host_peak_memory(), "cpu"
         fp32 = {"fp32_math": None}
+    # Peak memory is read first: the profiler's own buffers are not the model's memory.
+    profiled = _profile(job, step, sync, leader, bool(gpus))
     images_per_window = global_batch * spec.steps_per_window
     mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -119,7 +122,27 @@ def run(job: Job) -> WorkerRecord | None:
         precision_dtype=precision.dtype,
         libraries=_libraries(),
         **fp32,
+        **profiled.fields(),
     )
+
+
+def _profile(job: Job, step, sync, leader: bool, gpu: bool):
+    """The job's profiled steps, after the windows; every worker steps, node 0 records."""
+    import time
+
+    from perfsuite.contract.burst_files import TRACE
+    from perfsuite.worker.backends.tf.profile import run_profiled_steps
+    from perfsuite.worker.profiling import ProfileOutcome, take
+
+    if job.profile_steps <= 0:
+        return ProfileOutcome()
+    started = time.perf_counter()
+    build = run_profiled_steps(step, sync, job.profile_steps, os.path.join(job.folder, TRACE), leader, gpu)
+    if build is None:
+        return ProfileOutcome()
+    outcome = take(build)
+    outcome.profile_seconds = time.perf_counter() - started
+    return outcome
 
 
 def _libraries() -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.record import WorkerRecord
@@ -89,6 +90,8 @@ def run(job: Job) -> WorkerRecord | None:
         device_name = torch.cuda.get_device_name(device)
     else:
         peak, device_name = host_peak_memory(), "cpu"
+    # Peak memory is read first: the profiler's own buffers are not the model's memory.
+    profiled = _profile(job, step, sync, device, leader)
     images_per_window = spec.batch_size * spec.steps_per_window
     mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -105,7 +108,25 @@ def run(job: Job) -> WorkerRecord | None:
         input_workers=input_workers(spec),
         libraries=_libraries(),
         **_fp32_facts(device),
+        **profiled.fields(),
     )
+
+
+def _profile(job: Job, step, sync, device, leader: bool):
+    """The job's profiled steps, after the windows; every rank steps, the leader records."""
+    from perfsuite.contract.burst_files import TRACE
+    from perfsuite.worker.backends.torch.profile import run_profiled_steps
+    from perfsuite.worker.profiling import ProfileOutcome, take
+
+    if job.profile_steps <= 0:
+        return ProfileOutcome()
+    started = time.perf_counter()
+    build = run_profiled_steps(step, sync, job.profile_steps, device, os.path.join(job.folder, TRACE), leader)
+    if build is None:
+        return ProfileOutcome()
+    outcome = take(build)
+    outcome.profile_seconds = time.perf_counter() - started
+    return outcome
 
 
 def _libraries() -> dict[str, str]:

@@ -1,0 +1,112 @@
+"""Attribution and peak memory end to end, in both frameworks, through register_model.
+
+A baseline is saved with tests/attribution_models.py's model as it is; then the model
+runs an extra 1024x1024 matrix multiply per forward pass (the gate fails and names a
+matmul op as the top mover), or keeps an extra 512 MiB tensor alive (the gate fails on
+memory, not on throughput). Both changes are many times any noise of a shared machine:
+the matmul costs tens of milliseconds a step against a step of a few.
+"""
+
+import gzip
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from suite_files import needs
+
+MODELS = (Path(__file__).parent / "attribution_models.py").read_text()
+THROUGHPUT = "from perfsuite.suite.test_throughput import test_throughput\n"
+ARGS = ["--model", "opmix", "-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "1", "--steps", "10",
+        "--windows", "5", "--warmup-steps", "2", "--max-windows", "5", "-p", "no:cacheprovider",
+        "-p", "no:benchmark"]
+FRAMEWORKS = [pytest.param("torch", marks=needs("torch")), pytest.param("tf", marks=needs("tensorflow"))]
+
+
+def junit_properties(path: Path) -> dict[str, str]:
+    (case,) = ET.parse(path).getroot().iter("testcase")
+    return {p.get("name"): p.get("value") for p in case.iter("property")}
+
+
+@pytest.fixture
+def saved(pytester, monkeypatch):
+    """The model's baseline, saved with its op profile and peak memory."""
+    for name in ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(MODELS)
+    pytester.makepyfile(test_suite=THROUGHPUT)
+
+    def save(framework: str) -> dict:
+        result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--save-baseline",
+                                               "--baseline-runs", "1", "--perf-json", "saved.json")
+        result.assert_outcomes(passed=1)
+        (path,) = (pytester.path / "baselines").glob("*.json")
+        (entry,) = json.loads(path.read_text())["entries"].values()
+        return entry
+
+    return save
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, monkeypatch, framework):
+    entry = saved(framework)
+    profile = entry["op_profile"]
+    assert profile["tool"] == ("torch.profiler" if framework == "torch" else "tensorflow.profiler")
+    assert len(profile["step_ms"]) == 3 and profile["ops"]  # --profile-steps' default
+    (row,) = json.loads((pytester.path / "saved.json").read_text())["results"]
+    assert row["profile_seconds"] > 0 and row["profile_error"] is None
+
+    monkeypatch.setenv("PERFSUITE_EXTRA_MATMUL", "1024")
+    result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--perf-report", "report",
+                                           "--perf-json", "gated.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "regression: " in out and "attribution (step " in out
+    (row,) = json.loads((pytester.path / "gated.json").read_text())["results"]
+    assert row["verdict"] == "regression" and row["runs"] == 2
+    top = row["attribution"]["movers"][0]
+    assert top["family"] == "matmul", row["attribution_lines"]
+    assert top["share"] > 0.5  # the multiply is most of the slowdown
+    props = junit_properties(pytester.path / "junit.xml")
+    assert props["top_mover_family"] == "matmul" and props["attribution"] == "attributed"
+    # The confirming rerun's profiled steps, as Chrome trace JSON in the report folder.
+    (trace,) = (pytester.path / "report" / "traces").glob("*.json.gz")
+    assert f"trace: report/traces/{trace.name}" in out
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert any("mm" in str(e.get("name", "")).lower() or "matmul" in str(e.get("name", "")).lower()
+               for e in events)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytester, saved, monkeypatch,
+                                                                          framework):
+    entry = saved(framework)
+    assert entry["peak_memory_bytes"] > 0 and entry["peak_memory_runs"] == [entry["peak_memory_bytes"]]
+
+    monkeypatch.setenv("PERFSUITE_EXTRA_MEMORY_MB", "512")
+    # A throughput tolerance no shared machine's noise reaches: this test is about memory.
+    result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--perf-tolerance", "0.9",
+                                           "--perf-json", "gated.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "memory regression: " in out and "vs baseline " in out
+    assert "\nregression: " not in out.replace("E       ", "\n")
+    (row,) = json.loads((pytester.path / "gated.json").read_text())["results"]
+    assert row["memory_verdict"] == "regression" and row["verdict"] != "regression"
+    assert row["memory_change"] > 0.5 and len(row["peak_memory_runs"]) == 2  # confirmed on a rerun
+    props = junit_properties(pytester.path / "junit.xml")
+    assert props["memory_verdict"] == "regression"
+    assert int(props["peak_memory_bytes"]) > int(props["baseline_peak_memory_bytes"]) + 400 * 2**20
+
+
+@needs("torch")
+def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
+    saved("torch")
+    # A throughput tolerance no shared machine's noise reaches: the verdict is not the point.
+    result = pytester.runpytest_subprocess(*ARGS, "--framework", "torch", "--profile", "--perf-tolerance", "0.9",
+                                           "--perf-report", "report")
+    result.assert_outcomes(passed=1)
+    (row,) = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
+    assert row["runs"] == 1 and row["attribution"]["status"] in ("attributed", "uniform", "inconclusive")
+    assert row["attribution_lines"][0].startswith("attribution")
+    assert len(list((pytester.path / "report" / "traces").glob("*.json.gz"))) == 1
