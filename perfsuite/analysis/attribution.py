@@ -118,7 +118,8 @@ class Attribution:
         out = [f"attribution ({step}; baseline -> now):"]
         for m in self.movers[:MAX_LINES]:
             share = m.share(self.slowdown_ms)
-            tail = f", {share:.0%} of the slowdown" if share is not None else ""
+            tail = "" if share is None else f", {share:.0%} of the slowdown" if share >= 0.005 \
+                else ", <1% of the slowdown"
             out.append(f"  {_op(m)} {_ms(m.base_ms)} -> {_ms(m.now_ms)} ms/step ({_signed(m.delta_ms)} ms{tail})"
                        + (" new" if m.base_ms is None else ""))
         if len(self.movers) > MAX_LINES:

@@ -2,8 +2,10 @@
 ``--benchmark-save``, ``pytest-benchmark compare`` and its histograms see them.
 
 Each burst becomes one benchmark whose rounds are the burst's timed windows (seconds
-per window, all pooled bursts); throughput, device count and verdict go into
-``extra_info``. Nothing here imports a framework: versions come from package metadata.
+per window, all pooled bursts); throughput, device count, peak memory, their verdicts
+and, for a profiled burst, the attribution's top mover go into ``extra_info`` (named
+as in the --junitxml properties). Nothing here imports a framework: versions come from
+package metadata.
 """
 
 from __future__ import annotations
@@ -98,9 +100,16 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
     keep = ("images_per_sec", "ci_low", "ci_high", "devices", "nodes", "world_size", "images_per_window",
             "scaling_efficiency", "verdict", "change", "p_value", "scaling_verdict", "baseline_images_per_sec",
             "baseline_scaling_efficiency", "runs", "windows_run", "framework_version", "device_name",
-            "precision_dtype", "achieved_tflops", "mfu", "tests")
+            "precision_dtype", "achieved_tflops", "mfu", "peak_memory_bytes", "baseline_peak_memory_bytes",
+            "memory_change", "memory_verdict", "memory_tolerance", "tests")
     info = {k: record.get(k) for k in keep if k in record}
     info["images_per_window"] = result.record.images_per_window
+    found = result.attribution
+    if found is not None:
+        info["attribution"] = found.status
+        if found.movers:
+            top = found.movers[0]
+            info.update(top_mover=top.name, top_mover_family=top.family, top_mover_delta_ms=top.delta_ms)
     info["unit"] = "seconds per window; throughput is extra_info.images_per_sec"
     return info
 

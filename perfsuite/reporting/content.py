@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfsuite.analysis.attribution import ATTRIBUTED
 from perfsuite.analysis.stats import (
     ERROR,
     IMPROVEMENT,
@@ -19,7 +20,7 @@ from perfsuite.analysis.stats import (
     VERDICT_ORDER,
     worst,
 )
-from perfsuite.common.numbers import finite, fixed
+from perfsuite.common.numbers import finite, fixed, gib
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,22 @@ class Plot:
     name: str  # file name inside the report folder
     title: str
     png: bytes
+
+
+@dataclass(frozen=True)
+class AttributionPart:
+    """What moved in one profiled burst: the attribution's lines, its movers as a table, its trace."""
+
+    label: str
+    heading: str  # the first attribution line: the step time, baseline -> now
+    rows: list[list[str]]  # ATTRIBUTION_COLUMNS, one per op that moved beyond its noise
+    lines: list[str]  # what the table does not say, as the failing test printed it
+    trace: str | None = None  # report-relative path of the profiled steps' Chrome trace
+    note: str | None = None  # why there is no attribution
+
+
+ATTRIBUTION_COLUMNS = ("op", "family", "baseline ms/step", "now ms/step", "change", "share of slowdown")
+TRACE_VIEWERS = "Perfetto (ui.perfetto.dev) or chrome://tracing"
 
 
 @dataclass
@@ -42,6 +59,7 @@ class Report:
     findings_note: str | None = None  # why findings are missing, when they are
     plots: list[Plot] = field(default_factory=list)
     utilisation: list[tuple[str, str, str | None]] = field(default_factory=list)  # (label, json, png)
+    attributions: list[AttributionPart] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -61,7 +79,8 @@ def row_status(rec: dict) -> str:
         return ERROR
     if rec.get("saved"):
         return SAVED
-    return worst([rec.get("verdict") or MEASURED, rec.get("scaling_verdict") or MEASURED])
+    # A memory regression fails the test as a throughput one does: the row shows it.
+    return worst([rec.get(k) or MEASURED for k in ("verdict", "scaling_verdict", "memory_verdict")])
 
 
 def label(rec: dict) -> str:
@@ -103,6 +122,16 @@ def gpu_mean(rec):
     return sum(means) / len(means) if means else None
 
 
+def peak_memory(rec):
+    """The burst's peak memory in bytes; None where the backend read none (a zero peak)."""
+    peak = rec.get("peak_memory_bytes")
+    return peak if num(peak) and peak > 0 else None
+
+
+def memory_cell(x) -> str:
+    return gib(x) if num(x) and x > 0 else "-"
+
+
 def _mfu_cell(rec) -> str:
     cell = fmt(_mfu(rec), ".1%")
     precision = rec.get("mfu_precision")
@@ -121,6 +150,9 @@ VARYING = (("batch/device", "batch_size"), ("precision", "precision"), ("update"
            ("image", "image_size"), ("threads", "threads_per_worker"))
 
 
+VERDICT_COLUMNS = ("verdict", "scaling verdict", "memory verdict")  # cells highlighted by their status
+
+
 def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     varying = [(h, k) for h, k in VARYING if len({r.get(k) for r in records}) > 1]
     scaling = any(num(r.get("scaling_efficiency")) for r in records)
@@ -130,6 +162,12 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     if scaling:
         columns += ["scaling eff (95% CI)", "baseline eff", "scaling verdict"]
     trend = any(len(_trend(r)) > 1 for r in records)
+    memory = any(peak_memory(r) for r in records)
+    if memory:
+        columns.append("peak memory")
+    memory_gated = any(r.get("memory_verdict") not in (None, NO_BASELINE) for r in records)
+    if memory_gated:
+        columns.append("memory verdict")
     if trend:
         columns.append("baseline trend")
     columns += [h for h, _ in optional]
@@ -145,6 +183,10 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             if eff != "-" and num(ci[0]) and num(ci[1]):
                 eff += f" ({ci[0]:.1%}-{ci[1]:.1%})"
             cells += [eff, fmt(r.get("baseline_scaling_efficiency"), ".1%"), _verdict(r, "scaling_verdict")]
+        if memory:
+            cells.append(_memory(r))
+        if memory_gated:
+            cells.append(_verdict(r, "memory_verdict"))
         if trend:
             cells.append(" → ".join(fmt(x) for x in _trend(r)[-TREND_POINTS:]) or "-")
         cells += [cell(r) for _, cell in optional]
@@ -165,6 +207,15 @@ def _devices(r: dict) -> str:
     return text + f" x {r['nodes']} nodes" if (r.get("nodes") or 1) > 1 else text
 
 
+def _memory(r: dict) -> str:
+    cell = memory_cell(peak_memory(r))
+    base = r.get("baseline_peak_memory_bytes")
+    if cell == "-" or not num(base) or base <= 0:
+        return cell
+    change = r.get("memory_change")
+    return f"{cell} (base {gib(base)}" + (f", {change:+.1%})" if num(change) else ")")
+
+
 def _interval(lo, hi, spec: str) -> str:
     return f"{fmt(lo, spec)}-{fmt(hi, spec)}" if num(lo) and num(hi) else "-"
 
@@ -176,7 +227,7 @@ def _verdict(r: dict, key: str) -> str:
     if r.get("saved"):
         status = SAVED if key == "verdict" else None
     if not status:
-        return "-" if key == "scaling_verdict" else MEASURED
+        return MEASURED if key == "verdict" else "-"
     runs = r.get("runs") or 1
     text = status.upper() if status in (REGRESSION, INCONCLUSIVE) else status
     return f"{text} ({runs} runs)" if runs > 1 and key == "verdict" else text
@@ -210,7 +261,65 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
                         f"{name}: efficiency {fmt(r.get('scaling_efficiency'), '.1%')}"
                         f" (95% CI {_interval(ci[0], ci[1], '.1%')}) vs baseline "
                         f"{fmt(r.get('baseline_scaling_efficiency'), '.1%')}"))
+        if r.get("memory_verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
+            out.append((r["memory_verdict"], f"memory {r['memory_verdict']}", f"{name}: {_memory_detail(r)}"))
     return sorted(out, key=lambda c: VERDICT_ORDER.index(c[0]))
+
+
+def _memory_detail(r: dict) -> str:
+    """Peak against baseline, with the tolerance and, after a rerun, each pooled burst's peak."""
+    runs = [p for p in r.get("peak_memory_runs") or [] if num(p)]
+    tolerance = f", tolerance {r['memory_tolerance']:.0%}" if num(r.get("memory_tolerance")) else ""
+    bursts = f", bursts {', '.join(gib(p) for p in runs)}" if len(runs) > 1 else ""
+    return (f"peak {memory_cell(r.get('peak_memory_bytes'))} vs baseline "
+            f"{memory_cell(r.get('baseline_peak_memory_bytes'))} ({fmt(r.get('memory_change'), '+.1%')}"
+            f"{tolerance}{bursts})")
+
+
+def attributions(records: list[dict], traces: dict[str, str]) -> list[AttributionPart]:
+    """One part per burst that has an attribution (regressed or --profile bursts) or a note on why not."""
+    out = []
+    for r in records:
+        lines = [str(line) for line in r.get("attribution_lines") or []]
+        found = r.get("attribution") if isinstance(r.get("attribution"), dict) else None
+        note = r.get("attribution_note")
+        if not lines and not note:
+            continue
+        rows = _movers(found) if found and found.get("status") == ATTRIBUTED else []
+        # The table holds every mover, vanished and faster op; what is left is the closing line.
+        rest = lines[-1:] if rows else lines[1:]
+        out.append(AttributionPart(label(r), lines[0] if lines else "", rows, [line.strip() for line in rest],
+                                   traces.get(r.get("id")), None if lines else str(note)))
+    return out
+
+
+def _movers(found: dict) -> list[list[str]]:
+    """Table rows of the movers (largest change first), then the vanished and the faster ops."""
+    out = []
+    for group, tag in (("movers", None), ("vanished", "vanished"), ("faster", "faster")):
+        for m in found.get(group) or []:
+            if not isinstance(m, dict):
+                continue
+            what = tag or ("new" if m.get("base_ms") is None else None)
+            share = _share(m.get("share")) if group == "movers" else "-"
+            out.append([str(m.get("name")) + (f" ({what})" if what else ""), str(m.get("family")),
+                        _ms(m.get("base_ms")), _ms(m.get("now_ms")), _signed_ms(m.get("delta_ms")), share])
+    return out
+
+
+def _share(x) -> str:
+    return "<1%" if num(x) and 0 <= x < 0.005 else fmt(x, ".0%")
+
+
+def _ms(x) -> str:
+    """Milliseconds as the attribution lines write them: 12.1, 0.062; "-" where the op was below the floor."""
+    if not num(x):
+        return "-"
+    return f"{x:.1f}" if abs(x) >= 1 else fixed(x, 2)
+
+
+def _signed_ms(x) -> str:
+    return f"{'+' if x >= 0 else '-'}{_ms(abs(x))} ms" if num(x) else "-"
 
 
 def counts(rows: list[tuple[str, list[str]]]) -> dict[str, int]:
@@ -221,7 +330,8 @@ def counts(rows: list[tuple[str, list[str]]]) -> dict[str, int]:
 
 
 def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findings_note: str | None = None,
-          plots=(), utilisation=()) -> Report:
+          plots=(), utilisation=(), traces: dict[str, str] | None = None) -> Report:
+    """``traces``: burst id -> the report-relative path of its Chrome trace."""
     columns, rows = table(records)
     return Report(
         title="perfsuite report",
@@ -230,11 +340,12 @@ def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findin
         counts=counts(rows),
         columns=columns,
         rows=rows,
-        verdict_columns=tuple(i for i, c in enumerate(columns) if c in ("verdict", "scaling verdict")),
+        verdict_columns=tuple(i for i, c in enumerate(columns) if c in VERDICT_COLUMNS),
         findings=list(findings),
         findings_note=findings_note,
         plots=list(plots),
         utilisation=list(utilisation),
+        attributions=attributions(records, traces or {}),
     )
 
 

@@ -1,7 +1,7 @@
 """The report folder of --perf-report: what goes in it, each file written atomically.
 
 DIR/results.json    the --perf-json payload
-DIR/report.md       header, regressions first, results table, findings, plot links
+DIR/report.md       header, regressions first, results table, findings, attributions, plot links
 DIR/report.html     the same, self-contained (inline CSS, plots embedded as data: URIs)
 DIR/*.png           scaling curve (and data-location bars) per framework x model
 DIR/trend-*.png     with --perf-history: each entry's img/s over its runs, change points marked
@@ -55,7 +55,7 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     kept |= {Path(t).name for t in traces.values()}
     _remove_stale(folder, kept)
     findings, note = _findings(results, view)
-    report = content.build(records, header.facts(view, records), findings, note, plots, utilisation)
+    report = content.build(records, header.facts(view, records), findings, note, plots, utilisation, traces)
     atomic_write(folder / "report.md", markdown.document(report).encode())
     atomic_write(folder / "report.html", html.document(report, images).encode())
     summary_file = os.environ.get(STEP_SUMMARY)

@@ -5,7 +5,18 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from perfsuite.reporting.content import ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status, summary_line
+from perfsuite.reporting.content import (
+    ATTRIBUTION_COLUMNS,
+    ERROR,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    REGRESSION,
+    TRACE_VIEWERS,
+    AttributionPart,
+    Report,
+    cell_status,
+    summary_line,
+)
 
 CSS = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #222;
@@ -41,9 +52,12 @@ figure { display: inline-block; margin: 8px 16px 16px 0; vertical-align: top; }
 figure img { max-width: 100%; border: 1px solid #e3e3e3; }
 figcaption { font-size: 12px; color: #555; }
 .util figure img { width: 640px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+pre { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f4f4f4;
+      padding: 6px 10px; border-radius: 3px; overflow-x: auto; }
 """
 _TEXT_COLUMNS = {"framework", "model", "devices", "data location", "precision", "update", "verdict",
-                 "scaling verdict"}
+                 "scaling verdict", "memory verdict", "op", "family"}
 
 
 def document(report: Report, images: dict[str, bytes]) -> str:
@@ -84,6 +98,10 @@ def document(report: Report, images: dict[str, bytes]) -> str:
         if report.findings_note:
             out.append(f"<li>{escape(report.findings_note)}</li>")
         out.append("</ul>")
+    if report.attributions:
+        out.append("<h2>Attribution</h2>")
+        for part in report.attributions:
+            out += _attribution(part)
     if report.plots:
         out += ["<h2>Plots</h2>", '<div class="plots">']
         out += [_figure(p.png, p.title) for p in report.plots]
@@ -98,6 +116,28 @@ def document(report: Report, images: dict[str, bytes]) -> str:
         out.append("</div>")
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _attribution(part: AttributionPart) -> list[str]:
+    out = [f"<h3>{escape(part.label)}</h3>"]
+    if part.note:
+        return out + [f"<p>No attribution: {escape(part.note)}</p>"]
+    out.append(f"<p>{escape(part.heading)}</p>")
+    if part.rows:
+        out.append('<div class="scroll"><table><thead><tr>')
+        out += [f"<th>{escape(c)}</th>" for c in ATTRIBUTION_COLUMNS]
+        out.append("</tr></thead><tbody>")
+        for cells in part.rows:
+            tds = (f"<td>{escape(c)}</td>" if column in _TEXT_COLUMNS else f'<td class="n">{escape(c)}</td>'
+                   for column, c in zip(ATTRIBUTION_COLUMNS, cells))
+            out.append(f"<tr>{''.join(tds)}</tr>")
+        out.append("</tbody></table></div>")
+    if part.lines:
+        out.append(f"<pre>{escape(chr(10).join(part.lines))}</pre>")
+    if part.trace:
+        out.append(f'<p>Trace of the profiled steps: <a href="{escape(part.trace)}">{escape(part.trace)}</a>; '
+                   f"it opens in {escape(TRACE_VIEWERS)}.</p>")
+    return out
 
 
 def _figure(png: bytes, caption: str, extra: str = "") -> str:

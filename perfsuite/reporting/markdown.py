@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from perfsuite.reporting.content import ERROR, IMPROVEMENT, INCONCLUSIVE, REGRESSION, Report, cell_status, summary_line
+from perfsuite.reporting.content import (
+    ATTRIBUTION_COLUMNS,
+    ERROR,
+    IMPROVEMENT,
+    INCONCLUSIVE,
+    REGRESSION,
+    TRACE_VIEWERS,
+    AttributionPart,
+    Report,
+    cell_status,
+    summary_line,
+)
 
 # Markdown has no colour; GitHub renders these marks in colour.
 MARKS = {REGRESSION: "🔴", ERROR: "🔴", INCONCLUSIVE: "🟡", IMPROVEMENT: "🟢"}
 
 
-def summary(report: Report) -> str:
-    """Header, regressions first, the results table and the findings: everything but the plots."""
+def summary(report: Report, links: bool = False) -> str:
+    """Header, regressions first, the results table, the findings and the attributions: everything
+    but the plots. Without ``links`` (a step summary, away from the report folder) trace files are
+    named, not linked."""
     out = [f"# {report.title}", ""]
     out += [f"- **{what}**: {_inline(value)}" for what, value in report.facts]
     out += ["", f"**{summary_line(report)}**", ""]
@@ -28,11 +41,32 @@ def summary(report: Report) -> str:
         if report.findings_note:
             out.append(f"- {_escape(report.findings_note)}")
         out.append("")
+    if report.attributions:
+        out += ["## Attribution", ""]
+        for part in report.attributions:
+            out += _attribution(part, links)
     return "\n".join(out)
 
 
+def _attribution(part: AttributionPart, links: bool) -> list[str]:
+    out = [f"### {_escape(part.label)}", ""]
+    if part.note:
+        return out + [f"No attribution: {_escape(part.note)}", ""]
+    out += [_escape(part.heading), ""]
+    if part.rows:
+        out += [_row(ATTRIBUTION_COLUMNS), _row(["---"] * len(ATTRIBUTION_COLUMNS))]
+        out += [_row(_escape(c) for c in cells) for cells in part.rows]
+        out.append("")
+    if part.lines:
+        out += ["```", *part.lines, "```", ""]
+    if part.trace:
+        where = f"[{part.trace}]({part.trace})" if links else f"`{part.trace}` in the report folder"
+        out += [f"Trace of the profiled steps: {where}; it opens in {TRACE_VIEWERS}.", ""]
+    return out
+
+
 def document(report: Report) -> str:
-    out = [summary(report)]
+    out = [summary(report, links=True)]
     if report.plots:
         out += ["## Plots", ""]
         out += [f"![{p.title}]({p.name})\n" for p in report.plots]

@@ -11,19 +11,22 @@ from perfsuite.common.files import shown_path
 from perfsuite.common.hardware import describe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
-from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean
+from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, peak_memory
 from perfsuite.reporting.perf_json import row as results_row
 from perfsuite.reporting.view import RunView
 
 # CPU% / GPU%: mean host and device busy share over the timed windows (the evidence
-# behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak.
-HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU", "verdict")
+# behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak;
+# peak mem: the fullest device's peak (its verdict joins the throughput one when it is not a pass).
+HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU",
+          "peak mem", "verdict")
+MEMORY_SHOWN = (stats.REGRESSION, stats.INCONCLUSIVE, stats.IMPROVEMENT)  # a passing peak adds nothing
 
 
 def rows(view: RunView) -> list[tuple[str, ...]]:
     out = []
     gated = set()
-    evidence: dict[int, tuple[str, str, str, str]] = {}  # per result, however many tests read it
+    evidence: dict[int, tuple[str, ...]] = {}  # per result, however many tests read it
     for nodeid, kind, result in view.rows:
         gated.add(result.spec)
         out.append(_row(_short_id(nodeid), kind, result, evidence))
@@ -35,9 +38,9 @@ def rows(view: RunView) -> list[tuple[str, ...]]:
 
 def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...]:
     if not r.ok:
-        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "error")
+        return (name, *["-"] * (len(HEADER) - 2), "error")
     if r.remote:
-        return (name, "-", "-", "-", "-", "-", "-", "-", "-", "-", f"ran ranks of node {r.remote.node_rank}")
+        return (name, *["-"] * (len(HEADER) - 2), f"ran ranks of node {r.remote.node_rank}")
     cells = evidence.get(id(r))
     if cells is None:
         cells = evidence[id(r)] = _evidence(r)
@@ -57,6 +60,10 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
         status = status.upper()  # what must catch the eye in a long table
     if r.runs > 1:
         status += f" ({r.runs} runs)"
+    memory = r.memory_verdict
+    if kind != "scaling" and not r.saved and memory is not None and memory.status in MEMORY_SHOWN:
+        shown = memory.status.upper() if memory.status in (stats.REGRESSION, stats.INCONCLUSIVE) else memory.status
+        status += f", memory {shown} {memory.change:+.1%}"
     return (
         name,
         fixed(r.images_per_sec),
@@ -69,11 +76,11 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
     )
 
 
-def _evidence(r: BurstResult) -> tuple[str, str, str, str]:
-    """CPU%, GPU%, TFLOP/s and MFU cells, read as the report reads them; "-" where missing."""
+def _evidence(r: BurstResult) -> tuple[str, ...]:
+    """CPU%, GPU%, TFLOP/s, MFU and peak mem cells, read as the report reads them; "-" where missing."""
     rec = results_row(r)
     return (fmt(cpu_mean(rec), ".0f"), fmt(gpu_mean(rec), ".0f"), fmt(rec.get("achieved_tflops"), ".3g"),
-            fmt(rec.get("mfu"), ".1%"))
+            fmt(rec.get("mfu"), ".1%"), memory_cell(peak_memory(rec)))
 
 
 def _short_id(nodeid: str) -> str:
