@@ -7,7 +7,8 @@
 #
 # Phases: hardware facts; perfsuite's own tests that touch the CUDA path; the torch GPU
 # suite on 1 GPU (the 8 models, data location device, fp32 and amp), saving baselines
-# into $OUT/baselines; then the data locations and the real pipeline for resnet50.
+# into $OUT/baselines (with op profiles and peak memory); resnet50 gated against them with
+# --profile (attribution, traces); then the data locations and the real pipeline for resnet50.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -27,6 +28,11 @@ COMMON=(tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -
         --baseline-runs 3 --baseline-dir "$OUT/baselines" --missing-baseline pass)
 run 900 suite $PY -m pytest "${COMMON[@]}" --precision fp32 --precision amp \
     --perf-report "$OUT/report" --perf-json "$OUT/results.json" --junitxml "$OUT/junit.xml"
+# Against the entries just saved (each with its op profile: kernels, NCCL, copies), every
+# resnet50 burst profiled and attributed; its traces land in report-profile/traces/.
+run 240 attribution $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -rs \
+    --model resnet50 --profile --baseline-dir "$OUT/baselines" --perf-report "$OUT/report-profile" \
+    --perf-json "$OUT/results-profile.json"
 run 480 data-locations $PY -m pytest "${COMMON[@]}" --model resnet50 --data-location device \
     --data-location host --data-location python --data-location real --augment-on cpu \
     --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"

@@ -110,3 +110,18 @@ def test_entries_saved_without_peak_memory_or_an_op_profile_are_counted(faked):
     out = result.stdout.str()
     assert "1 baseline entry has no op profile to compare with: refresh it with --save-baseline" in out
     assert "1 baseline entry has no peak memory to compare with" in out
+
+
+def test_the_spread_of_the_baselines_own_bursts_widens_the_tolerance(faked, monkeypatch):
+    (path,) = (faked.path / "baselines").glob("*.json")
+    data = json.loads(path.read_text())
+    for found in data["entries"].values():
+        found["peak_memory_runs"] = [900 * 2**20, 1000 * 2**20, 1150 * 2**20]  # 25% apart
+    path.write_text(json.dumps(data))
+    # The 25% spread widens the 10% tolerance to 20%, twice the tolerance at most.
+    monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1190")  # +19%
+    faked.runpytest_subprocess(*FAKE_ARGS).assert_outcomes(passed=1)
+    monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1300")  # +30%
+    result = faked.runpytest_subprocess(*FAKE_ARGS)
+    result.assert_outcomes(failed=1)
+    assert "(+30%, tolerance 20%" in result.stdout.str()

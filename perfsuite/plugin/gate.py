@@ -128,6 +128,10 @@ class PerfGate:
                 if missing:
                     self.session.entries_lacking.setdefault(what, set()).add(result.spec.key())
         tolerance = self._memory_tolerance(entry)
+        # As for throughput, the spread of the baseline's own bursts is a floor (at most
+        # twice the tolerance): TensorFlow's CPU peak RSS moves by several percent run to run.
+        runs = [p for p in entry.get("peak_memory_runs") or [] if isinstance(p, (int, float)) and p > 0]
+        tolerance = max(tolerance, min(stats.run_spread(runs), 2 * tolerance))
         found = memory.compare_memory(result.run_peaks, base, tolerance)
         if found.status == stats.REGRESSION and result.runs == 1 and not self.options.save_baseline:
             result = self.session.rerun(result.spec)
