@@ -11,7 +11,8 @@ from perfsuite.suite.test_throughput import test_throughput
 """
 
 # A conftest that stands in for the launcher: each burst returns at once, at
-# $PERFSUITE_FAKE_RATE img/s (default 100) per device, with a peak memory of
+# $PERFSUITE_FAKE_RATE img/s (default 100) per device ($PERFSUITE_FAKE_RATE_<DATA LOCATION or
+# VARIABLE UPDATE> for those), an Unsupported error with $PERFSUITE_FAKE_UNSUPPORTED, a peak memory of
 # $PERFSUITE_FAKE_PEAK_MB (default 0: none measured), and leaves its key in bursts.log.
 FAKE_BURSTS = """
 import os
@@ -21,7 +22,13 @@ from perfsuite.contract.record import WorkerRecord
 def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
     with open("bursts.log", "a") as log:
         log.write(spec.key() + "\\n")
-    rate = float(os.environ.get("PERFSUITE_FAKE_RATE", "100")) * spec.world_size
+    if os.environ.get("PERFSUITE_FAKE_UNSUPPORTED"):
+        from perfsuite.plugin.launch import BurstError
+        raise BurstError("rank 0: Unsupported: " + os.environ["PERFSUITE_FAKE_UNSUPPORTED"])
+    rate = float(os.environ.get("PERFSUITE_FAKE_RATE", "100"))
+    for value in (spec.data_location, spec.variable_update):  # e.g. PERFSUITE_FAKE_RATE_HOST=60
+        rate = float(os.environ.get("PERFSUITE_FAKE_RATE_" + value.upper(), rate))
+    rate *= spec.world_size
     n = spec.windows
     return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
                         precision_dtype="float32", fp32_math=None, samples=(rate,) * n, window_seconds=(1.0,) * n,

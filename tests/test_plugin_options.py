@@ -55,7 +55,7 @@ def test_markers_registered(pytester):
         (["--framework", "jax"], ["--framework", "jax", "torch, tf"]),
         (["--data-location", "disk"], ["--data-location", "disk", "device, host, python, real"]),
         (["--variable-update", "gossip"], ["--variable-update", "replicated, parameter_server"]),
-        (["--precision", "fp8"], ["--precision", "fp32, amp"]),
+        (["--precision", "fp8"], ["--precision", "fp32, tf32, fp16, bf16, amp"]),
         (["--batch-size", "0"], ["--batch-size", ">= 1"]),
         (["--steps", "1.5"], ["--steps", "integer"]),
         (["--warmup-steps", "-1"], ["--warmup-steps", ">= 0"]),

@@ -71,8 +71,32 @@ def diagnose(
         if r.spec.world_size > 1:
             single = by_key.get(r.spec.single_device().key())
             found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
+            overhead = communication_overhead(r, by_key.get(independent_twin(r.spec).key()))
+            if overhead is not None and not found and overhead[0] >= 1 - DATA_LOCATION_SLOWDOWN:
+                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — "
+                                                        f"{overhead[1]}"))
+            elif overhead is not None and found:
+                found = [Finding(f.key, f.kind, f"{f.text}; {overhead[1]}") for f in found]
         out += found or (_compute(r) if healthy else [])
     return out
+
+
+def independent_twin(spec):
+    """The same burst with every device training alone: the compute-only ceiling."""
+    return spec.replace(variable_update="independent")
+
+
+def communication_overhead(r: BurstResult, independent: BurstResult | None) -> tuple[float, str] | None:
+    """1 - throughput / independent throughput of the same spec, and the words for it; None
+    unless both ran (and ``r`` exchanges gradients)."""
+    if r.spec.variable_update == "independent" or independent is None or not independent.ok:
+        return None
+    ips, ceiling = _positive(r.images_per_sec), _positive(independent.images_per_sec)
+    if ips is None or ceiling is None:
+        return None
+    overhead = 1 - ips / ceiling
+    return overhead, (f"communication overhead {overhead:.1%} (1 - {r.spec.variable_update} {fixed(ips)} / "
+                      f"independent {fixed(ceiling)} img/s)")
 
 
 # --- the rules --------------------------------------------------------------------------

@@ -19,6 +19,11 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward (gradients of activations and of weights)
 
 
+def flops_per_forward(mode: str) -> int:
+    """Model FLOPs per image per forward FLOP: 3 when training, 1 for inference."""
+    return 1 if mode == "infer" else TRAIN_FLOPS_PER_FORWARD
+
+
 @dataclass(frozen=True)
 class GpuPeak:
     name: str
@@ -102,14 +107,14 @@ def compute_precision(precision: str | None, precision_dtype: str | None, fp32_m
     the framework allowed it (``fp32_math`` from the record; torch lets cuDNN use TF32
     and TensorFlow enables TF32 by default, so a record without it means TF32).
     """
-    if precision == "amp":
+    if precision in ("amp", "fp16", "bf16"):
         return {"float16": "fp16", "bfloat16": "bf16"}.get(precision_dtype or "", "fp16")
     return "fp32" if fp32_math == "ieee" else "tf32"
 
 
-def achieved_tflops(flops_per_image: float, images_per_sec: float) -> float:
-    """Training TFLOP/s: 3 x forward FLOPs per image x images per second."""
-    return TRAIN_FLOPS_PER_FORWARD * flops_per_image * images_per_sec / 1e12
+def achieved_tflops(flops_per_image: float, images_per_sec: float, mode: str = "train") -> float:
+    """Model TFLOP/s: 3 (training) or 1 (inference) x forward FLOPs per image x images per second."""
+    return flops_per_forward(mode) * flops_per_image * images_per_sec / 1e12
 
 
 def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, GpuPeak | None, str]:
@@ -138,7 +143,7 @@ def fields(record: WorkerRecord | None, spec, images_per_sec: float | None) -> d
     # The registry's FLOPs are at the model's own image size; another size changes them.
     same_size = record.model.image_size == spec.image_size
     if _positive(flops) and _positive(images_per_sec) and same_size:
-        out["achieved_tflops"] = achieved_tflops(float(flops), float(images_per_sec))
+        out["achieved_tflops"] = achieved_tflops(float(flops), float(images_per_sec), getattr(spec, "mode", "train"))
     if spec.device_kind != "cuda":
         return out
     precision = compute_precision(spec.precision, record.precision_dtype, record.fp32_math)

@@ -116,6 +116,8 @@ class BurstResult:
     # A regressed (or --profile) burst's op profile against its baseline entry's, or why there is none.
     attribution: Attribution | None = None
     attribution_note: str | None = None
+    input_efficiency: float | None = None  # throughput over the device data location's (--min-input-efficiency)
+    communication_overhead: float | None = None  # 1 - throughput / the independent twin's, where both ran
 
     @property
     def id(self) -> str:

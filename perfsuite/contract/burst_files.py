@@ -24,6 +24,17 @@ TRACE = "trace.json.gz"  # the profiled steps, as Chrome trace JSON (Perfetto op
 PID_SUFFIX = ".pid"
 
 
+class Unsupported(RuntimeError):
+    """Raised by a worker whose device cannot run what the spec asks for (bf16 or tf32 on a
+    GPU before Ampere): its error line makes the gate skip the case with the reason."""
+
+
+def unsupported_reason(error: str | None) -> str | None:
+    """The reason of an Unsupported error line ("rank 0: Unsupported: ..."), else None."""
+    marker = f"{Unsupported.__name__}: "
+    return error.split(marker, 1)[1] if error and marker in error else None
+
+
 def error_path(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}.error")
 

@@ -8,13 +8,13 @@ run, so the plugin can refuse or skip a case up front.
 SUPPORTED = {
     "torch": {
         "data_locations": ("device", "host", "python", "real"),
-        "variable_updates": ("replicated", "parameter_server"),
+        "variable_updates": ("replicated", "parameter_server", "independent"),
         "backend": "perfsuite.worker.backends.torch.burst",
         "package": "torch",
     },
     "tf": {
         "data_locations": ("device", "host", "python", "real"),
-        "variable_updates": ("replicated", "parameter_server"),
+        "variable_updates": ("replicated", "parameter_server", "independent"),
         "backend": "perfsuite.worker.backends.tf.burst",
         "package": "tensorflow",
     },

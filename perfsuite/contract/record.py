@@ -68,6 +68,9 @@ class WorkerRecord:
     op_profile: dict | None = None
     profile_seconds: float | None = None
     profile_error: str | None = None
+    # torch.compile or XLA: the first step's time (tracing and compiling), taken before the
+    # warm-up and never part of a window.
+    compile_seconds: float | None = None
     # Set by the launcher, not the worker: the burst's wall time and its log file.
     wall_seconds: float | None = None
     worker_log: str | None = None

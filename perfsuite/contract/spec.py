@@ -9,9 +9,22 @@ DEVICE_KINDS = ("cuda", "cpu")
 # A device kind's short form, in keys, ids, fingerprints and baseline files: "gpu" or "cpu".
 SHORT_KINDS = {"cuda": "gpu", "cpu": "cpu"}
 DATA_LOCATIONS = ("device", "host", "python", "real")
-VARIABLE_UPDATES = ("replicated", "parameter_server")
-PRECISIONS = ("fp32", "amp")
+# independent: every device trains its own replica, no gradient exchange (the compute-only ceiling).
+VARIABLE_UPDATES = ("replicated", "parameter_server", "independent")
+# fp32: IEEE single precision (TF32 off); tf32: fp32 with TF32 tensor cores; fp16: float16
+# with loss scaling; bf16: bfloat16; amp: bf16 where the device has it, else fp16.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 AUGMENT_PLACES = ("cpu", "device")
+MEMORY_FORMATS = ("channels_last", "channels_first")  # NHWC and NCHW
+MODES = ("train", "infer")
+
+
+def default_memory_format(framework: str, device_kind: str, image_size: int) -> str:
+    """The layout a burst runs in when none is asked for: Keras's NHWC; torch's NCHW, but
+    channels_last on a GPU for ImageNet-sized images, where cuDNN's NHWC kernels are faster."""
+    if framework == "torch" and not (device_kind == "cuda" and image_size > 32):
+        return "channels_first"
+    return "channels_last"
 
 
 def short_kind(device_kind: str) -> str:
@@ -55,6 +68,9 @@ class BurstSpec:
     augment_on: str = "cpu"  # where the `real` pipeline decodes/augments: host cores or the compute device
     data_dir: str | None = None  # user's dataset for `real`; None: a generated one in the cache
     xla: bool = False  # TensorFlow: jit-compile the training step
+    compile: bool = False  # torch: torch.compile (inductor) the model
+    memory_format: str = ""  # "" : the framework's default for the case (default_memory_format)
+    mode: str = "train"  # infer: forward passes only, no gradients
     seed: int = 0
     # Adaptive length: windows are added, up to max_windows, while the median's 95%
     # interval is wider than stable_within of it (0: fixed length).
@@ -73,6 +89,10 @@ class BurstSpec:
             problems.append(f"augment_on must be one of {AUGMENT_PLACES}")
         if self.precision not in PRECISIONS:
             problems.append(f"precision must be one of {PRECISIONS}")
+        if self.memory_format not in ("", *MEMORY_FORMATS):
+            problems.append(f"memory_format must be one of {MEMORY_FORMATS}")
+        if self.mode not in MODES:
+            problems.append(f"mode must be one of {MODES}")
         for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
@@ -86,9 +106,17 @@ class BurstSpec:
             problems.append("stable_within must be >= 0")
         if problems:
             raise ValueError("; ".join(problems))
-        # One device has no variable update; normalising keeps equal bursts equal.
+        # One device has no variable update, and the default layout asked for by name is the
+        # default: normalising keeps equal bursts equal (and their baseline keys).
         if self.world_size == 1 and self.variable_update != "replicated":
             object.__setattr__(self, "variable_update", "replicated")
+        if self.memory_format == default_memory_format(self.framework, self.device_kind, self.image_size):
+            object.__setattr__(self, "memory_format", "")
+
+    @property
+    def layout(self) -> str:
+        """The memory format the burst runs in: channels_last or channels_first."""
+        return self.memory_format or default_memory_format(self.framework, self.device_kind, self.image_size)
 
     @property
     def world_size(self) -> int:
@@ -110,6 +138,14 @@ class BurstSpec:
             extra.append(self.precision)
         if self.world_size > 1:
             extra.append(self.variable_update)
+        if self.memory_format:
+            extra.append(self.memory_format)
+        if self.compile:
+            extra.append("torch.compile")
+        if self.xla:
+            extra.append("XLA")
+        if self.mode != "train":
+            extra.append("inference")
         tail = f" ({', '.join(extra)})" if extra else ""
         return (
             f"{self.framework} {self.model} on {count}, batch {self.batch_size}/device, "
@@ -138,6 +174,13 @@ class BurstSpec:
             parts.append(f"augment-{self.augment_on}")
         if self.xla:
             parts.append("xla")
+        # New dimensions at their defaults add nothing, so older keys still match.
+        if self.memory_format:
+            parts.append(self.memory_format)
+        if self.compile:
+            parts.append("compile")
+        if self.mode != "train":
+            parts.append(self.mode)
         if self.device_kind == "cpu":
             parts.append(f"threads{self.threads}")
         return "/".join(parts)
@@ -151,6 +194,8 @@ class BurstSpec:
             parts.append(self.precision)
         if self.world_size > 1 and self.variable_update != "replicated":
             parts.append(self.variable_update)
+        parts.extend(p for p in (self.memory_format, "compile" if self.compile else "", "xla" if self.xla else "",
+                                 "" if self.mode == "train" else self.mode) if p)
         return "-".join(parts)
 
     def single_device(self) -> BurstSpec:
@@ -182,6 +227,9 @@ KEY_FIELDS = {
     "variable_update": ("variable update", "--variable-update"),
     "augment_on": ("augmentation place", "--augment-on"),
     "xla": ("XLA", "--xla"),
+    "memory_format": ("memory format", "--memory-format"),
+    "compile": ("torch.compile", "--compile"),
+    "mode": ("mode", "--mode"),
     "threads": ("threads per CPU worker", "--threads-per-worker"),
 }
 _PREFIXED = (("nodes", "nodes"), ("bs", "batch_size"), ("img", "image_size"), ("threads", "threads"),
@@ -193,7 +241,8 @@ def key_fields(key: str) -> dict[str, str]:
     parts = key.split("/")
     fields = {"framework": parts[0] if parts else "", "model": parts[1] if len(parts) > 1 else "",
               "devices": parts[2] if len(parts) > 2 else "", "variable_update": "replicated",
-              "augment_on": "cpu", "xla": "no", "threads": "-"}
+              "augment_on": "cpu", "xla": "no", "threads": "-", "memory_format": "default",
+              "compile": "no", "mode": "train"}
     for part in parts[3:]:
         for prefix, name in _PREFIXED:
             if part.startswith(prefix) and part[len(prefix):]:
@@ -208,6 +257,12 @@ def key_fields(key: str) -> dict[str, str]:
                 fields["variable_update"] = part
             elif part == "xla":
                 fields["xla"] = "yes"
+            elif part == "compile":
+                fields["compile"] = "yes"
+            elif part in MEMORY_FORMATS:
+                fields["memory_format"] = part
+            elif part in MODES:
+                fields["mode"] = part
     return fields
 
 
@@ -234,9 +289,9 @@ def describe_difference(key: str, other: str, fields: list[str]) -> str:
         words, option = KEY_FIELDS[name]
         text = f"{words} ({mine.get(name, '-')} here, {theirs.get(name, '-')} there"
         value = theirs.get(name)
-        if option and name not in ("devices", "xla") and value not in (None, "-"):
+        if option and name not in ("devices", "xla", "compile") and value not in (None, "-", "default"):
             text += f": {option} {value} matches it"
-        elif name == "xla":
-            text += ": --xla matches it" if value == "yes" else ": leave out --xla to match it"
+        elif name in ("xla", "compile"):
+            text += f": {option} matches it" if value == "yes" else f": leave out {option} to match it"
         out.append(text + ")")
     return ", ".join(out)

@@ -7,10 +7,10 @@ import importlib.util
 import itertools
 from dataclasses import dataclass
 
-from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD
+from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD, flops_per_forward
 from perfsuite.common import hardware
 from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
-from perfsuite.contract.spec import BurstSpec, device_label, short_kind
+from perfsuite.contract.spec import BurstSpec, default_memory_format, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.plugin import framework_gpus
 from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
@@ -19,6 +19,7 @@ from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
 DIMENSIONS = (
     "framework", "model_name", "device_kind", "device_count",
     "data_location", "variable_update", "precision", "batch_size",
+    "memory_format", "mode", "augment_on",
 )
 
 # A CPU case is `slow` when one training step of one worker costs more than this
@@ -48,9 +49,13 @@ class Case:
     precision: str
     batch_size: int | None  # None: the model's default for the device kind
     nodes: int = 1
+    memory_format: str = ""  # "": the framework's default layout for the case
+    mode: str = "train"
+    augment_on: str = "cpu"  # only the `real` data location has a place to augment
 
     @property
     def id(self) -> str:
+        """The test id; a dimension at its default adds nothing, so today's ids stay as they were."""
         parts = [self.framework, self.model_name, device_label(self.device_kind, self.device_count),
                  self.data_location]
         if self.nodes > 1:
@@ -61,7 +66,18 @@ class Case:
             parts.append(self.precision)
         if self.batch_size is not None:
             parts.append(f"bs{self.batch_size}")
+        if self.data_location == "real" and self.augment_on != "cpu":
+            parts.append(f"augment-{self.augment_on}")
+        if self.memory_format and self.memory_format != self.default_layout:
+            parts.append(self.memory_format)
+        if self.mode != "train":
+            parts.append(self.mode)
         return "-".join(parts)
+
+    @property
+    def default_layout(self) -> str:
+        return default_memory_format(self.framework, self.device_kind, get_model(self.framework,
+                                                                                  self.model_name).image_size)
 
     def value(self, name: str):
         return getattr(self, name)
@@ -97,20 +113,31 @@ def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
 
 def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
     cases = []
-    for (fw, model), (kind, n), loc, vu, prec, bs in itertools.product(
+    seen = set()
+    for (fw, model), (kind, n), loc, vu, prec, bs, layout, mode, augment in itertools.product(
         selected_models(options),
         device_slots(options, gpu_count),
         options.data_location,
         options.variable_update,
         options.precision,
         options.batch_size or (None,),
+        options.memory_format or ("",),
+        options.mode,
+        options.augment_on,
     ):
         world = n * options.nnodes
         if world < min_devices:
             continue
         if world == 1 and vu != options.variable_update[0]:
             continue  # one device has no variable update to vary
-        cases.append(Case(fw, model, kind, n, loc, vu if world > 1 else "replicated", prec, bs, options.nnodes))
+        if loc != "real" and augment != options.augment_on[0]:
+            continue  # only `real` augments
+        case = Case(fw, model, kind, n, loc, vu if world > 1 else "replicated", prec, bs, options.nnodes,
+                    "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size) else layout,
+                    mode, augment if loc == "real" else "cpu")
+        if case not in seen:  # a layout asked for by name may be the default one
+            seen.add(case)
+            cases.append(case)
     return cases
 
 
@@ -130,6 +157,9 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
         gap = framework_gpus.gap(case.framework, case.device_count, gpu_count)  # a probe per framework, cached
         if gap:
             return gap
+    gap = precision_gap(case) or layout_gap(case)
+    if gap:
+        return gap
     support = SUPPORTED[case.framework]
     if case.data_location not in support["data_locations"]:
         return f"the {case.framework} backend has no data location {case.data_location!r} yet"
@@ -138,6 +168,20 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
     if case.nodes > 1:
         gap = cluster_gap(options, case.framework) if options is not None else None
         return gap or multinode_gap(case.framework, case.device_kind, case.device_count, case.variable_update)
+    return None
+
+
+def precision_gap(case: Case) -> str | None:
+    """Why a precision cannot run on the case's device kind (GPUs without TF32 or bf16 are
+    found by the worker, which reads the device's compute capability)."""
+    if case.precision == "tf32" and case.device_kind == "cpu":
+        return "tf32 needs GPU tensor cores (compute capability 8.0 and up); CPU workers have none"
+    return None
+
+
+def layout_gap(case: Case) -> str | None:
+    if case.framework == "tf" and case.device_kind == "cpu" and case.memory_format == "channels_first":
+        return "TensorFlow runs NCHW (channels_first) convolutions on GPUs only"
     return None
 
 
@@ -171,7 +215,8 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
     info = get_model(values["framework"], values["model_name"])
     kind = values["device_kind"]
     batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
-    step_flops = TRAIN_FLOPS_PER_FORWARD * info.flops * batch if info.flops is not None else None
+    step_flops = flops_per_forward(values.get("mode") or "train") * info.flops * batch if info.flops is not None \
+        else None
     warm, steps, windows = burst_length(options, kind, step_flops)
     return BurstSpec(
         framework=values["framework"],
@@ -190,9 +235,12 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
         max_windows=max(windows, options.max_windows or 2 * windows),
         stable_within=tolerance,
         threads=default_threads(options) if kind == "cpu" else 0,
-        augment_on=options.augment_on,
+        augment_on=values.get("augment_on") or options.augment_on[0],
         data_dir=str(options.data_dir) if options.data_dir else None,
         xla=options.xla and values["framework"] == "tf",
+        compile=options.compile and values["framework"] == "torch",
+        memory_format=values.get("memory_format") or "",
+        mode=values.get("mode") or "train",
     )
 
 
@@ -210,5 +258,5 @@ def short_id(names: list[str], case: Case) -> str:
             parts.append(short_kind(case.device_kind))
         else:
             value = case.value(name)
-            parts.append("default" if value is None else str(value))
+            parts.append("default" if value in (None, "") else str(value))
     return "-".join(parts)

@@ -16,6 +16,7 @@ from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
 from perfsuite.common.numbers import fixed, gib
+from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key
@@ -46,6 +47,9 @@ class PerfGate:
     def burst(self, spec: BurstSpec) -> BurstResult:
         """Run (or reuse) the burst for ``spec``; fail the test if it produced no result."""
         result = self.session.burst(spec, test=self.item.nodeid)
+        reason = unsupported_reason(result.error)
+        if reason:
+            pytest.skip(f"{spec.label}: {reason}")
         if not result.ok:
             # A crash is not a measurement: its verdict says "error", never "regression".
             self.item.user_properties.extend([("verdict", "error"), ("burst_error", result.error)])
@@ -63,8 +67,11 @@ class PerfGate:
         if entry is None:
             result.verdict = stats.compare(result.samples, None, tolerance)
             drift = self._drift(result, tolerance)
+            input_bound = self._input_efficiency(result)  # needs no baseline: the same run's device case
             self._record(result)
             self._act_drift(drift, stats.NO_BASELINE)
+            if input_bound:
+                pytest.fail(input_bound, pytrace=False)
             self._missing(spec, path)
             return result
         # The floor widens the tolerance at most twofold: three bursts estimate the spread
@@ -112,9 +119,31 @@ class PerfGate:
             detail += f"; and {drift}"
         if verdict.status == stats.REGRESSION:
             detail += "".join(f"\n{line}" for line in self._attribution_lines(result))
-        self._act(verdict, detail, also=self._memory_failure(spec, memory, path))
+        self._act(verdict, detail, also=[self._memory_failure(spec, memory, path), self._input_efficiency(result)])
         self._act_drift(drift, verdict.status)
         return result
+
+    # -- the input pipeline ------------------------------------------------------------
+    def _input_efficiency(self, result: BurstResult) -> str | None:
+        """--min-input-efficiency: a host, python or real case against the device case of the
+        same spec, measured in this run (run now if no test asked for it yet)."""
+        floor = self.options.min_input_efficiency
+        spec = result.spec
+        if floor is None or spec.data_location == "device" or self.options.save_baseline:
+            return None
+        twin = self.burst(spec.replace(data_location="device", augment_on="cpu", data_dir=None))
+        if not (result.images_per_sec and twin.images_per_sec):
+            return None
+        ratio = result.images_per_sec / twin.images_per_sec
+        result.input_efficiency = ratio
+        if ratio >= floor:
+            return None
+        from perfsuite.analysis.diagnosis import diagnose
+
+        why = [f.text for f in diagnose([result, twin]) if f.key == spec.key()]
+        return (f"input efficiency: {spec.label}: {fixed(result.images_per_sec)} img/s is {ratio:.2f} of the device "
+                f"data location's {fixed(twin.images_per_sec)} img/s (floor {floor:.2f})"
+                + (f"\ndiagnosis: {why[0]}" if why else ""))
 
     # -- peak memory --------------------------------------------------------------------
     def _memory(self, result: BurstResult, entry: dict) -> MemoryVerdict | None:
@@ -272,8 +301,21 @@ class PerfGate:
             f"{spec.label}: scaling efficiency {result.scaling_efficiency:.1%} [{lo:.1%}, {hi:.1%}] "
             f"vs {' and '.join(against)}" + (f" [baseline {path}]" if base is not None else "")
         )
+        overhead = self._communication_overhead(result)
+        if overhead:
+            detail += f"; {overhead}"
         self._act(verdict, detail, what="scaling")
         return result
+
+    def _communication_overhead(self, result: BurstResult) -> str | None:
+        """Where the independent twin ran in this run: 1 - this throughput / its (a warning too)."""
+        from perfsuite.analysis.diagnosis import communication_overhead, independent_twin
+
+        found = communication_overhead(result, self.session.results.get(independent_twin(result.spec)))
+        if found is None:
+            return None
+        result.communication_overhead = found[0]
+        return found[1]
 
     def _scaling_verdict(self, result: BurstResult, entry: dict | None, floor: float | None) -> stats.Verdict:
         base = entry.get("scaling_efficiency") if entry else None
@@ -322,10 +364,10 @@ class PerfGate:
         if policy == "fail":
             pytest.fail(message, pytrace=False)
 
-    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput", also: str | None = None) -> None:
-        """Fail or warn on ``verdict``; ``also`` is another failure line (a memory regression)
-        that fails the test whatever the verdict, after the verdict's own line."""
-        failures = [also] if also else []
+    def _act(self, verdict: stats.Verdict, detail: str, what: str = "throughput", also=()) -> None:
+        """Fail or warn on ``verdict``; ``also`` are other failure lines (a memory regression, an
+        input-bound case) that fail the test whatever the verdict, after the verdict's own line."""
+        failures = [line for line in also if line]
         if verdict.status == stats.REGRESSION:
             label = "scaling regression" if what == "scaling" else "regression"
             failures.insert(0, f"{label}: {detail}")

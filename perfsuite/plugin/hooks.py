@@ -158,14 +158,31 @@ def batch_size(request: pytest.FixtureRequest) -> int | None:
 
 
 @pytest.fixture
+def memory_format(request: pytest.FixtureRequest) -> str:
+    """"" : the framework's default layout for the case."""
+    return (_session(request.config).options.memory_format or ("",))[0]
+
+
+@pytest.fixture
+def mode(request: pytest.FixtureRequest) -> str:
+    return _session(request.config).options.mode[0]
+
+
+@pytest.fixture
+def augment_on(request: pytest.FixtureRequest) -> str:
+    return _session(request.config).options.augment_on[0]
+
+
+@pytest.fixture
 def burst_spec(request, framework, model_name, device_kind, device_count, data_location, variable_update,
-               precision, batch_size) -> BurstSpec:
+               precision, batch_size, memory_format, mode, augment_on) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
     tolerance = marker_tolerance(request.node)
     values = {"framework": framework, "model_name": model_name, "device_kind": device_kind,
               "device_count": device_count, "data_location": data_location, "variable_update": variable_update,
-              "precision": precision, "batch_size": batch_size}
+              "precision": precision, "batch_size": batch_size, "memory_format": memory_format, "mode": mode,
+              "augment_on": augment_on}
     return matrix.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import tomllib
 
 from perfsuite.analysis.stats import ALPHA, MIN_SAMPLES
-from perfsuite.contract.spec import DATA_LOCATIONS, PRECISIONS, VARIABLE_UPDATES
+from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECISIONS, VARIABLE_UPDATES
 from perfsuite.history.url import HistoryError, normalise
 from perfsuite.models.registry import FRAMEWORKS
 
@@ -66,18 +66,29 @@ OPTIONS: tuple[Option, ...] = (
     Option("--data-location", "where input batches come from; repeatable (default: device)",
            "choice", repeat=True, choices=DATA_LOCATIONS, default=("device",),
            metavar="{" + ",".join(DATA_LOCATIONS) + "}"),
-    Option("--augment-on", "where the `real` data location decodes and augments images (default: cpu)",
-           "choice", choices=("cpu", "device"), default="cpu", metavar="{cpu,device}"),
+    Option("--augment-on", "where the `real` data location decodes and augments images; repeatable (default: cpu)",
+           "choice", repeat=True, choices=("cpu", "device"), default=("cpu",), metavar="{cpu,device}"),
+    Option("--min-input-efficiency", "fail a host, python or real case whose throughput is below this fraction of "
+           "the device case of the same spec, in the same run (e.g. 0.9)", "float", minimum=0.0, maximum=1.0,
+           metavar="FRACTION"),
     Option("--data-dir", "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
            "default: a small generated one in the cache", "path", metavar="DIR"),
     Option("--xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
+    Option("--compile", "torch: torch.compile the model (inductor); compile time is reported apart", "flag",
+           default=False),
+    Option("--memory-format", "activation layout; repeatable: channels_last (NHWC) or channels_first (NCHW) "
+           "(default: the framework's, NHWC for TensorFlow, NCHW for torch but NHWC on GPUs above 32x32 images)",
+           "choice", repeat=True, choices=MEMORY_FORMATS, metavar="{" + ",".join(MEMORY_FORMATS) + "}"),
+    Option("--mode", "train, or infer (forward passes only); repeatable (default: train)", "choice", repeat=True,
+           choices=MODES, default=("train",), metavar="{" + ",".join(MODES) + "}"),
     Option("--variable-update", "how gradients meet across devices; repeatable (default: replicated)",
            "choice", repeat=True, choices=VARIABLE_UPDATES, default=("replicated",),
            metavar="{" + ",".join(VARIABLE_UPDATES) + "}"),
     Option("--batch-size", "batch size per device; repeatable (default: the model's)", "int", repeat=True,
            minimum=1, metavar="N"),
-    Option("--precision", "numeric precision; repeatable (default: fp32)", "choice", repeat=True,
-           choices=PRECISIONS, default=("fp32",), metavar="{fp32,amp}"),
+    Option("--precision", "numeric precision; repeatable: fp32 (IEEE), tf32, fp16 (with loss scaling), bf16, amp "
+           "(bf16 where the device has it, else fp16) (default: fp32)", "choice", repeat=True,
+           choices=PRECISIONS, default=("fp32",), metavar="{" + ",".join(PRECISIONS) + "}"),
     Option("--steps", "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
            "5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
     Option("--windows", "timed windows the steps are split into, one throughput sample each; at least 5, or "
@@ -142,7 +153,7 @@ BY_DEST = {o.dest: o for o in OPTIONS}
 # Keys accepted in [tool.perfsuite]; repeatable options also take their plural.
 PLURALS = {"framework": "frameworks", "model": "models", "data_location": "data_locations",
            "variable_update": "variable_updates", "batch_size": "batch_sizes", "precision": "precisions",
-           "perf_label": "perf_labels"}
+           "perf_label": "perf_labels", "memory_format": "memory_formats", "mode": "modes"}
 
 
 @dataclass(frozen=True)
@@ -155,7 +166,11 @@ class PerfOptions:
     data_location: tuple[str, ...]
     variable_update: tuple[str, ...]
     batch_size: tuple[int, ...]
-    augment_on: str
+    augment_on: tuple[str, ...]
+    min_input_efficiency: float | None
+    compile: bool
+    memory_format: tuple[str, ...]
+    mode: tuple[str, ...]
     data_dir: Path | None
     xla: bool
     precision: tuple[str, ...]
@@ -372,6 +387,11 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
         raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
     # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
     slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
+    frameworks = set(v["framework"] or FRAMEWORKS)
+    for flag, owner in (("compile", "torch"), ("xla", "tf")):
+        if v[flag] and owner not in frameworks:
+            raise OptionError(f"{src[flag]}: applies to "
+                              f"--framework {owner} only, and this run measures {', '.join(sorted(frameworks))}")
     if v["perf_label"] and v["perf_history"] is None:
         raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
     if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:

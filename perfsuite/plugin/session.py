@@ -15,6 +15,7 @@ import pytest
 from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.common import hardware
+from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.spec import BurstSpec, device_kind_of, short_kind
 from perfsuite.models.registry import get_model
 from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
@@ -42,6 +43,8 @@ class PerfSession:
     refused: str | None = None  # why the run was refused after collection (pytest-xdist)
     # Keys of gated entries saved before peak memory and op profiles were stored, per what they lack.
     entries_lacking: dict[str, set[str]] = field(default_factory=dict)
+    # Bursts whose device could not run their spec (perfsuite.contract.burst_files.Unsupported).
+    unsupported: dict[BurstSpec, BurstResult] = field(default_factory=dict)
     # --perf-history, read once per hardware fingerprint for the drift check: key -> past img/s,
     # oldest first; None where the history could not be read.
     _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
@@ -53,6 +56,8 @@ class PerfSession:
     # -- bursts -----------------------------------------------------------------------
     def burst(self, spec: BurstSpec, test: str | None = None) -> BurstResult:
         """Run ``spec`` once per session; later calls reuse the result."""
+        if spec in self.unsupported:
+            return self.unsupported[spec]
         result = self.results.get(spec)
         if result is None:
             # Tests with their own tolerance run their own burst of a key others use.
@@ -61,6 +66,9 @@ class PerfSession:
             profile = self.options.save_baseline or self.options.profile
             result = BurstResult(self._run(spec, profile),
                                  burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None)
+            if unsupported_reason(result.error):
+                self.unsupported[spec] = result  # not a measurement: kept out of results and reports
+                return result
             self.results[spec] = result
             self._update_scaling(spec)
             if self.options.save_baseline and result.ok and not result.remote:

@@ -65,6 +65,13 @@ def row(result: BurstResult) -> dict:
         "fp32_matmul": rec.fp32_matmul if rec else None,
         "compute_capability": rec.compute_capability if rec else None,
         "variable_update": s.variable_update,
+        "memory_format": s.layout,
+        "mode": s.mode,
+        "compile": s.compile,
+        "xla": s.xla,
+        "compile_seconds": rec.compile_seconds if rec else None,  # the first step, apart from the windows
+        "input_efficiency": result.input_efficiency,
+        "communication_overhead": result.communication_overhead,
         "warmup_steps": s.warmup_steps,
         "steps": s.steps,
         "windows": s.windows,

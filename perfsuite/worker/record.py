@@ -66,7 +66,7 @@ def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[
                  fp32_math: str | None, input_workers: int | None = None, fp32_matmul: str | None = None,
                  compute_capability: str | None = None, libraries: dict[str, str] | None = None,
                  op_profile: dict | None = None, profile_seconds: float | None = None,
-                 profile_error: str | None = None) -> WorkerRecord:
+                 profile_error: str | None = None, compile_seconds: float | None = None) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
@@ -96,4 +96,5 @@ def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[
         op_profile=op_profile,
         profile_seconds=profile_seconds,
         profile_error=profile_error,
+        compile_seconds=compile_seconds,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import time
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.record import WorkerRecord
@@ -72,6 +73,13 @@ def run(job: Job) -> WorkerRecord | None:
             tf.config.experimental.reset_memory_stats(gpu)
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
     sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
+    compile_seconds = None
+    if spec.xla:
+        # The first call traces the step and XLA compiles it: timed alone, before the warm-up.
+        started = time.perf_counter()
+        step()
+        sync()
+        compile_seconds = time.perf_counter() - started
     timings = run_windows(
         step,
         sync,
@@ -122,14 +130,13 @@ def run(job: Job) -> WorkerRecord | None:
         precision_dtype=precision.dtype,
         libraries=_libraries(),
         **fp32,
+        compile_seconds=compile_seconds,
         **profiled.fields(),
     )
 
 
 def _profile(job: Job, step, sync, leader: bool, gpu: bool):
     """The job's profiled steps, after the windows; every worker steps, node 0 records."""
-    import time
-
     from perfsuite.contract.burst_files import TRACE
     from perfsuite.worker.backends.tf.profile import run_profiled_steps
     from perfsuite.worker.profiling import ProfileOutcome, take

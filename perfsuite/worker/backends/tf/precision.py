@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 
 
@@ -24,9 +25,16 @@ class Precision:
 
 
 def precision_policy(spec: BurstSpec) -> Precision:
-    if spec.precision == "fp32":
+    """The Keras policy ``spec.precision`` asks for. fp32 is IEEE single precision: TensorFlow
+    allows TF32 unless told not to, so fp32 turns it off and tf32 on (call before any op runs)."""
+    ampere = spec.device_kind != "cuda" or _gpus_have_bf16()
+    if spec.precision in ("tf32", "bf16") and not ampere:
+        raise Unsupported(f"{spec.precision} needs compute capability 8.0 or later on every GPU")
+    if spec.device_kind == "cuda":
+        tf.config.experimental.enable_tensor_float_32_execution(spec.precision == "tf32")
+    if spec.precision in ("fp32", "tf32"):
         return Precision("float32", "float32", False)
-    if spec.device_kind == "cuda" and not _gpus_have_bf16():
+    if spec.precision == "fp16" or (spec.precision == "amp" and not ampere):
         # fp16 needs loss scaling to keep small gradients from flushing to zero.
         return Precision("mixed_float16", "float16", True)
     return Precision("mixed_bfloat16", "bfloat16", False)

@@ -41,6 +41,7 @@ def configure_devices(spec: BurstSpec) -> list[str]:
 def make_strategy(spec: BurstSpec, devices: list[str], join_file: str | None = None) -> tf.distribute.Strategy:
     """``replicated``: a mirrored copy of the variables per device, gradients all-reduced.
     ``parameter_server``: variables on the host CPU, compute on the devices.
+    ``independent``: mirrored copies, each trained by its own device alone.
     Several nodes: MultiWorkerMirroredStrategy (replicated only), once every node joined;
     ``join_file`` lets the launcher hold the joining to its deadline.
     """
@@ -58,6 +59,8 @@ def make_strategy(spec: BurstSpec, devices: list[str], join_file: str | None = N
         return tf.distribute.experimental.CentralStorageStrategy(
             compute_devices=devices, parameter_device="/cpu:0"
         )
+    # independent: mirrored copies that the step updates each with its own replica's
+    # gradients (perfsuite.worker.backends.tf.train), so no all-reduce ever runs.
     on_gpu = spec.device_kind == "cuda"
     # NCCL between GPUs; logical CPU devices share memory, so reducing on one is enough.
     cross = tf.distribute.NcclAllReduce() if on_gpu else tf.distribute.ReductionToOneDevice()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.worker.backends.tf.feed import Feed
 from perfsuite.worker.backends.tf.precision import DynamicLossScale
@@ -19,15 +20,20 @@ def make_optimizer() -> keras.optimizers.Optimizer:
     return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
 
-def _write_state(variables: list, values: list) -> None:
+def _write_state(variables: list, values: list, independent: bool = False) -> None:
     """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
     context: a variable in central storage exists once, so the replicas' values are
     averaged (integer seed state: the first replica's) rather than each written over it.
-    All averages go through one batched reduction, not one per variable.
+    All averages go through one batched reduction, not one per variable. Independent
+    replicas keep their own statistics: each copy gets its replica's values.
     """
 
     def merge(strategy, values):
         targets = [v.value for v in variables]  # the tf.Variables under the Keras variables
+        if independent:
+            for value, target in zip(values, targets):
+                strategy.extended.update(target, lambda v, x: v.assign(x), args=(value,), group=False)
+            return
         floating = [(value, t) for value, t in zip(values, targets) if t.dtype.is_floating]
         means = iter(strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.MEAN, floating) if floating else [])
         for value, target in zip(values, targets):
@@ -61,6 +67,11 @@ def make_step(
     global_batch = spec.batch_size * strategy.num_replicas_in_sync
     weights_vars = model.trainable_variables
     state_vars = model.non_trainable_variables
+    independent = spec.variable_update == "independent" and strategy.num_replicas_in_sync > 1
+    if independent and loss_scale is not None:
+        raise Unsupported("independent replicas in TensorFlow run without loss scaling: use bf16 or fp32, not fp16")
+    if spec.mode == "infer":
+        return _infer_step(spec, strategy, model, feed, global_batch)
 
     def gradients(images, labels, weights, state, scale):
         with tf.GradientTape() as tape:
@@ -84,9 +95,11 @@ def make_step(
         # apply_gradients all-reduces (mirrored) or aggregates (central storage) the gradients.
         if loss_scale is not None:
             loss_scale.apply_gradients(optimizer, grads, weights_vars)
+        elif independent:
+            _apply_independently(optimizer, grads, weights_vars)
         else:
             optimizer.apply_gradients(zip(grads, weights_vars))
-        _write_state(state_vars, state)
+        _write_state(state_vars, state, independent)
         return loss
 
     @tf.function
@@ -96,3 +109,50 @@ def make_step(
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
     return lambda: train_step(feed.source)
+
+
+def _apply_independently(optimizer: keras.optimizers.Optimizer, grads: list, variables: list) -> None:
+    """SGD with momentum, as Keras's SGD computes it, on each replica's own copy of the
+    variables and momenta with that replica's gradients: no all-reduce. Mirrored variables
+    updated per device in cross-replica context simply diverge, which is the point."""
+
+    def merge(strategy, grads):
+        def velocity(m, g):
+            return m * MOMENTUM - tf.cast(g, m.dtype) * LEARNING_RATE
+
+        for g, v in zip(grads, variables):
+            m = optimizer.momentums[optimizer._get_variable_index(v)].value
+            # The variable first, from the momentum before its update (each device reads its own copy).
+            strategy.extended.update(v.value, lambda vv, g, mv: vv.assign_add(velocity(mv, g)), args=(g, m),
+                                     group=False)
+            strategy.extended.update(m, lambda mv, g: mv.assign(velocity(mv, g)), args=(g,), group=False)
+
+    tf.distribute.get_replica_context().merge_call(merge, args=(grads,))
+
+
+def _infer_step(spec: BurstSpec, strategy: tf.distribute.Strategy, model: keras.Model, feed: Feed,
+                global_batch: int) -> Callable[[], tf.Tensor]:
+    """Forward passes only (``training=False``: batch norm uses its moving statistics), the
+    loss computed for the record; with XLA the forward pass is what is compiled."""
+
+    def forward(images, labels, weights, state):
+        logits, _ = model.stateless_call(weights, state, images, training=False)
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, tf.cast(logits, tf.float32),
+                                                                   from_logits=True)
+        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+    if spec.xla:
+        forward = tf.function(forward, jit_compile=True)
+
+    def replica_step(images, labels):
+        weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
+        state = [tf.convert_to_tensor(v.value) for v in model.non_trainable_variables]
+        return forward(images, labels, weights, state)
+
+    @tf.function
+    def infer_step(source):
+        images, labels = feed.take(source)
+        losses = strategy.run(replica_step, args=(images, labels))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return lambda: infer_step(feed.source)

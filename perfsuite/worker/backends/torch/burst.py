@@ -35,7 +35,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.models.registry import resolve_builder
     from perfsuite.worker.backends.torch.data import batches, input_workers
     from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
-    from perfsuite.worker.backends.torch.train import make_step, precision_policy
+    from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
     from perfsuite.worker.measure import run_windows
     from perfsuite.worker.progress import progress_writer
     from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
@@ -58,6 +58,7 @@ def run(job: Job) -> WorkerRecord | None:
         torch.set_num_threads(spec.threads)
         torch.set_num_interop_threads(1)
     dist = _init_distributed(spec.device_kind, job.init_timeout_s)
+    set_tf32(spec, device)
 
     # Same initial weights on every rank; distinct batches per rank.
     torch.manual_seed(spec.seed)
@@ -70,6 +71,14 @@ def run(job: Job) -> WorkerRecord | None:
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+
+    compile_seconds = None
+    if spec.compile:
+        # torch.compile compiles on the first call: timed alone, before warm-up and windows.
+        started = time.perf_counter()
+        step()
+        sync()
+        compile_seconds = time.perf_counter() - started
 
     progress = job.progress_file if leader else None
     timings = run_windows(
@@ -108,6 +117,7 @@ def run(job: Job) -> WorkerRecord | None:
         input_workers=input_workers(spec),
         libraries=_libraries(),
         **_fp32_facts(device),
+        compile_seconds=compile_seconds,
         **profiled.fields(),
     )
 

@@ -11,6 +11,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 
 LEARNING_RATE = 0.01
@@ -31,16 +32,32 @@ BF16_MIN_CAPABILITY = (8, 0)
 
 
 def precision_policy(spec: BurstSpec, device: torch.device) -> Precision:
-    if spec.precision == "fp32":
+    """The autocast and loss scaling ``spec.precision`` asks for; fp32 and tf32 differ only in
+    the TF32 switches, which ``set_tf32`` sets before the model is built."""
+    if spec.precision in ("fp32", "tf32"):
         return Precision(contextlib.nullcontext, None, "float32")
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < BF16_MIN_CAPABILITY:
+    capable = device.type != "cuda" or torch.cuda.get_device_capability(device) >= BF16_MIN_CAPABILITY
+    if spec.precision == "bf16" and not capable:
+        raise Unsupported(f"bf16 needs compute capability 8.0 or later; this GPU is "
+                          f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+    if spec.precision == "fp16" or (spec.precision == "amp" and not capable):
         # fp16 needs loss scaling to keep small gradients from flushing to zero.
-        return Precision(
-            lambda: torch.autocast("cuda", dtype=torch.float16),
-            torch.amp.GradScaler("cuda"),
-            "float16",
-        )
+        return Precision(lambda: torch.autocast(device.type, dtype=torch.float16),
+                         torch.amp.GradScaler(device.type), "float16")
     return Precision(lambda: torch.autocast(device.type, dtype=torch.bfloat16), None, "bfloat16")
+
+
+def set_tf32(spec: BurstSpec, device: torch.device) -> None:
+    """fp32 is IEEE single precision; tf32 lets cuDNN convolutions and cuBLAS matmuls use TF32
+    tensor cores (which Ampere brought: below it tf32 cannot run)."""
+    if device.type != "cuda":
+        return
+    if spec.precision == "tf32" and torch.cuda.get_device_capability(device) < BF16_MIN_CAPABILITY:
+        raise Unsupported(f"tf32 needs compute capability 8.0 or later; this GPU is "
+                          f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+    allowed = spec.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = allowed
+    torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 # Tensors go to and from rank 0 in buckets of about this size, as DDP's all-reduce does:
@@ -121,7 +138,7 @@ def make_step(
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     world = dist.get_world_size() if distributed else 1
     policy = precision_policy(spec, device)
-    channels_last = device.type == "cuda" and spec.image_size > 32
+    channels_last = spec.layout == "channels_last"
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
 
@@ -130,8 +147,13 @@ def make_step(
         net = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
+    if spec.compile:
+        net = torch.compile(net)  # inductor; the first (untimed) step compiles
+    if spec.mode == "infer":
+        return _infer_step(net, data, policy, channels_last)
     params = list(model.parameters())
-    updates_here = not distributed or spec.variable_update == "replicated" or dist.get_rank() == 0
+    # independent: every rank updates its own replica and never talks to the others.
+    updates_here = not distributed or spec.variable_update != "parameter_server" or dist.get_rank() == 0
     optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM) if updates_here else None
 
     def step() -> torch.Tensor:
@@ -161,5 +183,20 @@ def make_step(
             if policy.scaler is not None:
                 _share_scale(policy.scaler, device, is_root=optimizer is not None)
         return loss.detach()
+
+    return step
+
+
+def _infer_step(net: nn.Module, data: Iterator, policy: Precision, channels_last: bool) -> Callable[[], torch.Tensor]:
+    """Forward passes only, in eval mode and without autograd; the loss is still computed
+    (a cheap reduction) so the record shows the model produced finite outputs."""
+    net.eval()
+
+    def step() -> torch.Tensor:
+        images, labels = next(data)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode(), policy.autocast():
+            return F.cross_entropy(net(images), labels).detach()
 
     return step
