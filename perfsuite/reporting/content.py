@@ -70,7 +70,8 @@ def ordered(records: list[dict]) -> list[dict]:
     """Table order: each framework x model together, its device counts rising."""
     def key(r):
         return tuple(str(r.get(k)) for k in ("framework", "model", "device_kind", "data_location", "precision",
-                                               "batch_size", "variable_update")) + (r.get("world_size") or 0,)
+                                               "batch_size", "variable_update", "memory_format", "mode",
+                                               "compile")) + (r.get("world_size") or 0,)
     return sorted(records, key=key)
 
 
@@ -147,7 +148,8 @@ OPTIONAL = (  # header, getter, cell
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.
 VARYING = (("batch/device", "batch_size"), ("precision", "precision"), ("update", "variable_update"),
-           ("image", "image_size"), ("threads", "threads_per_worker"))
+           ("layout", "memory_format"), ("mode", "mode"), ("compile", "compile"), ("XLA", "xla"),
+           ("augment on", "augment_on"), ("image", "image_size"), ("threads", "threads_per_worker"))
 
 
 VERDICT_COLUMNS = ("verdict", "scaling verdict", "memory verdict")  # cells highlighted by their status

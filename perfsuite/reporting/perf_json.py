@@ -65,6 +65,7 @@ def row(result: BurstResult) -> dict:
         "fp32_matmul": rec.fp32_matmul if rec else None,
         "compute_capability": rec.compute_capability if rec else None,
         "variable_update": s.variable_update,
+        "augment_on": s.augment_on if s.data_location == "real" else None,
         "memory_format": s.layout,
         "mode": s.mode,
         "compile": s.compile,
