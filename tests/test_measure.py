@@ -108,3 +108,15 @@ def test_stable_within_matches_the_median_interval(window_seconds, width):
     rates = [1 / s for s in window_seconds]
     lo, hi = stats.median_ci(rates)
     assert measure.stable_within(width)(window_seconds) == ((hi - lo) <= width * stats.median(rates))
+
+
+def test_a_compiling_first_step_is_timed_alone_before_the_warm_up():
+    from perfsuite.worker.measure import run_windows
+
+    calls = []
+    timings = run_windows(lambda: calls.append(1) or 1.0, lambda: None, float, warmup_steps=2, windows=5,
+                          steps_per_window=1, compiles=True)
+    assert len(calls) == 1 + 2 + 5 and timings.compile_seconds is not None
+    assert len(timings.window_seconds) == 5
+    assert run_windows(lambda: 1.0, lambda: None, float, warmup_steps=0, windows=5,
+                       steps_per_window=1).compile_seconds is None

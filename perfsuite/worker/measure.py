@@ -40,6 +40,7 @@ class WindowTimings:
     loss_last: float
     window_ends: list[float] = field(default_factory=list)  # clock() at each window's end
     utilisation: dict | None = None  # perfsuite.worker.sampler.Sampler's record over the timed windows
+    compile_seconds: float | None = None  # the first step alone, when it compiles (torch.compile, XLA)
 
 
 def run_windows(
@@ -56,6 +57,7 @@ def run_windows(
     stable: Callable[[list[float]], bool] | None = None,
     sample_gpus: list[int] | None = None,
     after_warmup: Callable[[], None] | None = None,
+    compiles: bool = False,
 ) -> WindowTimings:
     """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
 
@@ -68,7 +70,9 @@ def run_windows(
     mapped to NVML devices through CUDA_VISIBLE_DEVICES) are sampled in the background
     from the first timed window to the last. ``after_warmup()`` runs once the warm-up is
     done and the device idle, before the first window (peak memory counters start there:
-    autotuning workspaces of the first steps are not the model's memory).
+    autotuning workspaces of the first steps are not the model's memory). With
+    ``compiles``, the first step (which traces and compiles) is timed alone, before the
+    warm-up, as ``compile_seconds``.
     """
     delay = injected_delay()
     if delay:
@@ -81,6 +85,12 @@ def run_windows(
 
     first_loss = None
     loss = None
+    compile_seconds = None
+    if compiles:
+        t0 = clock()
+        first_loss = loss = step()
+        sync()
+        compile_seconds = clock() - t0
     start = clock()
     for _ in range(warmup_steps):
         loss = step()
@@ -123,6 +133,7 @@ def run_windows(
         loss_last=loss_value(loss),
         window_ends=ends,
         utilisation=utilisation,
+        compile_seconds=compile_seconds,
     )
 
 

@@ -7,11 +7,14 @@ calls)}``; ``compact`` keeps the ops that matter and folds the rest into ``other
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfsuite.common.text import one_line
+from perfsuite.contract.burst_files import TRACE
+from perfsuite.contract.job import Job
 from perfsuite.contract.op_profile import OpProfile, OpTime
 
 # A baseline entry keeps at most this many ops; ResNet-152's backward has about 40 distinct
@@ -53,6 +56,20 @@ class ProfileOutcome:
     def fields(self) -> dict:
         return {"op_profile": self.op_profile, "profile_seconds": self.profile_seconds,
                 "profile_error": self.profile_error}
+
+
+def after_windows(job: Job, run_steps: Callable[[str], Callable[[], OpProfile] | None]) -> ProfileOutcome:
+    """The job's profiled steps: ``run_steps(trace_path)`` (a backend's run_profiled_steps)
+    steps on every rank and returns the profile's builder on the one that records."""
+    if job.profile_steps <= 0:
+        return ProfileOutcome()
+    started = time.perf_counter()
+    build = run_steps(os.path.join(job.folder, TRACE))
+    if build is None:
+        return ProfileOutcome()
+    outcome = take(build)
+    outcome.profile_seconds = time.perf_counter() - started  # the steps and the reading together
+    return outcome
 
 
 def take(run: Callable[[], OpProfile]) -> ProfileOutcome:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import time
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.record import WorkerRecord
@@ -44,8 +43,10 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.backends.tf.data import feed as make_feed
     from perfsuite.worker.backends.tf.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.tf.precision import DynamicLossScale, precision_policy
+    from perfsuite.worker.backends.tf.profile import run_profiled_steps
     from perfsuite.worker.backends.tf.strategy import configure_devices, make_strategy
     from perfsuite.worker.backends.tf.train import make_optimizer, make_step
+    from perfsuite.worker.profiling import after_windows
 
     devices = configure_devices(spec)  # before any op runs
     leader = job.node_rank == 0  # node 0 gates and saves, so the record belongs there
@@ -73,13 +74,6 @@ def run(job: Job) -> WorkerRecord | None:
             tf.config.experimental.reset_memory_stats(gpu)
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
     sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
-    compile_seconds = None
-    if spec.xla:
-        # The first call traces the step and XLA compiles it: timed alone, before the warm-up.
-        started = time.perf_counter()
-        step()
-        sync()
-        compile_seconds = time.perf_counter() - started
     timings = run_windows(
         step,
         sync,
@@ -96,6 +90,7 @@ def run(job: Job) -> WorkerRecord | None:
         stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
         sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
         after_warmup=reset_peaks,
+        compiles=spec.xla,
     )
     if gpus:
         # Per device, as torch reports it: the fullest GPU is what limits the batch.
@@ -111,7 +106,8 @@ def run(job: Job) -> WorkerRecord | None:
         peak, device_name = host_peak_memory(), "cpu"
         fp32 = {"fp32_math": None}
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    profiled = _profile(job, step, sync, leader, bool(gpus))
+    profiled = after_windows(job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader,
+                                                                   bool(gpus)))
     images_per_window = global_batch * spec.steps_per_window
     mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -130,26 +126,10 @@ def run(job: Job) -> WorkerRecord | None:
         precision_dtype=precision.dtype,
         libraries=_libraries(),
         **fp32,
-        compile_seconds=compile_seconds,
+        compile_seconds=timings.compile_seconds,
         **profiled.fields(),
     )
 
-
-def _profile(job: Job, step, sync, leader: bool, gpu: bool):
-    """The job's profiled steps, after the windows; every worker steps, node 0 records."""
-    from perfsuite.contract.burst_files import TRACE
-    from perfsuite.worker.backends.tf.profile import run_profiled_steps
-    from perfsuite.worker.profiling import ProfileOutcome, take
-
-    if job.profile_steps <= 0:
-        return ProfileOutcome()
-    started = time.perf_counter()
-    build = run_profiled_steps(step, sync, job.profile_steps, os.path.join(job.folder, TRACE), leader, gpu)
-    if build is None:
-        return ProfileOutcome()
-    outcome = take(build)
-    outcome.profile_seconds = time.perf_counter() - started
-    return outcome
 
 
 def _libraries() -> dict[str, str]:

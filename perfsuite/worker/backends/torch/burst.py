@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.record import WorkerRecord
@@ -35,8 +34,10 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.models.registry import resolve_builder
     from perfsuite.worker.backends.torch.data import batches, input_workers
     from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
+    from perfsuite.worker.backends.torch.profile import run_profiled_steps
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
     from perfsuite.worker.measure import run_windows
+    from perfsuite.worker.profiling import after_windows
     from perfsuite.worker.progress import progress_writer
     from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
 
@@ -72,13 +73,6 @@ def run(job: Job) -> WorkerRecord | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    compile_seconds = None
-    if spec.compile:
-        # torch.compile compiles on the first call: timed alone, before warm-up and windows.
-        started = time.perf_counter()
-        step()
-        sync()
-        compile_seconds = time.perf_counter() - started
 
     progress = job.progress_file if leader else None
     timings = run_windows(
@@ -93,6 +87,7 @@ def run(job: Job) -> WorkerRecord | None:
         stable=_stability_check(spec, dist, device),
         sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
         after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
+        compiles=spec.compile,
     )
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
@@ -100,7 +95,8 @@ def run(job: Job) -> WorkerRecord | None:
     else:
         peak, device_name = host_peak_memory(), "cpu"
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    profiled = _profile(job, step, sync, device, leader)
+    profiled = after_windows(job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace,
+                                                                   leader))
     images_per_window = spec.batch_size * spec.steps_per_window
     mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -117,26 +113,10 @@ def run(job: Job) -> WorkerRecord | None:
         input_workers=input_workers(spec),
         libraries=_libraries(),
         **_fp32_facts(device),
-        compile_seconds=compile_seconds,
+        compile_seconds=timings.compile_seconds,
         **profiled.fields(),
     )
 
-
-def _profile(job: Job, step, sync, device, leader: bool):
-    """The job's profiled steps, after the windows; every rank steps, the leader records."""
-    from perfsuite.contract.burst_files import TRACE
-    from perfsuite.worker.backends.torch.profile import run_profiled_steps
-    from perfsuite.worker.profiling import ProfileOutcome, take
-
-    if job.profile_steps <= 0:
-        return ProfileOutcome()
-    started = time.perf_counter()
-    build = run_profiled_steps(step, sync, job.profile_steps, device, os.path.join(job.folder, TRACE), leader)
-    if build is None:
-        return ProfileOutcome()
-    outcome = take(build)
-    outcome.profile_seconds = time.perf_counter() - started
-    return outcome
 
 
 def _libraries() -> dict[str, str]:
