@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pairs import compare_pairs
+
 from perfsuite.analysis.stats import median
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import get_model
@@ -55,7 +57,7 @@ def plain(model: str, batch: int, threads: int, warmup: int, steps: int) -> floa
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
-def suite(model: str, batch: int, threads: int, warmup: int, steps: int, windows: int) -> float:
+def suite(model: str, batch: int, threads: int, warmup: int, steps: int, windows: int) -> tuple[float, float]:
     info = get_model("torch", model)
     spec = BurstSpec(framework="torch", model=model, device_kind="cpu", devices=1, batch_size=batch,
                      image_size=info.image_size, warmup_steps=warmup, steps=steps, windows=windows, threads=threads)
@@ -76,14 +78,9 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     print(f"{a.model}, batch {a.batch_size}, {a.threads} threads, {a.steps} timed steps")
-    print(f"{'run':>4}  {'plain loop':>11}  {'suite median':>12}  {'suite mean':>10}  {'median/plain':>12}")
-    ratios = []
-    for i in range(a.repeats):
-        p_ips = plain(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps)
-        s_med, s_mean = suite(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps, a.windows)
-        ratios.append(s_med / p_ips)
-        print(f"{i + 1:>4}  {p_ips:>11.3f}  {s_med:>12.3f}  {s_mean:>10.3f}  {s_med / p_ips:>12.3f}")
-    print(f"median ratio suite/plain: {median(ratios):.3f}")
+    compare_pairs(lambda: plain(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps),
+                  lambda: suite(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps, a.windows),
+                  a.repeats)
     return 0
 
 

@@ -5,6 +5,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import scipy.special  # noqa: F401  here once: pytester's in-process runs forget modules they import, and numpy can't be imported twice
 from hypothesis import settings
 from postgres_server import create_database, postgres_server
 from suite_files import FAST, SUITE, TINY, TINY_STEP_MS

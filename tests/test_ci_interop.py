@@ -4,11 +4,10 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-import scipy.special  # noqa: E402, F401  imported here: pytester forgets modules a test imports, numpy can't reload
-from suite_files import SUITE, TINY, TINY_STEP_MS, copy_baselines, needs  # noqa: E402
+from suite_files import SUITE, TINY, TINY_STEP_MS, copy_baselines, needs
 
-from perfsuite.analysis.stats import median  # noqa: E402
-from perfsuite.worker.measure import stable_within  # noqa: E402
+from perfsuite.analysis.stats import median
+from perfsuite.worker.measure import stable_within
 
 pytest_plugins = ["pytester"]
 pytestmark = [needs("torch"), needs("pytest_benchmark")]

@@ -20,6 +20,7 @@ TF = {
     "fp16": dict(precision="fp16"),
     "bf16-infer-xla": dict(precision="bf16", mode="infer", xla=True),
     "independent": dict(devices=2, variable_update="independent"),
+    "channels_first-xla": dict(memory_format="channels_first", xla=True),  # NCHW: on CPU, XLA's kernels only
 }
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -66,3 +67,18 @@ def test_torch_compile_is_timed_apart_from_the_windows(tmp_path):
     record = run_burst(spec, get_model("torch", "tiny"), tmp_path)
     assert record.compile_seconds > 0 and len(record.samples) == 2
     assert spec.key().endswith("/compile/threads1")
+
+
+@needs("tensorflow")
+def test_a_tf_model_that_fixes_its_input_shape_says_it_has_no_nchw_layout(tmp_path):
+    import attribution_models  # noqa: F401 - registers "opmix", whose input is keras.Input((16, 16, 3))
+
+    from perfsuite.contract.burst_files import unsupported_reason
+    from perfsuite.plugin.launch import BurstError
+
+    spec = BurstSpec(framework="tf", model="opmix", image_size=16, batch_size=8, steps=2, windows=2, warmup_steps=1,
+                     threads=1, memory_format="channels_first", xla=True)
+    with pytest.raises(BurstError) as failed:
+        run_burst(spec, get_model("tf", "opmix"), tmp_path)
+    assert unsupported_reason(str(failed.value)) == (
+        "the tf model 'opmix' builds no channels_first layout: its input shape is (16, 16, 3), not channels on axis 1")

@@ -99,7 +99,13 @@ def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
     assert "tf32 needs GPU tensor cores" in out
     listed = faked.runpytest_inprocess("--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
                                        "--memory-format", "channels_first", "-rs", "test_suite.py::test_throughput")
-    assert "TensorFlow runs NCHW (channels_first) convolutions on GPUs only" in listed.stdout.str()
+    assert "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --xla" in listed.stdout.str()
+    listed = faked.runpytest_inprocess("--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
+                                       "--memory-format", "channels_first", "--xla", "-rs",
+                                       "test_suite.py::test_throughput")
+    out = listed.stdout.str()
+    assert "NCHW" not in out and "no throughput baseline for tf/cifar10/cpu1/" in out  # it ran: XLA lays out NCHW
+    assert "/xla/channels_first/" in out
 
 
 def test_an_unsupported_device_skips_with_its_reason_and_measures_nothing(faked, monkeypatch):

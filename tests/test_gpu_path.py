@@ -358,3 +358,70 @@ def test_the_sampler_finds_the_mig_slice_cuda_was_given():
     uuids = ["MIG-0000", "MIG-0001", "GPU-0001"]  # an A100 in MIG mode (two slices), then an H100
     assert nvml_indices([0], "MIG-0001", uuids) == [1]
     assert nvml_indices([0, 1], None, uuids) == [0, 2]  # unset: the first slice and the whole GPUs
+
+
+# -- 11. tf32 and bf16 run only where the GPU has them, and say why elsewhere ------------------
+
+@pytest.fixture
+def tf32_switches():
+    """torch's process-wide TF32 switches, as they were before the test."""
+    needs("torch")
+    import torch
+
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_torch_tf32_and_bf16_are_unsupported_before_ampere(monkeypatch, tf32_switches, precision):
+    needs("torch")
+    import torch
+
+    from perfsuite.contract.burst_files import Unsupported
+    from perfsuite.worker.backends.torch import train
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    spec, device = GPU.replace(precision=precision), torch.device("cuda", 0)
+    with pytest.raises(Unsupported, match=rf"^{precision} needs compute capability 8.0 or later; this GPU is 7.0$"):
+        train.set_tf32(spec, device)
+        train.precision_policy(spec, device)
+
+
+def test_torch_tf32_turns_tf32_on_and_fp32_turns_it_off_on_ampere(monkeypatch, tf32_switches):
+    needs("torch")
+    import torch
+
+    from perfsuite.worker.backends.torch import train
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    train.set_tf32(GPU.replace(precision="tf32"), torch.device("cuda", 0))
+    assert torch.backends.cudnn.allow_tf32 is True and torch.backends.cuda.matmul.allow_tf32 is True
+    train.set_tf32(GPU.replace(precision="fp32"), torch.device("cuda", 0))
+    assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert train.precision_policy(GPU.replace(precision="bf16"), torch.device("cuda", 0)).dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("ampere, precision, outcome", [
+    (False, "tf32", "tf32 needs compute capability 8.0 or later on every GPU"),
+    (False, "bf16", "bf16 needs compute capability 8.0 or later on every GPU"),
+    (False, "amp", "float16"), (True, "amp", "bfloat16"), (True, "bf16", "bfloat16"), (True, "tf32", "float32"),
+])
+def test_tf_tf32_and_bf16_need_ampere_on_every_gpu(monkeypatch, ampere, precision, outcome):
+    needs("tensorflow")
+    import tensorflow as tf
+
+    from perfsuite.contract.burst_files import Unsupported
+    from perfsuite.worker.backends.tf import precision as tf_precision
+
+    monkeypatch.setattr(tf_precision, "_gpus_have_bf16", lambda: ampere)
+    switched = []
+    monkeypatch.setattr(tf.config.experimental, "enable_tensor_float_32_execution", switched.append)
+    spec = GPU.replace(framework="tf", precision=precision)
+    if outcome.endswith("GPU"):
+        with pytest.raises(Unsupported, match=f"^{outcome}$"):
+            tf_precision.precision_policy(spec)
+        assert switched == []  # nothing is set up for a burst that does not run
+    else:
+        assert tf_precision.precision_policy(spec).dtype == outcome
+        assert switched == [precision == "tf32"]

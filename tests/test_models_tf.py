@@ -84,6 +84,59 @@ def test_builder_takes_image_size():
     assert model.output_shape == (None, 7)
 
 
+# Small images keep XLA's compile of each forward pass short.
+TWINS = {"cifar10": 24, "googlenet": 32, "resnet50": 32}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_builder_builds_nchw(name):
+    """channels_first: the same weights, channels on axis 1, and the global layout left as
+    it was (layers keep the one they were built with)."""
+    import keras
+
+    from perfsuite.models.tf.layers import image_data_format
+
+    keras.backend.clear_session()
+    info = registry.get_model("tf", name)
+    with image_data_format("channels_first"):
+        model = registry.resolve_builder(info)(num_classes=info.num_classes)
+    assert keras.config.image_data_format() == "channels_last"
+    assert model.input_shape == (None, 3, info.image_size, info.image_size)
+    assert model.output_shape == (None, info.num_classes)
+    assert _count(model, PUBLISHED_PARAMS[name][1]) == info.params
+
+
+@pytest.mark.parametrize("name", sorted(TWINS))
+def test_an_nchw_model_computes_what_its_nhwc_twin_computes(name):
+    """Given the NHWC model's weights and the transposed images, the NCHW model's logits
+    are the NHWC model's (inference: dropout would draw different masks). TensorFlow's CPU
+    kernels have no NCHW pooling, so both run compiled by XLA. Their FLOPs agree too."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from perfsuite.models.tf.layers import image_data_format
+    from perfsuite.worker.backends.tf.flops import forward_flops
+
+    keras.backend.clear_session()
+    info, size = registry.get_model("tf", name), TWINS[name]
+    build = registry.resolve_builder(info)
+    nhwc = build(num_classes=10, image_size=size)
+    with image_data_format("channels_first"):
+        nchw = build(num_classes=10, image_size=size)
+    rng = np.random.default_rng(0)
+    # Per-channel vectors (biases, batch-norm scale, shift and statistics) made to differ
+    # by channel, so one applied along the wrong axis shows.
+    weights = [rng.uniform(0.5, 1.5, w.shape).astype(w.dtype) if w.ndim == 1 else w for w in nhwc.get_weights()]
+    nhwc.set_weights(weights)
+    nchw.set_weights(weights)
+    images = tf.constant(rng.standard_normal((4, size, size, 3), dtype=np.float32))
+    want = tf.function(lambda x: nhwc(x, training=False), jit_compile=True)(images)
+    got = tf.function(lambda x: nchw(x, training=False), jit_compile=True)(tf.transpose(images, (0, 3, 1, 2)))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-3, atol=1e-4)
+    assert forward_flops(nchw, size) == forward_flops(nhwc, size) > 0
+
+
 def test_model_modules_import_without_tensorflow():
     code = (
         "import sys; sys.modules['tensorflow'] = None; sys.modules['keras'] = None\n"

@@ -157,7 +157,7 @@ def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
         gap = framework_gpus.gap(case.framework, case.device_count, gpu_count)  # a probe per framework, cached
         if gap:
             return gap
-    gap = precision_gap(case) or layout_gap(case)
+    gap = precision_gap(case) or layout_gap(case, xla=bool(options and options.xla))
     if gap:
         return gap
     support = SUPPORTED[case.framework]
@@ -179,9 +179,10 @@ def precision_gap(case: Case) -> str | None:
     return None
 
 
-def layout_gap(case: Case) -> str | None:
-    if case.framework == "tf" and case.device_kind == "cpu" and case.memory_format == "channels_first":
-        return "TensorFlow runs NCHW (channels_first) convolutions on GPUs only"
+def layout_gap(case: Case, xla: bool = False) -> str | None:
+    """TensorFlow's CPU kernels refuse NCHW convolutions and pooling; XLA lays out its own."""
+    if case.framework == "tf" and case.device_kind == "cpu" and case.memory_format == "channels_first" and not xla:
+        return "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --xla; without it, on GPUs"
     return None
 
 

@@ -23,7 +23,9 @@ def inception3(num_classes: int = 1000, image_size: int | None = None) -> keras.
     """Inception v3 (Szegedy et al. 2015, "Rethinking the Inception Architecture"), keras.applications."""
     import keras
 
+    from perfsuite.models.tf.layers import image_shape
+
     size = image_size or 299
     return keras.applications.InceptionV3(
-        weights=None, input_shape=(size, size, 3), classes=num_classes, classifier_activation=None
+        weights=None, input_shape=image_shape(size), classes=num_classes, classifier_activation=None
     )

@@ -18,9 +18,11 @@ if TYPE_CHECKING:
 def _build(application: str, num_classes: int, image_size: int):
     import keras
 
+    from perfsuite.models.tf.layers import image_shape
+
     return getattr(keras.applications, application)(
         weights=None,
-        input_shape=(image_size, image_size, 3),
+        input_shape=image_shape(image_size),
         classes=num_classes,
         classifier_activation=None,  # logits
     )

@@ -27,7 +27,9 @@ def vgg16(num_classes: int = 1000, image_size: int | None = None) -> keras.Model
     """
     import keras
 
+    from perfsuite.models.tf.layers import image_shape
+
     size = image_size or 224
     return keras.applications.VGG16(
-        weights=None, input_shape=(size, size, 3), classes=num_classes, classifier_activation=None
+        weights=None, input_shape=image_shape(size), classes=num_classes, classifier_activation=None
     )

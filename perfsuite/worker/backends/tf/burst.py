@@ -39,6 +39,7 @@ def run(job: Job) -> WorkerRecord | None:
     import keras
     import tensorflow as tf
 
+    from perfsuite.models.tf.layers import image_data_format
     from perfsuite.worker.backends.tf.cluster import sync_local_devices
     from perfsuite.worker.backends.tf.data import feed as make_feed
     from perfsuite.worker.backends.tf.flops import forward_flops, parameter_count
@@ -57,8 +58,9 @@ def run(job: Job) -> WorkerRecord | None:
     precision = precision_policy(spec)
     keras.mixed_precision.set_global_policy(precision.policy)
     keras.utils.set_random_seed(spec.seed)
-    with strategy.scope():
+    with strategy.scope(), image_data_format(spec.layout):
         model = builder(**kwargs)
+        _check_layout(spec, model)
         info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
         optimizer = make_optimizer()
         optimizer.build(model.trainable_variables)
@@ -130,6 +132,21 @@ def run(job: Job) -> WorkerRecord | None:
         **profiled.fields(),
     )
 
+
+
+def _check_layout(spec, model) -> None:
+    """A builder that fixes its own input shape ignores the layout asked for: say so, rather
+    than feed it batches transposed for another layout."""
+    from perfsuite.contract.burst_files import Unsupported
+
+    try:
+        shape = tuple(model.input_shape[1:])
+    except (AttributeError, ValueError):  # a subclassed model: its shape is known at its first call
+        return
+    channels = shape[0] if spec.layout == "channels_first" else shape[-1]
+    if len(shape) == 3 and channels != 3:
+        raise Unsupported(f"the tf model {spec.model!r} builds no {spec.layout} layout: its input shape is "
+                          f"{shape}, not channels on axis {1 if spec.layout == 'channels_first' else -1}")
 
 
 def _libraries() -> dict[str, str]:

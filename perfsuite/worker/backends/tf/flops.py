@@ -16,7 +16,11 @@ def parameter_count(model) -> int:
 def forward_flops(model, image_size: int) -> float:
     """Forward FLOPs per image (2 x MACs) from TensorFlow's profiler on the traced graph."""
     forward = tf.autograph.experimental.do_not_convert(lambda x: model(x, training=False))
-    graph = tf.function(forward).get_concrete_function(tf.TensorSpec([1, image_size, image_size, 3])).graph
+    try:
+        shape = [1, *model.input_shape[1:]]  # NHWC or NCHW, as the model was built
+    except (AttributeError, ValueError):  # a subclassed model has no input shape before a call
+        shape = [1, image_size, image_size, 3]
+    graph = tf.function(forward).get_concrete_function(tf.TensorSpec(shape)).graph
     builder = tf.compat.v1.profiler.ProfileOptionBuilder
     options = builder(builder.float_operation()).with_empty_output().build()
     profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)

@@ -20,6 +20,14 @@ def make_optimizer() -> keras.optimizers.Optimizer:
     return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
 
+def to_model_layout(spec: BurstSpec, images: tf.Tensor) -> tf.Tensor:
+    """Every input pipeline yields NHWC batches; an NCHW model gets each one transposed on
+    its replica's device, inside the step, as tf_cnn_benchmarks feeds its NCHW models."""
+    if spec.layout == "channels_first":
+        return tf.transpose(images, (0, 3, 1, 2))
+    return images
+
+
 def _write_state(variables: list, values: list, independent: bool = False) -> None:
     """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
     context: a variable in central storage exists once, so the replicas' values are
@@ -88,6 +96,7 @@ def make_step(
         gradients = tf.function(gradients, jit_compile=True)
 
     def replica_step(images, labels):
+        images = to_model_layout(spec, images)
         weights = [tf.convert_to_tensor(v.value) for v in weights_vars]
         state = [tf.convert_to_tensor(v.value) for v in state_vars]
         scale = tf.convert_to_tensor(loss_scale.scale) if loss_scale is not None else tf.constant(1.0)
@@ -145,6 +154,7 @@ def _infer_step(spec: BurstSpec, strategy: tf.distribute.Strategy, model: keras.
         forward = tf.function(forward, jit_compile=True)
 
     def replica_step(images, labels):
+        images = to_model_layout(spec, images)
         weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
         state = [tf.convert_to_tensor(v.value) for v in model.non_trainable_variables]
         return forward(images, labels, weights, state)
