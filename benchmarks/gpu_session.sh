@@ -8,7 +8,9 @@
 # Phases: hardware facts; perfsuite's own tests that touch the CUDA path; the torch GPU
 # suite on 1 GPU (the 8 models, data location device, fp32 and amp), saving baselines
 # into $OUT/baselines (with op profiles and peak memory); resnet50 gated against them with
-# --profile (attribution, traces); then the data locations and the real pipeline for resnet50.
+# --profile (attribution, traces); resnet50 over the tuned dimensions (tf32, bf16, fp16,
+# both layouts, train and infer, torch.compile); then the data locations and the real
+# pipeline for resnet50.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -33,6 +35,14 @@ run 900 suite $PY -m pytest "${COMMON[@]}" --precision fp32 --precision amp \
 run 240 attribution $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -rs \
     --model resnet50 --profile --baseline-dir "$OUT/baselines" --perf-report "$OUT/report-profile" \
     --perf-json "$OUT/results-profile.json"
+# One burst per combination, each in the report whether or not an entry exists for it.
+run 300 dimensions $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -rs \
+    --model resnet50 --precision tf32 --precision bf16 --precision fp16 --memory-format channels_last \
+    --memory-format channels_first --mode train --mode infer --baseline-dir "$OUT/baselines" \
+    --missing-baseline pass --perf-report "$OUT/report-dimensions" --perf-json "$OUT/results-dimensions.json"
+run 240 compile $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --framework torch --gpus 1 -rs \
+    --model resnet50 --compile --baseline-dir "$OUT/baselines" --missing-baseline pass \
+    --perf-json "$OUT/results-compile.json"
 run 480 data-locations $PY -m pytest "${COMMON[@]}" --model resnet50 --data-location device \
     --data-location host --data-location python --data-location real --augment-on cpu \
     --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"
