@@ -48,6 +48,26 @@ def _test_environment(request, tmp_path_factory):
 
 # -- a real PostgreSQL server, started by the tests themselves ---------------------------------
 
+# Modules that register test models when imported (the rest of the suite sees the zoo only).
+MODEL_MODULES = ("tiny_model", "attribution_models")
+
+
+@pytest.fixture(autouse=True)
+def _registered_models():
+    """Models a test registers in this process leave with it, and their module too, so the
+    next test that imports it registers them again: what the zoo lists never depends on
+    which tests ran before on the same worker."""
+    from perfsuite.models import registry
+
+    registry.all_models()  # the zoo itself is loaded before the snapshot
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+    for name in MODEL_MODULES:
+        sys.modules.pop(name, None)
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """One server per pytest-xdist worker; skips with the reason where PostgreSQL is absent."""
