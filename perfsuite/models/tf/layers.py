@@ -40,6 +40,15 @@ def image_shape(image_size: int) -> tuple[int, int, int]:
     return (image_size, image_size, 3)
 
 
+def image_input_shape(model) -> tuple | None:
+    """One image's shape as the built model takes it (NHWC or NCHW); None for a subclassed
+    model, whose input shape is known only after its first call."""
+    try:
+        return tuple(model.input_shape[1:])
+    except (AttributeError, ValueError):
+        return None
+
+
 def conv_bn_relu(x, filters: int, kernel_size, strides=1, padding: str = "same", name: str | None = None):
     """Convolution without bias (batch norm supplies the shift), batch norm, ReLU.
 

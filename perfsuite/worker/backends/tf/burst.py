@@ -133,15 +133,14 @@ def run(job: Job) -> WorkerRecord | None:
     )
 
 
-
 def _check_layout(spec, model) -> None:
     """A builder that fixes its own input shape ignores the layout asked for: say so, rather
     than feed it batches transposed for another layout."""
     from perfsuite.contract.burst_files import Unsupported
+    from perfsuite.models.tf.layers import image_input_shape
 
-    try:
-        shape = tuple(model.input_shape[1:])
-    except (AttributeError, ValueError):  # a subclassed model: its shape is known at its first call
+    shape = image_input_shape(model)
+    if shape is None:
         return
     channels = shape[0] if spec.layout == "channels_first" else shape[-1]
     if len(shape) == 3 and channels != 3:

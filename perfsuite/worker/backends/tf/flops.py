@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from perfsuite.models.tf.layers import image_input_shape
+
 # Ops whose profiler FLOPs are 2 x multiply-adds; the rest (bias, batch norm, pooling) are
 # left out, as torch's FlopCounterMode leaves them out.
 MAC_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2", "BatchMatMulV3")
@@ -16,11 +18,8 @@ def parameter_count(model) -> int:
 def forward_flops(model, image_size: int) -> float:
     """Forward FLOPs per image (2 x MACs) from TensorFlow's profiler on the traced graph."""
     forward = tf.autograph.experimental.do_not_convert(lambda x: model(x, training=False))
-    try:
-        shape = [1, *model.input_shape[1:]]  # NHWC or NCHW, as the model was built
-    except (AttributeError, ValueError):  # a subclassed model has no input shape before a call
-        shape = [1, image_size, image_size, 3]
-    graph = tf.function(forward).get_concrete_function(tf.TensorSpec(shape)).graph
+    shape = image_input_shape(model) or (image_size, image_size, 3)  # NHWC or NCHW, as the model was built
+    graph = tf.function(forward).get_concrete_function(tf.TensorSpec([1, *shape])).graph
     builder = tf.compat.v1.profiler.ProfileOptionBuilder
     options = builder(builder.float_operation()).with_empty_output().build()
     profile = tf.compat.v1.profiler.profile(graph=graph, cmd="op", options=options)
