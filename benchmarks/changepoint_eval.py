@@ -181,8 +181,11 @@ def main(argv=None) -> int:
     parser.add_argument("--noise", type=float, help="relative noise of the nightly figure (default: from --baseline)")
     parser.add_argument("--max-pvalue", type=float, default=changes.MAX_PVALUE)
     parser.add_argument("--window", type=int, default=changes.WINDOW, help="Otava's window_len")
-    parser.add_argument("--otava-merge", action="store_true",
-                        help="Otava's own merge step (compute_change_points as it is), for comparison")
+    parser.add_argument(
+        "--otava-merge",
+        action="store_true",
+        help="Otava's own merge step (compute_change_points as it is), for comparison",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -191,57 +194,85 @@ def main(argv=None) -> int:
         from otava.analysis import compute_change_points
 
         changes._otava_points = lambda series, p: compute_change_points(
-            series, window_len=changes.WINDOW, max_pvalue=p)[0]
+            series, window_len=changes.WINDOW, max_pvalue=p
+        )[0]
     p = args.max_pvalue
 
     started = time.perf_counter()
-    report: dict = {"max_pvalue": p, "window": args.window, "trials": args.trials, "seed": args.seed,
-                    "merge": "otava" if args.otava_merge else "perfsuite"}
+    report: dict = {
+        "max_pvalue": p,
+        "window": args.window,
+        "trials": args.trials,
+        "seed": args.seed,
+        "merge": "otava" if args.otava_merge else "perfsuite",
+    }
     if args.noise is None:
         noise, entries, bursts = burst_noise(args.baseline)
         source = args.baseline.relative_to(ROOT) if args.baseline.is_relative_to(ROOT) else args.baseline
         report["noise"] = {"value": noise, "source": str(source), "entries": entries, "bursts": bursts}
-        print(f"burst-to-burst noise: {pct(noise, 2)} (pooled relative SD of run_medians, {entries} entries,"
-              f" {bursts} bursts, {report['noise']['source']})")
+        print(
+            f"burst-to-burst noise: {pct(noise, 2)} (pooled relative SD of run_medians, {entries} entries,"
+            f" {bursts} bursts, {report['noise']['source']})"
+        )
     else:
         noise = args.noise
         report["noise"] = {"value": noise, "source": "--noise"}
         print(f"noise: {pct(noise, 2)} (--noise)")
     merge = "Otava's merge step" if args.otava_merge else "merge step with neighbours fixed"
-    print(f"Otava E-Divisive, t-test: max_pvalue {p:g}, window {args.window}, {merge};"
-          f" {args.trials} trials per scenario\n")
+    print(
+        f"Otava E-Divisive, t-test: max_pvalue {p:g}, window {args.window}, {merge};"
+        f" {args.trials} trials per scenario\n"
+    )
 
     report["steps"] = [step_trials(d, noise, args.trials, args.seed, p) for d in STEPS]
     print(f"steps after {STEP_AT} flat runs, {STEP_LEN} runs in all")
-    print(f"  {'drop':>5}  {'detected':>8}  {'delay median':>12}  {'p90':>4}  {'max':>4}  {'missed':>6}  "
-          f"{'false /100 runs':>15}")
+    print(
+        f"  {'drop':>5}  {'detected':>8}  {'delay median':>12}  {'p90':>4}  {'max':>4}  {'missed':>6}  "
+        f"{'false /100 runs':>15}"
+    )
     for r in report["steps"]:
-        print(f"  {pct(r['drop'], 0):>5}  {pct(r['detected']):>8}  {num(r['delay_median']):>12}  "
-              f"{num(r['delay_p90']):>4}  {num(r['delay_max']):>4}  {r['not_found_nightly']:>6}  "
-              f"{r['false_per_100_runs']:>15.2f}")
-    print("  (delay: runs from the step, its own run counting 1, until the nightly analysis places a change"
-          f" point within {NEAR} runs of it; missed: not within {STEP_LEN - STEP_AT} runs)\n")
+        print(
+            f"  {pct(r['drop'], 0):>5}  {pct(r['detected']):>8}  {num(r['delay_median']):>12}  "
+            f"{num(r['delay_p90']):>4}  {num(r['delay_max']):>4}  {r['not_found_nightly']:>6}  "
+            f"{r['false_per_100_runs']:>15.2f}"
+        )
+    print(
+        "  (delay: runs from the step, its own run counting 1, until the nightly analysis places a change"
+        f" point within {NEAR} runs of it; missed: not within {STEP_LEN - STEP_AT} runs)\n"
+    )
 
     flat = report["flat"] = flat_trials(noise, args.trials, args.seed, p)
-    print(f"flat {FLAT_LEN}-run histories at {pct(noise, 2)}: {flat['false_per_100_runs']:.2f} false change points"
-          " per 100 runs")
-    print(f"flat 60-run histories at 5%: {pct(flat['flat60_5pct_with_change_point'])} of"
-          f" {flat['flat60_5pct_histories']} have a change point\n")
+    print(
+        f"flat {FLAT_LEN}-run histories at {pct(noise, 2)}: {flat['false_per_100_runs']:.2f} false change points"
+        " per 100 runs"
+    )
+    print(
+        f"flat 60-run histories at 5%: {pct(flat['flat60_5pct_with_change_point'])} of"
+        f" {flat['flat60_5pct_histories']} have a change point\n"
+    )
 
     report["drift"] = [drift_trials(b, args.trials, args.seed, p) for b in (0.01, noise)]
-    print(f"drift: {pct(DRIFT_RATE, 0)} a night for {DRIFT_NIGHTS} nights after 20-28 flat nights, 5 windows a night,"
-          f" drift(window={DRIFT_WINDOW}, tolerance={DRIFT_TOLERANCE:g})")
-    print(f"  {'night noise':>11}  {'flagged':>7}  {'first night median':>18}  {'max':>4}  "
-          f"{'nightly-baseline gate failed a night':>36}")
+    print(
+        f"drift: {pct(DRIFT_RATE, 0)} a night for {DRIFT_NIGHTS} nights after 20-28 flat nights, 5 windows a night,"
+        f" drift(window={DRIFT_WINDOW}, tolerance={DRIFT_TOLERANCE:g})"
+    )
+    print(
+        f"  {'night noise':>11}  {'flagged':>7}  {'first night median':>18}  {'max':>4}  "
+        f"{'nightly-baseline gate failed a night':>36}"
+    )
     for r in report["drift"]:
-        print(f"  {pct(r['between_nights_noise'], 2):>11}  {pct(r['flagged_last_night']):>7}  "
-              f"{num(r['first_night_median']):>18}  {num(r['first_night_max']):>4}  "
-              f"{pct(r['nightly_gate_failed_a_night']):>36}")
+        print(
+            f"  {pct(r['between_nights_noise'], 2):>11}  {pct(r['flagged_last_night']):>7}  "
+            f"{num(r['first_night_median']):>18}  {num(r['first_night_max']):>4}  "
+            f"{pct(r['nightly_gate_failed_a_night']):>36}"
+        )
     print("  (within-burst noise 1%; first night: of the slide, when drift() first flags it)\n")
 
     t = report["timing"] = timing(noise, args.seed, p)
-    print(f"10,000 runs, best of 3: flat {t['flat_seconds']:.2f} s ({t['flat_change_points']} change points),"
-          f" a 10% step every 1,000 runs {t['stepped_seconds']:.2f} s ({t['stepped_change_points']} change points)")
+    print(
+        f"10,000 runs, best of 3: flat {t['flat_seconds']:.2f} s ({t['flat_change_points']} change points),"
+        f" a 10% step every 1,000 runs {t['stepped_seconds']:.2f} s ({t['stepped_change_points']} change points)"
+    )
     report["elapsed_seconds"] = time.perf_counter() - started
     print(f"\nelapsed {report['elapsed_seconds']:.0f} s")
     if args.json:

@@ -29,8 +29,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_run(args: list[str], out: Path, env: dict[str, str] | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "tests_perf"), "-q", "-p", "no:cacheprovider",
-           "--perf-json", str(out), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(ROOT / "tests_perf"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--perf-json",
+        str(out),
+        *args,
+    ]
     subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["results"] if out.exists() else []
 
@@ -54,9 +64,12 @@ def main() -> int:
     p.add_argument("--slowdown", type=float, default=0.25, help="throughput drop to inject (delay mode)")
     p.add_argument("--inject", choices=("delay", "hog"), default="delay")
     p.add_argument("--hogs", type=int, default=os.cpu_count() or 1, help="busy processes (hog mode)")
-    p.add_argument("pytest_args", nargs="*", default=["-m", "cpu", "--framework", "torch", "--model", "cifar10",
-                                                       "-k", "throughput"],
-                   help="arguments selecting the suite slice (after --)")
+    p.add_argument(
+        "pytest_args",
+        nargs="*",
+        default=["-m", "cpu", "--framework", "torch", "--model", "cifar10", "-k", "throughput"],
+        help="arguments selecting the suite slice (after --)",
+    )
     a = p.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,8 +82,10 @@ def main() -> int:
         step_ms = {r["key"]: 1000 * r["batch_size"] * r["world_size"] / r["images_per_sec"] for r in base}
         for r in base:
             meds = r["run_medians"]
-            print(f"baseline {r['key']}: {r['images_per_sec']:.1f} img/s, runs {[round(m, 1) for m in meds]}, "
-                  f"noise floor {(max(meds) - min(meds)) / sorted(meds)[len(meds) // 2]:.1%}")
+            print(
+                f"baseline {r['key']}: {r['images_per_sec']:.1f} img/s, runs {[round(m, 1) for m in meds]}, "
+                f"noise floor {(max(meds) - min(meds)) / sorted(meds)[len(meds) // 2]:.1%}"
+            )
 
         aa, slow, drops = collections.Counter(), collections.Counter(), []
         for i in range(a.repeats):
@@ -100,8 +115,10 @@ def main() -> int:
 
     n_aa, n_slow = sum(aa.values()), sum(slow.values())
     print()
-    print(f"slice: {' '.join(a.pytest_args)}; {a.repeats} A/A runs, {a.repeats} slowed runs "
-          f"({a.inject}{f', {a.slowdown:.0%} injected' if a.inject == 'delay' else f', {a.hogs} hogs'})")
+    print(
+        f"slice: {' '.join(a.pytest_args)}; {a.repeats} A/A runs, {a.repeats} slowed runs "
+        f"({a.inject}{f', {a.slowdown:.0%} injected' if a.inject == 'delay' else f', {a.hogs} hogs'})"
+    )
     print(f"A/A verdicts: {dict(aa)}")
     print(f"false alarms: {aa['regression']}/{n_aa} = {aa['regression'] / max(1, n_aa):.1%}")
     print(f"slowed verdicts: {dict(slow)}")

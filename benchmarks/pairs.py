@@ -19,8 +19,9 @@ def compare_pairs(plain: Callable[[], float], suite: Callable[[], tuple[float, f
     ``plain()`` gives the bare loop's img/s (one timer around all timed steps);
     ``suite()`` gives the burst's (median window, mean over all windows) img/s.
     """
-    print(f"{'pair':>4}  {'first':>5}  {'plain loop':>11}  {'suite median':>12}  {'suite mean':>10}  "
-          f"{'median/plain':>12}")
+    print(
+        f"{'pair':>4}  {'first':>5}  {'plain loop':>11}  {'suite median':>12}  {'suite mean':>10}  {'median/plain':>12}"
+    )
     ratios = []
     for i in range(repeats):
         if i % 2 == 0:
@@ -31,9 +32,13 @@ def compare_pairs(plain: Callable[[], float], suite: Callable[[], tuple[float, f
             p_ips = plain()
         ratios.append(s_med / p_ips)
         first = "plain" if i % 2 == 0 else "suite"
-        print(f"{i + 1:>4}  {first:>5}  {p_ips:>11.3f}  {s_med:>12.3f}  {s_mean:>10.3f}  {s_med / p_ips:>12.3f}",
-              flush=True)
+        print(
+            f"{i + 1:>4}  {first:>5}  {p_ips:>11.3f}  {s_med:>12.3f}  {s_mean:>10.3f}  {s_med / p_ips:>12.3f}",
+            flush=True,
+        )
     lo, hi = median_ci(ratios)
-    print(f"median ratio suite/plain: {median(ratios):.3f} "
-          f"(95% interval {lo:.3f} to {hi:.3f} over {len(ratios)} pairs; range {min(ratios):.3f} to {max(ratios):.3f})")
+    print(
+        f"median ratio suite/plain: {median(ratios):.3f} "
+        f"(95% interval {lo:.3f} to {hi:.3f} over {len(ratios)} pairs; range {min(ratios):.3f} to {max(ratios):.3f})"
+    )
     return ratios

@@ -62,15 +62,30 @@ print(json.dumps({"images_per_sec": batch * steps / (time.perf_counter() - t)}))
 
 def plain(model: str, batch: int, threads: int, warmup: int, steps: int) -> float:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", PLAIN, model, str(batch), str(threads), str(warmup), str(steps)],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PLAIN, model, str(batch), str(threads), str(warmup), str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["images_per_sec"]
 
 
 def suite(model: str, batch: int, threads: int, warmup: int, steps: int, windows: int) -> tuple[float, float]:
     info = get_model("tf", model)
-    spec = BurstSpec(framework="tf", model=model, device_kind="cpu", devices=1, batch_size=batch,
-                     image_size=info.image_size, warmup_steps=warmup, steps=steps, windows=windows, threads=threads)
+    spec = BurstSpec(
+        framework="tf",
+        model=model,
+        device_kind="cpu",
+        devices=1,
+        batch_size=batch,
+        image_size=info.image_size,
+        warmup_steps=warmup,
+        steps=steps,
+        windows=windows,
+        threads=threads,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         record = run_burst(spec, info, Path(tmp))
     # The suite's figure is the median window; the plain loop's is the mean over all steps.
@@ -88,9 +103,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
     print(f"tf {a.model}, batch {a.batch_size}, {a.threads} threads, {a.steps} timed steps")
-    compare_pairs(lambda: plain(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps),
-                  lambda: suite(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps, a.windows),
-                  a.repeats)
+    compare_pairs(
+        lambda: plain(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps),
+        lambda: suite(a.model, a.batch_size, a.threads, a.warmup_steps, a.steps, a.windows),
+        a.repeats,
+    )
     return 0
 
 

@@ -36,8 +36,15 @@ def _models(args: argparse.Namespace) -> int:
         return 0
     header = ("name", "framework", "params", "image", "batch/device", "batch/cpu worker", "GFLOPs/image")
     rows = [
-        (m.name, m.framework, f"{m.params / 1e6:.1f}M" if m.params else "-", str(m.image_size), str(m.batch_size),
-         str(m.cpu_batch_size), f"{m.flops / 1e9:.2f}" if m.flops else "-")
+        (
+            m.name,
+            m.framework,
+            f"{m.params / 1e6:.1f}M" if m.params else "-",
+            str(m.image_size),
+            str(m.batch_size),
+            str(m.cpu_batch_size),
+            f"{m.flops / 1e9:.2f}" if m.flops else "-",
+        )
         for m in models
     ]
     for line in columns(header, rows, left=(0, 1)):
@@ -60,8 +67,12 @@ def parser() -> argparse.ArgumentParser:
     fp.set_defaults(run=_fingerprint)
     models = sub.add_parser("models", help="list the registered models")
     models.add_argument("--framework", choices=FRAMEWORKS, help="only this framework's models")
-    models.add_argument("--load", action="append", metavar="FILE",
-                        help="a conftest.py or module that registers models of your own (repeatable)")
+    models.add_argument(
+        "--load",
+        action="append",
+        metavar="FILE",
+        help="a conftest.py or module that registers models of your own (repeatable)",
+    )
     models.add_argument("--json", action="store_true", help="machine-readable output")
     models.set_defaults(run=_models)
     baseline_cli.add_parser(sub)

@@ -83,6 +83,7 @@ def postgres_db(postgres_url):
 
 # -- one saved baseline of the tiny suite, shared by the tests that gate against it ---------
 
+
 @pytest.fixture(scope="session")
 def saved_tiny(request, tmp_path_factory) -> Path:
     """A project folder in which the tiny suite (1 and 2 CPU workers) was saved with
@@ -101,14 +102,29 @@ def saved_tiny(request, tmp_path_factory) -> Path:
             env = dict(os.environ, PERFSUITE_TINY_STEP_MS=TINY_STEP_MS)
             for name in ("PERFSUITE_TINY_SLOWDOWN", "PERFSUITE_TINY_JITTER", "PERFSUITE_TINY_CRASH"):
                 env.pop(name, None)
-            proc = subprocess.run([sys.executable, "-m", "pytest", *FAST, "--save-baseline", "--baseline-runs", "1",
-                                   "--baseline-dir", "baselines", "--perf-json", "saved.json"], cwd=folder, env=env,
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    *FAST,
+                    "--save-baseline",
+                    "--baseline-runs",
+                    "1",
+                    "--baseline-dir",
+                    "baselines",
+                    "--perf-json",
+                    "saved.json",
+                ],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"saving the tiny suite's baseline failed:\n{proc.stdout}\n{proc.stderr}")
             (folder / "save.out").write_text(proc.stdout)
     return folder
-
 
 
 @pytest.fixture(autouse=True)

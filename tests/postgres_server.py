@@ -141,15 +141,19 @@ def _start(run: _Runner, data: Path, log: Path) -> int:
     for _ in range(PORT_ATTEMPTS):
         port = _free_port()
         log_start = log.stat().st_size if log.exists() else 0
-        result = run("pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", str(START_TIMEOUT_S),
-                     "start")
+        result = run(
+            "pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", str(START_TIMEOUT_S), "start"
+        )
         if result.returncode == 0:
             return port
         tail = _log_tail(log, log_start)
         if "Address already in use" not in tail:
             break
-    pytest.fail(f"PostgreSQL server did not start (pg_ctl {result.returncode}):\n{result.stdout}{result.stderr}"
-                f"\n--- server log ---\n{tail}", pytrace=False)
+    pytest.fail(
+        f"PostgreSQL server did not start (pg_ctl {result.returncode}):\n{result.stdout}{result.stderr}"
+        f"\n--- server log ---\n{tail}",
+        pytrace=False,
+    )
 
 
 def create_database(url: str, name: str) -> str:

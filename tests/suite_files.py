@@ -40,8 +40,7 @@ perfsuite.plugin.session.run_burst = fake_run_burst
 """
 
 # One CPU worker, cifar10 in torch: the case the faked-burst tests gate.
-FAKE_ARGS = ["--framework", "torch", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
-             "-p", "no:cacheprovider"]
+FAKE_ARGS = ["--framework", "torch", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1", "-p", "no:cacheprovider"]
 
 
 def faked_project(pytester):
@@ -63,8 +62,24 @@ def free_port() -> int:
 
 
 TINY_STEP_MS = "20"  # a sleep-dominated step: the tiny model's timings barely depend on load
-FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
-        "--warmup-steps", "1", "--max-windows", "5", "-p", "no:cacheprovider"]
+FAST = [
+    "--framework",
+    "torch",
+    "--model",
+    "tiny",
+    "-m",
+    "cpu",
+    "--steps",
+    "10",
+    "--windows",
+    "5",
+    "--warmup-steps",
+    "1",
+    "--max-windows",
+    "5",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 def copy_baselines(saved: Path, project: Path) -> Path:

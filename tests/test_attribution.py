@@ -14,19 +14,34 @@ from perfsuite.worker.profiling import compact, take
 
 # The shape of a real torch cifar10 profile on one CPU worker (ms per step, 3 steps).
 CIFAR = {
-    "aten::convolution_backward": 28.6, "aten::avg_pool3d_backward": 17.4, "aten::mkldnn_convolution": 13.6,
-    "aten::avg_pool3d": 11.0, "aten::max_pool2d_with_indices": 9.3, "aten::pow": 7.3, "aten::mm": 2.96,
-    "aten::addmm": 1.48, "aten::add_": 1.23, "aten::mul": 1.14, "aten::copy_": 1.03, "aten::fill_": 0.86,
-    "aten::div": 0.71, "Optimizer.step#SGD.step": 0.55, "aten::max_pool2d_with_indices_backward": 0.51,
+    "aten::convolution_backward": 28.6,
+    "aten::avg_pool3d_backward": 17.4,
+    "aten::mkldnn_convolution": 13.6,
+    "aten::avg_pool3d": 11.0,
+    "aten::max_pool2d_with_indices": 9.3,
+    "aten::pow": 7.3,
+    "aten::mm": 2.96,
+    "aten::addmm": 1.48,
+    "aten::add_": 1.23,
+    "aten::mul": 1.14,
+    "aten::copy_": 1.03,
+    "aten::fill_": 0.86,
+    "aten::div": 0.71,
+    "Optimizer.step#SGD.step": 0.55,
+    "aten::max_pool2d_with_indices_backward": 0.51,
 }
 
 
 def profile(ops: dict[str, float], steps: int = 3, spread: float = 0.0, kind: str = "op", floor: float = 0.05):
     """A profile whose ops take ``ops`` ms a step, each step off by +-spread of it."""
     offsets = [(-1) ** i * spread * (i % 2 + 1) / 2 for i in range(steps)]
-    return OpProfile("test", tuple(sum(ops.values()) for _ in range(steps)),
-                     tuple(OpTime(name, kind, tuple(ms * (1 + o) for o in offsets), 1.0) for name, ms in ops.items()),
-                     floor, (0.1,) * steps)
+    return OpProfile(
+        "test",
+        tuple(sum(ops.values()) for _ in range(steps)),
+        tuple(OpTime(name, kind, tuple(ms * (1 + o) for o in offsets), 1.0) for name, ms in ops.items()),
+        floor,
+        (0.1,) * steps,
+    )
 
 
 def test_an_op_that_grew_is_the_top_mover_with_its_share_of_the_slowdown():
@@ -108,19 +123,36 @@ def test_identical_profiles_are_inconclusive_with_no_change():
     assert found.largest is None
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("aten::mm", "matmul"), ("aten::addmm", "matmul"), ("MatMul", "matmul"), ("_FusedMatMul", "matmul"),
-    ("BatchMatMulV2", "matmul"), ("sm90_xmma_gemm_f32f32_tf32f32", "matmul"),
-    ("aten::convolution_backward", "convolution"), ("Conv2DBackpropFilter", "convolution"),
-    ("_FusedConv2D", "convolution"), ("sm80_xmma_fprop_implicit_gemm_tf32f32", "convolution"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "collective"), ("gloo:all_reduce", "collective"),
-    ("Memcpy HtoD (Pageable -> Device)", "memcpy"), ("aten::copy_", "memcpy"),
-    ("aten::native_batch_norm", "normalization"), ("FusedBatchNormGradV3", "normalization"),
-    ("MaxPoolGrad", "pooling"), ("aten::threshold_backward", "activation"), ("ReluGrad", "activation"),
-    ("SparseSoftmaxCrossEntropyWithLogits", "loss"), ("Optimizer.step#SGD.step", "optimizer"),
-    ("ResourceApplyKerasMomentum", "optimizer"), ("aten::add_", "elementwise"), ("AddV2", "elementwise"),
-    ("SomethingElse", "other"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("aten::mm", "matmul"),
+        ("aten::addmm", "matmul"),
+        ("MatMul", "matmul"),
+        ("_FusedMatMul", "matmul"),
+        ("BatchMatMulV2", "matmul"),
+        ("sm90_xmma_gemm_f32f32_tf32f32", "matmul"),
+        ("aten::convolution_backward", "convolution"),
+        ("Conv2DBackpropFilter", "convolution"),
+        ("_FusedConv2D", "convolution"),
+        ("sm80_xmma_fprop_implicit_gemm_tf32f32", "convolution"),
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "collective"),
+        ("gloo:all_reduce", "collective"),
+        ("Memcpy HtoD (Pageable -> Device)", "memcpy"),
+        ("aten::copy_", "memcpy"),
+        ("aten::native_batch_norm", "normalization"),
+        ("FusedBatchNormGradV3", "normalization"),
+        ("MaxPoolGrad", "pooling"),
+        ("aten::threshold_backward", "activation"),
+        ("ReluGrad", "activation"),
+        ("SparseSoftmaxCrossEntropyWithLogits", "loss"),
+        ("Optimizer.step#SGD.step", "optimizer"),
+        ("ResourceApplyKerasMomentum", "optimizer"),
+        ("aten::add_", "elementwise"),
+        ("AddV2", "elementwise"),
+        ("SomethingElse", "other"),
+    ],
+)
 def test_op_families_across_frameworks_and_devices(name, expected):
     assert family(name) == expected
 
@@ -128,17 +160,22 @@ def test_op_families_across_frameworks_and_devices(name, expected):
 def test_a_profile_round_trips_and_bad_ones_get_one_line():
     p = profile(CIFAR, spread=0.02)
     assert OpProfile.from_dict(p.as_dict()).ops[0].name == "aten::convolution_backward"
-    for bad in ({"version": 9}, {**p.as_dict(), "ops": [{"name": "x", "kind": "warp", "ms": [1, 1, 1], "calls": 1}]},
-                {**p.as_dict(), "ops": [{"name": "x", "kind": "op", "ms": [1], "calls": 1}]},
-                {**p.as_dict(), "step_ms": [float("nan")] * 3}, {**p.as_dict(), "ops": [{"name": "x"}]}):
+    for bad in (
+        {"version": 9},
+        {**p.as_dict(), "ops": [{"name": "x", "kind": "warp", "ms": [1, 1, 1], "calls": 1}]},
+        {**p.as_dict(), "ops": [{"name": "x", "kind": "op", "ms": [1], "calls": 1}]},
+        {**p.as_dict(), "step_ms": [float("nan")] * 3},
+        {**p.as_dict(), "ops": [{"name": "x"}]},
+    ):
         with pytest.raises(ContractError) as err:
             OpProfile.from_dict(bad)
         assert "\n" not in str(err.value)
 
 
 def test_compact_keeps_the_ops_that_matter_and_folds_the_rest():
-    tables = [{("big", "op"): (10.0, 1), ("small", "op"): (0.001, 3), **{(f"op{i}", "op"): (0.5, 1)
-                                                                        for i in range(80)}}] * 2
+    tables = [
+        {("big", "op"): (10.0, 1), ("small", "op"): (0.001, 3), **{(f"op{i}", "op"): (0.5, 1) for i in range(80)}}
+    ] * 2
     p = compact("test", tables, [60.0, 61.0])
     assert p.ops[0].name == "big" and len(p.ops) == 60  # MAX_OPS
     assert all(o.name != "small" for o in p.ops)

@@ -17,9 +17,28 @@ from suite_files import needs
 
 MODELS = (Path(__file__).parent / "attribution_models.py").read_text()
 THROUGHPUT = "from perfsuite.suite.test_throughput import test_throughput\n"
-ARGS = ["--model", "opmix", "-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "1", "--steps", "10",
-        "--windows", "5", "--warmup-steps", "2", "--max-windows", "5", "-p", "no:cacheprovider",
-        "-p", "no:benchmark"]
+ARGS = [
+    "--model",
+    "opmix",
+    "-m",
+    "cpu",
+    "--cpu-workers",
+    "1",
+    "--threads-per-worker",
+    "1",
+    "--steps",
+    "10",
+    "--windows",
+    "5",
+    "--warmup-steps",
+    "2",
+    "--max-windows",
+    "5",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:benchmark",
+]
 FRAMEWORKS = [pytest.param("torch", marks=needs("torch")), pytest.param("tf", marks=needs("tensorflow"))]
 
 
@@ -37,8 +56,9 @@ def saved(pytester, monkeypatch):
     pytester.makepyfile(test_suite=THROUGHPUT)
 
     def save(framework: str) -> dict:
-        result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--save-baseline",
-                                               "--baseline-runs", "1", "--perf-json", "saved.json")
+        result = pytester.runpytest_subprocess(
+            *ARGS, "--framework", framework, "--save-baseline", "--baseline-runs", "1", "--perf-json", "saved.json"
+        )
         result.assert_outcomes(passed=1)
         (path,) = (pytester.path / "baselines").glob("*.json")
         (entry,) = json.loads(path.read_text())["entries"].values()
@@ -57,8 +77,17 @@ def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, mo
     assert row["profile_seconds"] > 0 and row["profile_error"] is None
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MATMUL", "1024")
-    result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--perf-report", "report",
-                                           "--perf-json", "gated.json", "--junitxml", "junit.xml")
+    result = pytester.runpytest_subprocess(
+        *ARGS,
+        "--framework",
+        framework,
+        "--perf-report",
+        "report",
+        "--perf-json",
+        "gated.json",
+        "--junitxml",
+        "junit.xml",
+    )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "regression: " in out and "attribution (step " in out
@@ -73,20 +102,27 @@ def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, mo
     (trace,) = (pytester.path / "report" / "traces").glob("*.json.gz")
     assert f"trace: report/traces/{trace.name}" in out
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    assert any("mm" in str(e.get("name", "")).lower() or "matmul" in str(e.get("name", "")).lower()
-               for e in events)
+    assert any("mm" in str(e.get("name", "")).lower() or "matmul" in str(e.get("name", "")).lower() for e in events)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytester, saved, monkeypatch,
-                                                                          framework):
+def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytester, saved, monkeypatch, framework):
     entry = saved(framework)
     assert entry["peak_memory_bytes"] > 0 and entry["peak_memory_runs"] == [entry["peak_memory_bytes"]]
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MEMORY_MB", "512")
     # A throughput tolerance no shared machine's noise reaches: this test is about memory.
-    result = pytester.runpytest_subprocess(*ARGS, "--framework", framework, "--perf-tolerance", "0.9",
-                                           "--perf-json", "gated.json", "--junitxml", "junit.xml")
+    result = pytester.runpytest_subprocess(
+        *ARGS,
+        "--framework",
+        framework,
+        "--perf-tolerance",
+        "0.9",
+        "--perf-json",
+        "gated.json",
+        "--junitxml",
+        "junit.xml",
+    )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "memory regression: " in out and "vs baseline " in out
@@ -103,8 +139,9 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
 def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
     saved("torch")
     # A throughput tolerance no shared machine's noise reaches: the verdict is not the point.
-    result = pytester.runpytest_subprocess(*ARGS, "--framework", "torch", "--profile", "--perf-tolerance", "0.9",
-                                           "--perf-report", "report")
+    result = pytester.runpytest_subprocess(
+        *ARGS, "--framework", "torch", "--profile", "--perf-tolerance", "0.9", "--perf-report", "report"
+    )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
     assert row["runs"] == 1 and row["attribution"]["status"] in ("attributed", "uniform", "inconclusive")

@@ -34,9 +34,17 @@ def _days_ago(days: float) -> str:
 
 
 def _entry(ips: float, eff: float | None = None, days: float = 0, **extra) -> dict:
-    return {"images_per_sec": ips, "ci_low": ips * 0.9, "ci_high": ips * 1.1, "samples": [ips] * 5,
-            "run_medians": [ips * 0.95, ips, ips * 1.05], "scaling_efficiency": eff,
-            "date": _days_ago(days), "git_commit": "abc1234", **extra}
+    return {
+        "images_per_sec": ips,
+        "ci_low": ips * 0.9,
+        "ci_high": ips * 1.1,
+        "samples": [ips] * 5,
+        "run_medians": [ips * 0.95, ips, ips * 1.05],
+        "scaling_efficiency": eff,
+        "date": _days_ago(days),
+        "git_commit": "abc1234",
+        **extra,
+    }
 
 
 def _write(path: Path, entries: dict, fp: Fingerprint = CPU) -> Path:
@@ -83,9 +91,15 @@ def test_show_json(tmp_path, capsys):
 
 def test_show_copes_with_hand_edited_fields(tmp_path, capsys):
     path = tmp_path / "b.json"
-    doc = {"schema": 1, "fingerprint": {"kind": "tpu"}, "frameworks": {},
-           "entries": {"x": {"images_per_sec": "fast", "tolerance": "loose", "history": [1, {"images_per_sec": None}]},
-                       "y": {}}}
+    doc = {
+        "schema": 1,
+        "fingerprint": {"kind": "tpu"},
+        "frameworks": {},
+        "entries": {
+            "x": {"images_per_sec": "fast", "tolerance": "loose", "history": [1, {"images_per_sec": None}]},
+            "y": {},
+        },
+    }
     path.write_text(json.dumps(doc))
     rc, out, err = _run(capsys, "show", path)
     assert rc == 0 and err == ""
@@ -107,8 +121,9 @@ def test_show_the_repository_baseline(capsys):
 
 def test_diff_changes_threshold_and_one_sided_entries(tmp_path, capsys):
     old = _write(tmp_path / "old.json", {ONE: _entry(100.0), TWO: _entry(190.0, eff=0.95), TF: _entry(50.0)})
-    new = _write(tmp_path / "new.json", {ONE: _entry(97.0), TWO: _entry(150.0, eff=0.75),
-                                         "torch/resnet50/x": _entry(2.0)})
+    new = _write(
+        tmp_path / "new.json", {ONE: _entry(97.0), TWO: _entry(150.0, eff=0.75), "torch/resnet50/x": _entry(2.0)}
+    )
     rc, out, err = _run(capsys, "diff", old, new)
     assert rc == 0 and err == ""
     row_one = next(line for line in out.splitlines() if line.startswith(ONE))
@@ -237,8 +252,12 @@ patterns = st.lists(st.sampled_from(["torch/*", "tf/*", "*cpu2*", "a", "b/?", "[
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(keys=st.sets(st.sampled_from([ONE, TWO, TF, "a", "b/c", "ab"]), min_size=1), pats=patterns,
-       ages=st.lists(st.integers(0, 100), min_size=6, max_size=6), older=st.none() | st.integers(0, 100))
+@given(
+    keys=st.sets(st.sampled_from([ONE, TWO, TF, "a", "b/c", "ab"]), min_size=1),
+    pats=patterns,
+    ages=st.lists(st.integers(0, 100), min_size=6, max_size=6),
+    older=st.none() | st.integers(0, 100),
+)
 def test_prune_drops_exactly_the_matched_entries(tmp_path, keys, pats, ages, older):
     path = tmp_path / "b.json"
     path.unlink(missing_ok=True)
@@ -247,6 +266,7 @@ def test_prune_drops_exactly_the_matched_entries(tmp_path, keys, pats, ages, old
     before = baseline.load(path).entries
     select = baseline_cli.prune_selector(pats, older, datetime.now(timezone.utc))
     removed, left = baseline.remove_entries(path, select)
+
     def matched(k):
         by_key = not pats or any(fnmatch.fnmatchcase(k, p) for p in pats)
         by_age = older is None or ages[sorted(keys).index(k)] + 0.5 > older
@@ -296,9 +316,13 @@ def test_errors_are_one_line_with_an_exit_code(tmp_path, capsys, argv, rc, words
 
 def test_module_entry_point_exit_codes(tmp_path):
     path = _write(tmp_path / "b.json", {ONE: _entry(100.0)})
-    ok = subprocess.run([sys.executable, "-m", "perfsuite", "baseline", "show", str(path)],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "baseline", "show", str(path)], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and ONE in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "perfsuite", "baseline", "show", str(tmp_path / "no.json")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "baseline", "show", str(tmp_path / "no.json")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr

@@ -27,6 +27,7 @@ def _step(n, at, drop, sigma, seed, level=100.0):
 
 # -- steps and flat histories ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_single_8_percent_step_is_found_at_its_run(seed):
     at = (25, 30, 40)[seed % 3]
@@ -68,6 +69,7 @@ def test_numpy_arrays_give_what_lists_give():
 
 
 # -- drift -------------------------------------------------------------------------------------------
+
 
 def _nights(levels, seed, between=0.01, within=0.01, windows=5):
     """Each night's window samples (img/s): the night's level wanders a little, windows less."""
@@ -166,6 +168,7 @@ def test_bad_drift_settings_are_refused(kwargs):
 
 # -- properties ----------------------------------------------------------------------------------------
 
+
 @st.composite
 def histories(draw):
     """Piecewise-constant levels (some segments constant, exact ties included) with seeded noise."""
@@ -184,13 +187,13 @@ def test_change_points_describe_the_segments_between_them(values):
     assert all(0 < i < len(values) for i in indices)
     bounds = [0, *indices, len(values)]
     for k, p in enumerate(points):
-        assert p.before == statistics.median(values[bounds[k]:bounds[k + 1]])
-        assert p.after == statistics.median(values[bounds[k + 1]:bounds[k + 2]])
+        assert p.before == statistics.median(values[bounds[k] : bounds[k + 1]])
+        assert p.after == statistics.median(values[bounds[k + 1] : bounds[k + 2]])
         assert p.change == pytest.approx(p.after / p.before - 1)
         # on the final segments, not on ones an earlier merge step left behind
         assert p.p_value < MAX_PVALUE
         assert p.p_value == pytest.approx(
-            _t_test_p(values[bounds[k]:bounds[k + 1]], values[bounds[k + 1]:bounds[k + 2]]), rel=1e-9, abs=1e-300
+            _t_test_p(values[bounds[k] : bounds[k + 1]], values[bounds[k + 1] : bounds[k + 2]]), rel=1e-9, abs=1e-300
         )
 
 

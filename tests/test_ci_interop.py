@@ -13,8 +13,22 @@ pytest_plugins = ["pytester"]
 pytestmark = [needs("torch"), needs("pytest_benchmark")]
 
 # The adaptive length stays on here (no --max-windows): it is what some tests are about.
-FAST = ["--framework", "torch", "--model", "tiny", "-m", "cpu", "--steps", "10", "--windows", "5",
-        "--warmup-steps", "1", "-p", "no:cacheprovider"]
+FAST = [
+    "--framework",
+    "torch",
+    "--model",
+    "tiny",
+    "-m",
+    "cpu",
+    "--steps",
+    "10",
+    "--windows",
+    "5",
+    "--warmup-steps",
+    "1",
+    "-p",
+    "no:cacheprovider",
+]
 
 # A plain pytest-benchmark test next to the suite: its fixture must stay pytest-benchmark's.
 PLAIN_BENCHMARK = """
@@ -53,8 +67,21 @@ def test_an_unchanged_run_passes_and_ci_tools_read_its_bursts(suite, saved_tiny)
     path = copy_baselines(saved_tiny, suite.path)
     before = path.read_bytes()
     suite.makepyfile(test_plain=PLAIN_BENCHMARK)
-    result = run(suite, "--benchmark-json", "bench.json", "--junitxml", "junit.xml", "--perf-json", "r.json",
-                 "--perf-tolerance", "0.5", "--scaling-tolerance", "0.5", "--max-windows", "5")
+    result = run(
+        suite,
+        "--benchmark-json",
+        "bench.json",
+        "--junitxml",
+        "junit.xml",
+        "--perf-json",
+        "r.json",
+        "--perf-tolerance",
+        "0.5",
+        "--scaling-tolerance",
+        "0.5",
+        "--max-windows",
+        "5",
+    )
     result.assert_outcomes(passed=4)
     assert result.ret == pytest.ExitCode.OK
     assert path.read_bytes() == before  # a gating run never writes the baseline
@@ -89,8 +116,9 @@ def test_an_unchanged_run_passes_and_ci_tools_read_its_bursts(suite, saved_tiny)
 
 def test_a_noisy_burst_is_lengthened_up_to_its_cap(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_JITTER", "3")
-    result = run(suite, "--cpu-workers", "1", "--missing-baseline", "pass", "--max-windows", "8",
-                 "--perf-json", "r.json")
+    result = run(
+        suite, "--cpu-workers", "1", "--missing-baseline", "pass", "--max-windows", "8", "--perf-json", "r.json"
+    )
     result.assert_outcomes(passed=1)
     (record,) = json.loads((suite.path / "r.json").read_text())["results"]
     assert record["windows"] == 5 and record["max_windows"] == 8
@@ -120,8 +148,21 @@ def test_a_stricter_marker_gets_a_longer_burst(pytester, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
     pytester.makeconftest(TINY)
     pytester.makepyfile(test_marked=MARKED)
-    result = run(pytester, "--cpu-workers", "1", "--missing-baseline", "pass", "--perf-tolerance", "0.9",
-                 "--max-windows", "7", "--perf-json", "r.json", "--benchmark-json", "b.json")
+    result = run(
+        pytester,
+        "--cpu-workers",
+        "1",
+        "--missing-baseline",
+        "pass",
+        "--perf-tolerance",
+        "0.9",
+        "--max-windows",
+        "7",
+        "--perf-json",
+        "r.json",
+        "--benchmark-json",
+        "b.json",
+    )
     result.assert_outcomes(passed=2)
     names = [b["fullname"] for b in json.loads((pytester.path / "b.json").read_text())["benchmarks"]]
     assert len(names) == 2 and len(set(names)) == 2

@@ -39,8 +39,14 @@ def test_a_job_survives_its_json(spec, node_rank, join):
 
 @given(specs, st.lists(finite, min_size=1, max_size=12), st.none() | finite, st.none() | st.floats())
 def test_a_record_survives_its_json(spec, samples, per_rank_ips, loss):
-    record = worker_record(spec, samples, per_rank_ips=per_rank_ips, loss_last=loss, wall_seconds=1.5,
-                           utilisation={"cpu": {"percent_mean": 50.0}})
+    record = worker_record(
+        spec,
+        samples,
+        per_rank_ips=per_rank_ips,
+        loss_last=loss,
+        wall_seconds=1.5,
+        utilisation={"cpu": {"percent_mean": 50.0}},
+    )
     back = WorkerRecord.from_json(record.to_json())
     if loss is not None and not math.isfinite(loss):  # written as null: a non-finite loss, reported
         assert back.loss_last is None
@@ -49,8 +55,9 @@ def test_a_record_survives_its_json(spec, samples, per_rank_ips, loss):
 
 
 def test_another_version_is_refused_with_one_line():
-    job = json.loads(Job(spec=BurstSpec("torch", "cifar10"), model=get_model("torch", "cifar10"),
-                         folder="/tmp/b").to_json())
+    job = json.loads(
+        Job(spec=BurstSpec("torch", "cifar10"), model=get_model("torch", "cifar10"), folder="/tmp/b").to_json()
+    )
     job["version"] = 99
     with pytest.raises(ContractError, match="job version 99; this perfsuite reads version 1"):
         Job.from_json(json.dumps(job))
@@ -67,8 +74,9 @@ def test_the_worker_files_a_foreign_job_as_its_error_line(tmp_path):
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"version": 99}))
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, "-m", "perfsuite.worker", str(job), str(out)], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfsuite.worker", str(job), str(out)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1 and not out.exists()
     (line,) = [p.read_text() for p in tmp_path.glob("result.rank*.error")]
     assert line.startswith("ContractError: job version 99")

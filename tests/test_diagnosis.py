@@ -19,8 +19,11 @@ RUN = RunInfo(date="2026-01-01T00:00:00+00:00", host="h", python="3")
 def util(gpu=None, busy_cores=None, cores=16, cpu=None, n_gpus=1):
     u = {"interval_s": 0.1, "samples": 50, "gpus": []}
     if busy_cores is not None or cpu is not None:
-        u["cpu"] = {"busy_cores_mean": busy_cores, "cores": cores,
-                    "percent_mean": cpu if cpu is not None else 100 * (busy_cores or 0) / cores}
+        u["cpu"] = {
+            "busy_cores_mean": busy_cores,
+            "cores": cores,
+            "percent_mean": cpu if cpu is not None else 100 * (busy_cores or 0) / cores,
+        }
     if gpu is not None:
         u["gpus"] = [{"index": i, "util_percent": {"mean": gpu, "p95": gpu}} for i in range(n_gpus)]
     return u
@@ -28,8 +31,17 @@ def util(gpu=None, busy_cores=None, cores=16, cpu=None, n_gpus=1):
 
 def burst(ips, utilisation=None, per_rank_ips=None, scaling=None, baseline=None, **spec):
     s = BurstSpec(framework="tf", model="resnet50", device_kind="cuda", batch_size=64).replace(**spec)
-    record = worker_record(s, [ips] * 5, flops=8.18e9, per_rank_ips=per_rank_ips, loss_first=7.0, loss_last=6.0,
-                           device_name="NVIDIA H100 80GB HBM3", fp32_math="tf32", utilisation=utilisation)
+    record = worker_record(
+        s,
+        [ips] * 5,
+        flops=8.18e9,
+        per_rank_ips=per_rank_ips,
+        loss_first=7.0,
+        loss_last=6.0,
+        device_name="NVIDIA H100 80GB HBM3",
+        fp32_math="tf32",
+        utilisation=utilisation,
+    )
     r = result(s, record)
     r.scaling_efficiency = scaling
     r.baseline = baseline
@@ -48,8 +60,10 @@ def test_host_data_that_starves_the_gpus_is_input_bound():
     host = burst(1000, util(gpu=31, busy_cores=15.8, n_gpus=8), devices=8, data_location="host")
     [f] = [f for f in diagnose([device, host]) if f.key == host.spec.key()]
     assert f.kind == INPUT_BOUND
-    assert f.text == ("tf-resnet50-gpu8-host: input-bound — GPUs 31% busy (mean) while 15.8 of 16 host cores "
-                      "were saturated; `device` data reaches 2.9x the throughput")
+    assert f.text == (
+        "tf-resnet50-gpu8-host: input-bound — GPUs 31% busy (mean) while 15.8 of 16 host cores "
+        "were saturated; `device` data reaches 2.9x the throughput"
+    )
 
 
 def test_idle_gpus_with_an_idle_host_are_inconclusive():
@@ -70,8 +84,10 @@ def test_a_data_location_within_noise_is_not_flagged():
     device = burst(1000, util(gpu=97, busy_cores=3))
     host = burst(950, util(gpu=95, busy_cores=3), data_location="host")
     assert diagnose([device, host]) == []  # nothing to explain in the summary
-    assert kinds(diagnose([device, host], healthy=True)) == [(device.spec.key(), COMPUTE_BOUND),
-                                                             (host.spec.key(), COMPUTE_BOUND)]
+    assert kinds(diagnose([device, host], healthy=True)) == [
+        (device.spec.key(), COMPUTE_BOUND),
+        (host.spec.key(), COMPUTE_BOUND),
+    ]
 
 
 def test_cpu_workers_input_pipeline_shares_the_cores():
@@ -112,8 +128,15 @@ def test_gpu_busy_falling_while_steps_grow_is_communication_bound():
 def test_more_gpus_same_throughput_with_a_saturated_host_is_input_bound():
     # seed 000: 6,700 to 7,700 examples/s whatever the GPU count, the host feeding all of them
     one = burst(7000, util(gpu=90, busy_cores=12), per_rank_ips=7000, data_location="host", model="cifar10")
-    four = burst(7400, util(gpu=25, busy_cores=15.5, n_gpus=4), per_rank_ips=1850, scaling=0.26, devices=4,
-                 data_location="host", model="cifar10")
+    four = burst(
+        7400,
+        util(gpu=25, busy_cores=15.5, n_gpus=4),
+        per_rank_ips=1850,
+        scaling=0.26,
+        devices=4,
+        data_location="host",
+        model="cifar10",
+    )
     found = diagnose([one, four], min_scaling_efficiency=0.9)
     [f] = [f for f in found if f.key == four.spec.key()]
     assert f.kind == INPUT_BOUND and "GPUs 25% busy (mean) (1 GPU: 90%)" in f.text and "15.5 of 16" in f.text
@@ -121,12 +144,19 @@ def test_more_gpus_same_throughput_with_a_saturated_host_is_input_bound():
 
 def test_scaling_below_the_baseline_beyond_tolerance_is_examined():
     one = burst(100, util(gpu=98, busy_cores=2), per_rank_ips=100)
-    two = burst(150, util(gpu=60, busy_cores=2, n_gpus=2), per_rank_ips=75, scaling=0.75, devices=2,
-                baseline={"scaling_efficiency": 0.95})
+    two = burst(
+        150,
+        util(gpu=60, busy_cores=2, n_gpus=2),
+        per_rank_ips=75,
+        scaling=0.75,
+        devices=2,
+        baseline={"scaling_efficiency": 0.95},
+    )
     [f] = [f for f in diagnose([one, two], scaling_tolerance=0.1) if f.key == two.spec.key()]
     assert "below baseline 95%" in f.text
-    assert not [f for f in diagnose([one, two], scaling_tolerance=0.3) if f.key == two.spec.key()
-                and f.kind != COMPUTE_BOUND]
+    assert not [
+        f for f in diagnose([one, two], scaling_tolerance=0.3) if f.key == two.spec.key() and f.kind != COMPUTE_BOUND
+    ]
 
 
 def test_a_scaling_regression_verdict_is_examined_without_thresholds():
@@ -169,8 +199,11 @@ def test_no_floor_and_no_baseline_raise_no_scaling_finding():
 
 def test_failed_and_remote_bursts_are_skipped():
     failed = result(BurstSpec(framework="tf", model="resnet50"), error="boom")
-    remote = BurstResult(Measurement(BurstSpec(framework="tf", model="resnet50", nodes=2),
-                                     remote=RemoteNode(node_rank=1, wall_seconds=1.0)))
+    remote = BurstResult(
+        Measurement(
+            BurstSpec(framework="tf", model="resnet50", nodes=2), remote=RemoteNode(node_rank=1, wall_seconds=1.0)
+        )
+    )
     assert diagnose([failed, remote]) == []
 
 
@@ -178,29 +211,53 @@ def test_failed_and_remote_bursts_are_skipped():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["cpu", "gpus", "util_percent", "mean", "busy_cores_mean", "cores", "percent_mean",
-                         "series", "x"]), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ["cpu", "gpus", "util_percent", "mean", "busy_cores_mean", "cores", "percent_mean", "series", "x"]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
     max_leaves=20,
 )
 partial_util = st.one_of(
     json_values,
     st.fixed_dictionaries({}, optional={"cpu": json_values, "gpus": json_values}),
-    st.builds(util, gpu=st.none() | st.floats(allow_nan=True), busy_cores=st.none() | st.floats(allow_nan=True),
-              cores=st.integers(-2, 64), cpu=st.floats(allow_nan=True), n_gpus=st.integers(0, 3)),
+    st.builds(
+        util,
+        gpu=st.none() | st.floats(allow_nan=True),
+        busy_cores=st.none() | st.floats(allow_nan=True),
+        cores=st.integers(-2, 64),
+        cpu=st.floats(allow_nan=True),
+        n_gpus=st.integers(0, 3),
+    ),
 )
 
 
-@given(st.lists(partial_util, min_size=4, max_size=4), st.none() | st.floats(allow_nan=True),
-       st.sampled_from(["cuda", "cpu"]), st.none() | st.floats(0, 2))
+@given(
+    st.lists(partial_util, min_size=4, max_size=4),
+    st.none() | st.floats(allow_nan=True),
+    st.sampled_from(["cuda", "cpu"]),
+    st.none() | st.floats(0, 2),
+)
 def test_diagnose_never_raises_on_partial_utilisation(utils, scaling, kind, floor):
     extra = {} if kind == "cuda" else {"device_kind": "cpu"}
     bursts = [
         burst(1000, utils[0], per_rank_ips=1000, **extra),
         burst(500, utils[1], per_rank_ips=500, data_location="host", **extra),
         burst(900, utils[2], per_rank_ips=300, scaling=scaling, devices=4, **extra),
-        burst(400, utils[3], scaling=scaling, devices=4, data_location="host", baseline={"scaling_efficiency": "x"},
-              **extra),
+        burst(
+            400,
+            utils[3],
+            scaling=scaling,
+            devices=4,
+            data_location="host",
+            baseline={"scaling_efficiency": "x"},
+            **extra,
+        ),
     ]
     for f in diagnose(bursts, min_scaling_efficiency=floor, scaling_tolerance=0.1):
         assert f.kind in diagnosis.KINDS and "\n" not in f.text and f.text.startswith("tf-resnet50-")

@@ -12,8 +12,9 @@ from perfsuite.models.registry import get_model
 from perfsuite.plugin.launch import run_burst
 
 TORCH = {
-    "fp16-channels_last-independent": dict(precision="fp16", memory_format="channels_last", devices=2,
-                                           variable_update="independent"),
+    "fp16-channels_last-independent": dict(
+        precision="fp16", memory_format="channels_last", devices=2, variable_update="independent"
+    ),
     "bf16-infer": dict(precision="bf16", mode="infer"),
 }
 TF = {
@@ -26,8 +27,16 @@ DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def burst(tmp_path, framework, **changes):
-    spec = BurstSpec(framework=framework, model="cifar10", image_size=24, batch_size=16, steps=4, windows=2,
-                     warmup_steps=1, threads=1).replace(**changes)
+    spec = BurstSpec(
+        framework=framework,
+        model="cifar10",
+        image_size=24,
+        batch_size=16,
+        steps=4,
+        windows=2,
+        warmup_steps=1,
+        threads=1,
+    ).replace(**changes)
     return run_burst(spec, get_model(framework, "cifar10"), tmp_path)
 
 
@@ -42,8 +51,9 @@ def check(record, changes):
     else:
         assert record.loss_last != record.loss_first
     assert (record.compile_seconds is not None) == (spec.xla or spec.compile)
-    assert spec.key().count("/") >= 8 and all(str(v) in spec.key() for k, v in changes.items()
-                                               if k in ("precision", "mode", "memory_format") and v != "train")
+    assert spec.key().count("/") >= 8 and all(
+        str(v) in spec.key() for k, v in changes.items() if k in ("precision", "mode", "memory_format") and v != "train"
+    )
 
 
 @needs("torch")
@@ -62,8 +72,17 @@ def test_tf_dimensions(tmp_path, changes):
 def test_torch_compile_is_timed_apart_from_the_windows(tmp_path):
     import tiny_model  # noqa: F401 - registers "tiny", whose step compiles in well under a second
 
-    spec = BurstSpec(framework="torch", model="tiny", image_size=8, batch_size=8, steps=4, windows=2, warmup_steps=1,
-                     threads=1, compile=True)
+    spec = BurstSpec(
+        framework="torch",
+        model="tiny",
+        image_size=8,
+        batch_size=8,
+        steps=4,
+        windows=2,
+        warmup_steps=1,
+        threads=1,
+        compile=True,
+    )
     record = run_burst(spec, get_model("torch", "tiny"), tmp_path)
     assert record.compile_seconds > 0 and len(record.samples) == 2
     assert spec.key().endswith("/compile/threads1")
@@ -76,9 +95,20 @@ def test_a_tf_model_that_fixes_its_input_shape_says_it_has_no_nchw_layout(tmp_pa
     from perfsuite.contract.burst_files import unsupported_reason
     from perfsuite.plugin.launch import BurstError
 
-    spec = BurstSpec(framework="tf", model="opmix", image_size=16, batch_size=8, steps=2, windows=2, warmup_steps=1,
-                     threads=1, memory_format="channels_first", xla=True)
+    spec = BurstSpec(
+        framework="tf",
+        model="opmix",
+        image_size=16,
+        batch_size=8,
+        steps=2,
+        windows=2,
+        warmup_steps=1,
+        threads=1,
+        memory_format="channels_first",
+        xla=True,
+    )
     with pytest.raises(BurstError) as failed:
         run_burst(spec, get_model("tf", "opmix"), tmp_path)
     assert unsupported_reason(str(failed.value)) == (
-        "the tf model 'opmix' builds no channels_first layout: its input shape is (16, 16, 3), not channels on axis 1")
+        "the tf model 'opmix' builds no channels_first layout: its input shape is (16, 16, 3), not channels on axis 1"
+    )

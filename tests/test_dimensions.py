@@ -25,13 +25,27 @@ def test_defaults_keep_todays_keys():
 
 
 def test_each_new_dimension_has_its_own_key_part_and_reads_back():
-    spec = BurstSpec(framework="torch", model="cifar10", image_size=24, devices=2, variable_update="independent",
-                     precision="bf16", memory_format="channels_last", compile=True, mode="infer")
+    spec = BurstSpec(
+        framework="torch",
+        model="cifar10",
+        image_size=24,
+        devices=2,
+        variable_update="independent",
+        precision="bf16",
+        memory_format="channels_last",
+        compile=True,
+        mode="infer",
+    )
     key = spec.key()
     assert key == "torch/cifar10/cpu2/nodes1/device/bs32/img24/bf16/independent/channels_last/compile/infer/threads1"
     fields = key_fields(key)
-    assert (fields["precision"], fields["variable_update"], fields["memory_format"], fields["compile"],
-            fields["mode"]) == ("bf16", "independent", "channels_last", "yes", "infer")
+    assert (
+        fields["precision"],
+        fields["variable_update"],
+        fields["memory_format"],
+        fields["compile"],
+        fields["mode"],
+    ) == ("bf16", "independent", "channels_last", "yes", "infer")
     assert spec.label.endswith("(bf16, independent, channels_last, torch.compile, inference)")
     near = nearest_key(spec.replace(compile=False).key(), [key])
     assert near[1] == ["compile"]
@@ -43,8 +57,9 @@ def test_each_new_dimension_has_its_own_key_part_and_reads_back():
 
 def test_default_case_ids_are_unchanged():
     assert Case("torch", "cifar10", "cpu", 2, "real", "replicated", "fp32", None).id == "torch-cifar10-cpu2-real"
-    case = Case("torch", "cifar10", "cpu", 2, "real", "independent", "fp16", None, 1, "channels_last", "infer",
-                "device")
+    case = Case(
+        "torch", "cifar10", "cpu", 2, "real", "independent", "fp16", None, 1, "channels_last", "infer", "device"
+    )
     assert case.id == "torch-cifar10-cpu2-real-independent-fp16-augment-device-channels_last-infer"
 
 
@@ -53,25 +68,31 @@ def test_inference_counts_one_forward_pass_per_image():
 
 
 def test_an_unsupported_line_is_told_from_an_error():
-    assert unsupported_reason("rank 0: Unsupported: bf16 needs compute capability 8.0") == \
-        "bf16 needs compute capability 8.0"
+    assert (
+        unsupported_reason("rank 0: Unsupported: bf16 needs compute capability 8.0")
+        == "bf16 needs compute capability 8.0"
+    )
     assert unsupported_reason("rank 0: RuntimeError: boom") is None and unsupported_reason(None) is None
 
 
 # -- through pytest, with faked bursts ----------------------------------------------------------
+
 
 @pytest.fixture
 def faked(pytester):
     return faked_project(pytester)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--compile", "--framework", "tf"], ["--compile: applies to --framework torch only", "measures tf"]),
-    (["--xla", "--framework", "torch"], ["--xla: applies to --framework tf only"]),
-    (["--memory-format", "nhwc"], ["--memory-format", "channels_last, channels_first"]),
-    (["--mode", "eval"], ["--mode", "train, infer"]),
-    (["--min-input-efficiency", "1.5"], ["--min-input-efficiency", "<= 1"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--compile", "--framework", "tf"], ["--compile: applies to --framework torch only", "measures tf"]),
+        (["--xla", "--framework", "torch"], ["--xla: applies to --framework tf only"]),
+        (["--memory-format", "nhwc"], ["--memory-format", "channels_last, channels_first"]),
+        (["--mode", "eval"], ["--mode", "train, infer"]),
+        (["--min-input-efficiency", "1.5"], ["--min-input-efficiency", "<= 1"]),
+    ],
+)
 def test_bad_combinations_are_one_line(faked, args, words):
     result = faked.runpytest_inprocess(*[a for a in FAKE_ARGS if a not in ("--framework", "torch")], *args, "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -82,27 +103,96 @@ def test_bad_combinations_are_one_line(faked, args, words):
 
 def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
     result = faked.runpytest_inprocess(
-        "--framework", "torch", "--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "2",
-        "--precision", "fp32", "--precision", "tf32", "--memory-format", "channels_first", "--mode", "train",
-        "--mode", "infer", "--data-location", "device", "--data-location", "real", "--augment-on", "cpu",
-        "--augment-on", "device", "--variable-update", "replicated", "--variable-update", "independent",
-        "--co", "-q", "-rs", "test_suite.py::test_throughput")
+        "--framework",
+        "torch",
+        "--framework",
+        "tf",
+        "--model",
+        "cifar10",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "2",
+        "--precision",
+        "fp32",
+        "--precision",
+        "tf32",
+        "--memory-format",
+        "channels_first",
+        "--mode",
+        "train",
+        "--mode",
+        "infer",
+        "--data-location",
+        "device",
+        "--data-location",
+        "real",
+        "--augment-on",
+        "cpu",
+        "--augment-on",
+        "device",
+        "--variable-update",
+        "replicated",
+        "--variable-update",
+        "independent",
+        "--co",
+        "-q",
+        "-rs",
+        "test_suite.py::test_throughput",
+    )
     ids = [line.split("[", 1)[1].rstrip("]") for line in result.stdout.lines if "::test_throughput[" in line]
     assert "torch-cifar10-cpu1-device" in ids and "torch-cifar10-cpu2-real-independent-augment-device-infer" in ids
     assert "tf-cifar10-cpu1-device-channels_first" in ids  # torch's default there is channels_first
     assert all("-real" in i for i in ids if "augment" in i)  # only `real` has a place to augment
     assert len(ids) == len(set(ids))
-    listed = faked.runpytest_inprocess("--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers",
-                                       "1", "--precision", "tf32", "--memory-format", "channels_first", "-rs",
-                                       "test_suite.py::test_throughput")
+    listed = faked.runpytest_inprocess(
+        "--framework",
+        "tf",
+        "--model",
+        "cifar10",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--precision",
+        "tf32",
+        "--memory-format",
+        "channels_first",
+        "-rs",
+        "test_suite.py::test_throughput",
+    )
     out = listed.stdout.str()
     assert "tf32 needs GPU tensor cores" in out
-    listed = faked.runpytest_inprocess("--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
-                                       "--memory-format", "channels_first", "-rs", "test_suite.py::test_throughput")
+    listed = faked.runpytest_inprocess(
+        "--framework",
+        "tf",
+        "--model",
+        "cifar10",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--memory-format",
+        "channels_first",
+        "-rs",
+        "test_suite.py::test_throughput",
+    )
     assert "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --xla" in listed.stdout.str()
-    listed = faked.runpytest_inprocess("--framework", "tf", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1",
-                                       "--memory-format", "channels_first", "--xla", "-rs",
-                                       "test_suite.py::test_throughput")
+    listed = faked.runpytest_inprocess(
+        "--framework",
+        "tf",
+        "--model",
+        "cifar10",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--memory-format",
+        "channels_first",
+        "--xla",
+        "-rs",
+        "test_suite.py::test_throughput",
+    )
     out = listed.stdout.str()
     assert "NCHW" not in out and "no throughput baseline for tf/cifar10/cpu1/" in out  # it ran: XLA lays out NCHW
     assert "/xla/channels_first/" in out
@@ -118,12 +208,24 @@ def test_an_unsupported_device_skips_with_its_reason_and_measures_nothing(faked,
 
 def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE_HOST", "60")
-    args = [*FAKE_ARGS, "--data-location", "device", "--data-location", "host", "--missing-baseline", "pass",
-            "--perf-json", "out.json", "test_suite.py::test_throughput"]
+    args = [
+        *FAKE_ARGS,
+        "--data-location",
+        "device",
+        "--data-location",
+        "host",
+        "--missing-baseline",
+        "pass",
+        "--perf-json",
+        "out.json",
+        "test_suite.py::test_throughput",
+    ]
     result = faked.runpytest_subprocess(*args, "--min-input-efficiency", "0.9")
     result.assert_outcomes(passed=1, failed=1)
-    assert ("input efficiency: torch cifar10 on 1 CPU worker, batch 64/device, data location host: 60 img/s is "
-            "0.60 of the device data location's 100 img/s (floor 0.90)") in result.stdout.str()
+    assert (
+        "input efficiency: torch cifar10 on 1 CPU worker, batch 64/device, data location host: 60 img/s is "
+        "0.60 of the device data location's 100 img/s (floor 0.90)"
+    ) in result.stdout.str()
     rows = {r["data_location"]: r for r in json.loads(faked.path.joinpath("out.json").read_text())["results"]}
     assert rows["host"]["input_efficiency"] == pytest.approx(0.6)
     faked.runpytest_subprocess(*args, "--min-input-efficiency", "0.5").assert_outcomes(passed=2)
@@ -131,8 +233,21 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
 
 def test_the_independent_twin_states_the_communication_overhead(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE_REPLICATED", "80")
-    args = [*FAKE_ARGS, "--cpu-workers", "2", "--variable-update", "independent", "--variable-update", "replicated",
-            "--missing-baseline", "pass", "--min-scaling-efficiency", "1.05", "--perf-report", "report"]
+    args = [
+        *FAKE_ARGS,
+        "--cpu-workers",
+        "2",
+        "--variable-update",
+        "independent",
+        "--variable-update",
+        "replicated",
+        "--missing-baseline",
+        "pass",
+        "--min-scaling-efficiency",
+        "1.05",
+        "--perf-report",
+        "report",
+    ]
     result = faked.runpytest_subprocess(*args)
     out = result.stdout.str()
     # replicated at 80 img/s a device against 100 alone: 20% of the step is the gradient exchange.

@@ -25,8 +25,11 @@ GPU = BurstSpec(framework="torch", model="resnet50", device_kind="cuda", batch_s
 
 # -- 1. amp picks its dtype by compute capability ------------------------------------------
 
-@pytest.mark.parametrize("capability, dtype, scaled", [((7, 0), "float16", True), ((7, 5), "float16", True),
-                                                       ((8, 0), "bfloat16", False), ((9, 0), "bfloat16", False)])
+
+@pytest.mark.parametrize(
+    "capability, dtype, scaled",
+    [((7, 0), "float16", True), ((7, 5), "float16", True), ((8, 0), "bfloat16", False), ((9, 0), "bfloat16", False)],
+)
 def test_amp_uses_fp16_with_loss_scaling_below_ampere(monkeypatch, capability, dtype, scaled):
     needs("torch")
     import torch
@@ -52,14 +55,21 @@ def test_the_torch_floor_has_the_amp_api():
 
 # -- 2. a TensorFlow entry drives all of its node's replicas ----------------------------------
 
+
 def test_tf_step_time_counts_every_replica_of_the_process():
     spec = BurstSpec(framework="tf", model="resnet50", device_kind="cuda", batch_size=64)
-    one = result(spec, worker_record(spec, [1000.0] * 5, per_rank_ips=1000,
-                                     utilisation={"gpus": [{"util_percent": {"mean": 98.0}}]}))
+    one = result(
+        spec,
+        worker_record(spec, [1000.0] * 5, per_rank_ips=1000, utilisation={"gpus": [{"util_percent": {"mean": 98.0}}]}),
+    )
     eight = spec.replace(devices=8)
     # One process, 8 replicas, 5,000 img/s in all: each replica's step takes 64 / 625 s, 1.6x the 1-GPU step.
-    r = result(eight, worker_record(eight, [5000.0] * 5, per_rank_ips=625,
-                                    utilisation={"gpus": [{"util_percent": {"mean": 60.0}}] * 8}))
+    r = result(
+        eight,
+        worker_record(
+            eight, [5000.0] * 5, per_rank_ips=625, utilisation={"gpus": [{"util_percent": {"mean": 60.0}}] * 8}
+        ),
+    )
     assert len(r.record.per_rank) == 1 and r.record.per_rank[0].images_per_sec == 5000
     r.scaling_efficiency = 0.625
     [f] = [f for f in diagnose([one, r], min_scaling_efficiency=0.9) if f.key == eight.key()]
@@ -67,6 +77,7 @@ def test_tf_step_time_counts_every_replica_of_the_process():
 
 
 # -- 3. input workers sized to the node, recorded, and read by the diagnosis -------------------
+
 
 def test_loader_workers_share_the_node_cores_among_its_ranks(monkeypatch):
     needs("torch")
@@ -85,11 +96,16 @@ def test_loader_workers_share_the_node_cores_among_its_ranks(monkeypatch):
 
 def test_saturated_input_workers_on_an_idle_host_are_input_bound():
     spec = GPU.replace(devices=8)
-    util = {"cpu": {"busy_cores_mean": 10, "cores": 64, "percent_mean": 20.0},
-            "gpus": [{"util_percent": {"mean": 40.0}}] * 8, "loaders": {"processes": 4, "cores_busy": 3.9}}
+    util = {
+        "cpu": {"busy_cores_mean": 10, "cores": 64, "percent_mean": 20.0},
+        "gpus": [{"util_percent": {"mean": 40.0}}] * 8,
+        "loaders": {"processes": 4, "cores_busy": 3.9},
+    }
     device = result(spec, worker_record(spec, [4000.0] * 5))
-    real = result(spec.replace(data_location="real"),
-                  worker_record(spec.replace(data_location="real"), [1000.0] * 5, utilisation=util, input_workers=4))
+    real = result(
+        spec.replace(data_location="real"),
+        worker_record(spec.replace(data_location="real"), [1000.0] * 5, utilisation=util, input_workers=4),
+    )
     [f] = [f for f in diagnose([device, real]) if f.key == real.spec.key()]
     assert f.kind == INPUT_BOUND and "its 4 input workers kept 3.9 cores busy" in f.text
 
@@ -128,6 +144,7 @@ def test_the_sampler_measures_its_children_cpu(tmp_path):
 
 # -- 4. MIG slices ----------------------------------------------------------------------
 
+
 class _MigNvml:
     """pynvml with one A100 in MIG mode holding two 3g.20gb slices, and one plain H100."""
 
@@ -159,7 +176,8 @@ class _MigNvml:
 
     def nvmlDeviceGetName(self, h):
         return {("gpu", 0): "NVIDIA A100-SXM4-40GB", ("gpu", 1): "NVIDIA H100 80GB HBM3"}.get(
-            h, "NVIDIA A100-SXM4-40GB MIG 3g.20gb")
+            h, "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+        )
 
     def nvmlDeviceGetUUID(self, h):
         return f"MIG-{h[1]:04d}" if h[0] == "mig" else f"GPU-{h[1]:04d}"
@@ -199,6 +217,7 @@ def test_mig_on_and_the_variable_unset_shows_one_slice_not_the_whole_gpu(mig, mo
 
 # -- 6. progress writes throttled; GPU windows sized by work ------------------------------------
 
+
 def test_progress_is_written_at_most_twice_a_second(tmp_path):
     clock = iter([0.0, 0.001, 0.002, 0.3, 0.6, 0.61, 0.62]).__next__
     written = []
@@ -222,6 +241,7 @@ def test_gpu_windows_hold_enough_work_to_outlast_jitter():
 
 # -- 7. device augmentation keeps the NCHW layout ---------------------------------------
 
+
 def test_cifar_device_augmentation_returns_nchw_strides():
     needs("torch")
     import torch
@@ -235,6 +255,7 @@ def test_cifar_device_augmentation_returns_nchw_strides():
 
 # -- 9. peak memory counters start after the warm-up --------------------------------------------
 
+
 def test_the_peak_reset_comes_between_the_warm_up_and_the_first_window():
     events = []
 
@@ -242,12 +263,20 @@ def test_the_peak_reset_comes_between_the_warm_up_and_the_first_window():
         events.append("step")
         return 1.0
 
-    measure.run_windows(step, lambda: None, float, warmup_steps=2, windows=2, steps_per_window=1,
-                        after_warmup=lambda: events.append("reset"))
+    measure.run_windows(
+        step,
+        lambda: None,
+        float,
+        warmup_steps=2,
+        windows=2,
+        steps_per_window=1,
+        after_warmup=lambda: events.append("reset"),
+    )
     assert events == ["step", "step", "reset", "step", "step"]
 
 
 # -- 10. what fp32 ran as, and the peaks it is measured against ---------------------------------
+
 
 def test_fp32_is_ieee_on_a_gpu_without_tf32_units():
     assert fp32_kind(True, (7, 0)) == "ieee" and fp32_kind(True, (8, 0)) == "tf32"
@@ -256,10 +285,16 @@ def test_fp32_is_ieee_on_a_gpu_without_tf32_units():
     assert mfu.fields(v100, GPU, 1000)["mfu_precision"] == "fp32"
 
 
-@pytest.mark.parametrize("name, entry, precision, peak", [
-    ("NVIDIA B200", "B200", "fp32", 80), ("NVIDIA A10G", "A10G", "tf32", 35), ("NVIDIA A10", "A10", "tf32", 62.5),
-    ("Tesla V100-SXM3-32GB", "V100 SXM3", "fp32", 16.4), ("Tesla V100-DGXS-32GB", "V100 SXM2", "fp32", 15.7),
-])
+@pytest.mark.parametrize(
+    "name, entry, precision, peak",
+    [
+        ("NVIDIA B200", "B200", "fp32", 80),
+        ("NVIDIA A10G", "A10G", "tf32", 35),
+        ("NVIDIA A10", "A10", "tf32", 62.5),
+        ("Tesla V100-SXM3-32GB", "V100 SXM3", "fp32", 16.4),
+        ("Tesla V100-DGXS-32GB", "V100 SXM2", "fp32", 15.7),
+    ],
+)
 def test_peaks_of_the_parts_nightly_fleets_run(name, entry, precision, peak):
     tflops, found, _ = mfu.peak_tflops(name, precision)
     assert found.name == entry and tflops == peak
@@ -284,6 +319,7 @@ def test_the_record_says_both_fp32_switches(monkeypatch):
 
 # -- 5. a framework that sees fewer GPUs than NVML skips, and says why --------------------------
 
+
 def test_cases_skip_when_the_framework_sees_fewer_gpus_than_nvml(monkeypatch):
     from perfsuite.plugin import framework_gpus
 
@@ -296,7 +332,8 @@ def test_cases_skip_when_the_framework_sees_fewer_gpus_than_nvml(monkeypatch):
     assert cases.skip_reason(case("torch"), gpu_count=8) is None
     assert cases.skip_reason(case("tf"), gpu_count=8) == (
         'tensorflow sees 0 GPUs of the 8 NVML lists: pip install -e ".[tf-gpu]" (tensorflow[and-cuda]; '
-        "in an environment of its own)")
+        "in an environment of its own)"
+    )
 
 
 def test_the_probe_asks_the_framework_itself():
@@ -313,11 +350,13 @@ def test_extras_give_tensorflow_its_cuda_libraries():
     import tomllib
 
     extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     assert any(d.startswith("tensorflow[and-cuda]") for d in extras["tf-gpu"])
 
 
 # -- 8. parameter_server traffic in buckets, not one collective per tensor ---------------------
+
 
 def test_parameter_server_reduces_and_broadcasts_in_buckets(monkeypatch):
     needs("torch")
@@ -347,8 +386,13 @@ def test_a_bucket_holds_one_dtype_up_to_its_size():
     from perfsuite.worker.backends.torch import train
 
     big = train.BUCKET_BYTES // 4
-    tensors = [torch.zeros(big // 2), torch.zeros(big // 2), torch.zeros(1), torch.zeros(1, dtype=torch.int64),
-               torch.zeros(2 * big)]
+    tensors = [
+        torch.zeros(big // 2),
+        torch.zeros(big // 2),
+        torch.zeros(1),
+        torch.zeros(1, dtype=torch.int64),
+        torch.zeros(2 * big),
+    ]
     assert [[t.numel() for t in b] for b in train._buckets(tensors)] == [[big // 2, big // 2], [1], [1], [2 * big]]
 
 
@@ -361,6 +405,7 @@ def test_the_sampler_finds_the_mig_slice_cuda_was_given():
 
 
 # -- 11. tf32 and bf16 run only where the GPU has them, and say why elsewhere ------------------
+
 
 @pytest.fixture
 def tf32_switches():
@@ -402,11 +447,17 @@ def test_torch_tf32_turns_tf32_on_and_fp32_turns_it_off_on_ampere(monkeypatch, t
     assert train.precision_policy(GPU.replace(precision="bf16"), torch.device("cuda", 0)).dtype == "bfloat16"
 
 
-@pytest.mark.parametrize("ampere, precision, outcome", [
-    (False, "tf32", "tf32 needs compute capability 8.0 or later on every GPU"),
-    (False, "bf16", "bf16 needs compute capability 8.0 or later on every GPU"),
-    (False, "amp", "float16"), (True, "amp", "bfloat16"), (True, "bf16", "bfloat16"), (True, "tf32", "float32"),
-])
+@pytest.mark.parametrize(
+    "ampere, precision, outcome",
+    [
+        (False, "tf32", "tf32 needs compute capability 8.0 or later on every GPU"),
+        (False, "bf16", "bf16 needs compute capability 8.0 or later on every GPU"),
+        (False, "amp", "float16"),
+        (True, "amp", "bfloat16"),
+        (True, "bf16", "bfloat16"),
+        (True, "tf32", "float32"),
+    ],
+)
 def test_tf_tf32_and_bf16_need_ampere_on_every_gpu(monkeypatch, ampere, precision, outcome):
     needs("tensorflow")
     import tensorflow as tf

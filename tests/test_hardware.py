@@ -127,12 +127,9 @@ def test_no_gpu_machine(monkeypatch):
 def test_nvidia_smi_fallback(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     out = (
-        "0, NVIDIA H100 80GB HBM3, 81559, GPU-aaaa, 580.159.04\n"
-        "1, NVIDIA H100 80GB HBM3, 81559, GPU-bbbb, 580.159.04\n"
+        "0, NVIDIA H100 80GB HBM3, 81559, GPU-aaaa, 580.159.04\n1, NVIDIA H100 80GB HBM3, 81559, GPU-bbbb, 580.159.04\n"
     )
-    monkeypatch.setattr(
-        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out, stderr="")
-    )
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out, stderr=""))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert hardware.cuda_devices() == [
         GpuInfo(0, H100, 81559 * 2**20, "GPU-aaaa"),

@@ -31,16 +31,43 @@ START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
 
 
 def _row(key: str, ips: float, verdict: str = "pass") -> dict:
-    return {"key": key, "framework": key.split("/")[0], "model": key.split("/")[1], "device_kind": "cpu",
-            "devices": 1, "nodes": 1, "images_per_sec": ips, "ci_low": ips * 0.99, "ci_high": ips * 1.01,
-            "runs": 1, "verdict": verdict}
+    return {
+        "key": key,
+        "framework": key.split("/")[0],
+        "model": key.split("/")[1],
+        "device_kind": "cpu",
+        "devices": 1,
+        "nodes": 1,
+        "images_per_sec": ips,
+        "ci_low": ips * 0.99,
+        "ci_high": ips * 1.01,
+        "runs": 1,
+        "verdict": verdict,
+    }
 
 
-def _doc(uuid: str, date: datetime, rows: list[dict], *, host: str = "node1", fp: str = "cpu-aaa",
-         commit: str = "c0", torch: str = "2.12.0", container: str = "ngc 25.01", pool: str = "a") -> dict:
-    run = {"date": date.isoformat(), "host": host, "python": "3.12.0", "git_commit": commit,
-           "fingerprints": {"cpu": {"id": fp}}, "frameworks": {"torch": torch, "tf": "2.20.0"},
-           "container": container, "labels": {"pool": pool}}
+def _doc(
+    uuid: str,
+    date: datetime,
+    rows: list[dict],
+    *,
+    host: str = "node1",
+    fp: str = "cpu-aaa",
+    commit: str = "c0",
+    torch: str = "2.12.0",
+    container: str = "ngc 25.01",
+    pool: str = "a",
+) -> dict:
+    run = {
+        "date": date.isoformat(),
+        "host": host,
+        "python": "3.12.0",
+        "git_commit": commit,
+        "fingerprints": {"cpu": {"id": fp}},
+        "frameworks": {"torch": torch, "tf": "2.20.0"},
+        "container": container,
+        "labels": {"pool": pool},
+    }
     return {"uuid": uuid, "mode": "gate", "outcome": "passed", "source": "run", "run": run, "results": rows}
 
 
@@ -53,18 +80,36 @@ def _fill(path: Path) -> str:
     try:
         for i in range(NIGHTS):
             after = i >= STEP_AT
-            rows = [_row(STEP, (92.0 if after else 100.0) * (1 + rnd.gauss(0, 0.01))),
-                    _row(JUMP, (230.0 if i >= JUMP_AT else 200.0) * (1 + rnd.gauss(0, 0.01)),
-                         "regression" if i == NIGHTS - 1 else "pass")]
+            rows = [
+                _row(STEP, (92.0 if after else 100.0) * (1 + rnd.gauss(0, 0.01))),
+                _row(
+                    JUMP,
+                    (230.0 if i >= JUMP_AT else 200.0) * (1 + rnd.gauss(0, 0.01)),
+                    "regression" if i == NIGHTS - 1 else "pass",
+                ),
+            ]
             if i < 5:
                 rows.append(_row(SHARED, 50.0))
             # the commit moves every 10 nights, so run 36 has the same metadata as run 35
-            db.write_run(engine, _doc(f"n{i}", START + timedelta(days=i), rows, commit=f"{i // 10:x}" * 12,
-                                      torch="2.13.0" if after else "2.12.0",
-                                      container="ngc 25.02" if after else "ngc 25.01", pool="b" if after else "a"))
+            db.write_run(
+                engine,
+                _doc(
+                    f"n{i}",
+                    START + timedelta(days=i),
+                    rows,
+                    commit=f"{i // 10:x}" * 12,
+                    torch="2.13.0" if after else "2.12.0",
+                    container="ngc 25.02" if after else "ngc 25.01",
+                    pool="b" if after else "a",
+                ),
+            )
         for j in range(3):
-            db.write_run(engine, _doc(f"m{j}", START + timedelta(days=10 + j, hours=6), [_row(SHARED, 80.0)],
-                                      host="node2", fp="cpu-bbb"))
+            db.write_run(
+                engine,
+                _doc(
+                    f"m{j}", START + timedelta(days=10 + j, hours=6), [_row(SHARED, 80.0)], host="node2", fp="cpu-bbb"
+                ),
+            )
     finally:
         engine.dispose()
     return url
@@ -96,7 +141,7 @@ def test_runs_newest_first_with_limit(history, capsys):
     assert rc == 0 and err == ""
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("run"))
-    rows = lines[header + 1:]
+    rows = lines[header + 1 :]
     assert [r.split()[0] for r in rows] == ["50", "49", "48"]
     assert "(--limit 3; 0 for all)" in lines[0]
     newest = rows[0]
@@ -209,8 +254,11 @@ def test_changes_json_patterns_and_limit(history, capsys):
     assert jump["run_id"] == JUMP_AT + 1 and jump["previous_run_id"] == JUMP_AT and jump["metadata_changes"] == []
     assert jump["change"] == pytest.approx(0.15, abs=0.015) and jump["fingerprint"] == "cpu-aaa"
     assert {c["field"]: (c["before"], c["after"]) for c in step["metadata_changes"]} == {
-        "git_commit": ("2" * 12, "3" * 12), "frameworks.torch": ("2.12.0", "2.13.0"),
-        "container": ("ngc 25.01", "ngc 25.02"), "labels.pool": ("a", "b")}
+        "git_commit": ("2" * 12, "3" * 12),
+        "frameworks.torch": ("2.12.0", "2.13.0"),
+        "container": ("ngc 25.01", "ngc 25.02"),
+        "labels.pool": ("a", "b"),
+    }
 
     rc, out, _ = _run(capsys, "changes", "--history", history, "--key", "*resnet*", "--json")
     assert [c["key"] for c in json.loads(out)["changes"]] == [STEP]
@@ -224,9 +272,16 @@ def test_changes_json_patterns_and_limit(history, capsys):
 
 
 def _results_file(path: Path, date: str = "2026-03-01T02:00:00+01:00", commit: str = "feedbeef" * 5) -> Path:
-    info = RunInfo(date=date, host="gpu7", python="3.12.1", git_commit=commit,
-                   fingerprints={"cpu": {"id": "cpu-ccc"}}, frameworks={"torch": "2.13.0"},
-                   container="ngc 25.03", labels={"pool": "c"})
+    info = RunInfo(
+        date=date,
+        host="gpu7",
+        python="3.12.1",
+        git_commit=commit,
+        fingerprints={"cpu": {"id": "cpu-ccc"}},
+        frameworks={"torch": "2.13.0"},
+        container="ngc 25.03",
+        labels={"pool": "c"},
+    )
     path.write_text(json.dumps(document(info, [_row(STEP, 91.0), _row(JUMP, 229.0)])))
     return path
 
@@ -244,8 +299,9 @@ def test_import_writes_the_files_run_once(tmp_path, capsys):
     assert run["source"] == str(results) and run["bursts"] == 2
 
     rc, out, _ = _run(capsys, "import", results, "--history", hist, "--json")
-    assert rc == 0 and json.loads(out)["files"] == [{"file": str(results), "run_id": None, "bursts": 2,
-                                                      "already_there": True}]
+    assert rc == 0 and json.loads(out)["files"] == [
+        {"file": str(results), "run_id": None, "bursts": 2, "already_there": True}
+    ]
     rc, out, _ = _run(capsys, "import", results, "--history", hist)
     assert out == f"{results}: already in the history\n" and _count_runs(hist) == 1
 
@@ -258,10 +314,13 @@ def test_import_writes_spooled_runs_first(tmp_path, capsys):
     assert spool.pending(f"sqlite:///{hist}") == [] and _count_runs(hist) == 2
 
 
-@pytest.mark.parametrize("content, says", [
-    (json.dumps({"results": [{"key": STEP, "images_per_sec": 1.0}]}), "schema version 1 carries no run metadata"),
-    ("not json {", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (json.dumps({"results": [{"key": STEP, "images_per_sec": 1.0}]}), "schema version 1 carries no run metadata"),
+        ("not json {", "not JSON"),
+    ],
+)
 def test_import_checks_every_file_before_writing_any(tmp_path, capsys, content, says):
     hist = tmp_path / "h.db"
     good = _results_file(tmp_path / "good.json")
@@ -325,8 +384,13 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
 
 
 def _cli(*argv, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfsuite", "history", *map(str, argv)], cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "perfsuite", "history", *map(str, argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_unknown_key_exit_1_one_line_without_traceback(history, tmp_path):

@@ -39,6 +39,7 @@ def _sqlite(tmp_path: Path) -> str:
 
 # -- URLs ---------------------------------------------------------------------------
 
+
 def test_urls(tmp_path):
     assert normalise("h.db", tmp_path) == f"sqlite:///{tmp_path / 'h.db'}"
     assert normalise("sqlite:///rel.db", tmp_path) == f"sqlite:///{tmp_path / 'rel.db'}"
@@ -52,13 +53,18 @@ def test_urls(tmp_path):
 
 # -- SQLite ---------------------------------------------------------------------------
 
+
 def test_sqlite_file_keeps_runs_in_date_order(tmp_path):
     url = _sqlite(tmp_path)
     engine = db.open_history(url)
     # Written out of order (an import of an older night): read back by date.
     for day, ips in ((2, 90.0), (0, 100.0), (1, 95.0)):
-        assert db.write_run(engine, run_doc(ips, day=day, commit=f"c{day}", container="img:1", cudnn="9.1.0",
-                                            labels={"pool": "a"})) is not None
+        assert (
+            db.write_run(
+                engine, run_doc(ips, day=day, commit=f"c{day}", container="img:1", cudnn="9.1.0", labels={"pool": "a"})
+            )
+            is not None
+        )
     engine.dispose()
     assert Path(url.removeprefix("sqlite:///")).is_file()
 
@@ -124,8 +130,7 @@ def test_migrations_bring_an_old_database_forward(tmp_path):
     with engine.begin() as conn:
         assert schema.migrate(conn, steps) == schema.SCHEMA_VERSION + 1  # at the newest: nothing to do
         assert conn.execute(sa.text("SELECT note FROM runs")).scalar_one() == "none"
-        assert conn.execute(sa.select(schema.schema_table.c.version)).scalars().all() == [
-            schema.SCHEMA_VERSION + 1]
+        assert conn.execute(sa.select(schema.schema_table.c.version)).scalars().all() == [schema.SCHEMA_VERSION + 1]
     assert len(db.runs(engine)) == 1
 
 
@@ -133,8 +138,16 @@ def _writers(url: str, runs_each: int = 50) -> None:
     """Two processes writing at once, each run its own transaction."""
     code = WRITER.format(tests=str(Path(__file__).parent))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, name, str(runs_each)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url, name, str(runs_each)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
 
@@ -155,6 +168,7 @@ def test_two_processes_write_50_runs_each_to_sqlite(tmp_path):
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------
+
 
 def test_postgresql_keeps_runs(postgres_db):
     engine = db.open_history(postgres_db)
@@ -179,8 +193,9 @@ def test_postgresql_database_that_appears_later_gets_the_spooled_runs(postgres_u
 
     name = f"later_{uuid.uuid4().hex}"
     url = postgres_url.rsplit("/", 1)[0] + "/" + name
-    first = recorder.record(url, document.live(run_doc(100.0)["run"], run_doc(100.0)["results"],
-                                               save_baseline=False, outcome="passed"))
+    first = recorder.record(
+        url, document.live(run_doc(100.0)["run"], run_doc(100.0)["results"], save_baseline=False, outcome="passed")
+    )
     assert first[-1].startswith("warning: perf history unusable") and "spooled to" in first[-1]
     assert len(spool.pending(url)) == 1
     create_database(postgres_url, name)
@@ -193,6 +208,7 @@ def test_postgresql_database_that_appears_later_gets_the_spooled_runs(postgres_u
 
 
 # -- unreachable: spool, then flush ------------------------------------------------------
+
 
 def test_unreachable_history_spools_then_flushes(tmp_path):
     blocker = tmp_path / "not-yet"

@@ -31,9 +31,19 @@ def _history(pytester):
 def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
     monkeypatch.setenv("NVIDIA_PYTORCH_VERSION", "24.05")
     monkeypatch.setenv("NVIDIA_BUILD_ID", "9001")
-    first = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--perf-label", "pool=a",
-                                       "--perf-label", "note=x=y, z", "--missing-baseline", "pass",
-                                       "--perf-json", "r.json")
+    first = faked.runpytest_subprocess(
+        *FAKE,
+        "--perf-history",
+        "perf.db",
+        "--perf-label",
+        "pool=a",
+        "--perf-label",
+        "note=x=y, z",
+        "--missing-baseline",
+        "pass",
+        "--perf-json",
+        "r.json",
+    )
     first.assert_outcomes(passed=1)
     assert "perf history: run 1 (1 burst) written to sqlite:///" in first.stdout.str()
     saved = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--save-baseline")
@@ -47,9 +57,10 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
     assert gate["container"] == "NGC PyTorch 24.05 (build 9001)"
     assert gate["frameworks"] == {"torch": "fake"} and gate["bursts"] == 1
     record = json.loads((faked.path / "r.json").read_text())
-    assert gate["date"] == record["run"]["date"] and gate["cpu_fingerprint"] == record["run"]["fingerprints"][
-        "cpu"]["id"]
-    ((fp, key), points), = db.all_series(engine).items()
+    assert (
+        gate["date"] == record["run"]["date"] and gate["cpu_fingerprint"] == record["run"]["fingerprints"]["cpu"]["id"]
+    )
+    (((fp, key), points),) = db.all_series(engine).items()
     assert key == record["results"][0]["key"] and [p.images_per_sec for p in points] == [100.0, 100.0]
 
 
@@ -63,6 +74,7 @@ def test_a_failed_run_is_kept_too(faked, monkeypatch):
 
 def test_without_a_history_nothing_new_is_written(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+
     def files():  # pytester's own: its temporary folder and captured output
         return {p.name for p in faked.path.iterdir() if not p.name.startswith(("runpytest", "stdout", "stderr"))}
 
@@ -101,6 +113,7 @@ def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path,
 
 # -- drift ---------------------------------------------------------------------------
 
+
 def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 9) -> None:
     """``nights`` flat nights, then ``drift_nights`` each 3% slower than the one before; tonight
     (the fake burst, 100 img/s) is the next 3% down."""
@@ -111,7 +124,7 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
     fingerprint = probe["run"]["fingerprints"]["cpu"]["id"]
     engine = _history(faked)
     level = 100.0 / 0.97 ** (drift_nights + 1)
-    levels = [level] * nights + [level * 0.97 ** k for k in range(1, drift_nights + 1)]
+    levels = [level] * nights + [level * 0.97**k for k in range(1, drift_nights + 1)]
     for day, ips in enumerate(levels):
         noisy = ips * (1 + 0.004 * ((day * 7) % 5 - 2))  # a little wander, the same every time
         db.write_run(engine, run_doc(noisy, day=day, key=row["key"], fingerprint=fingerprint, commit=f"n{day}"))
@@ -124,8 +137,9 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
 
 def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail",
-                                        "--perf-json", "r.json", "--perf-report", "report")
+    result = faked.runpytest_subprocess(
+        *FAKE, "--perf-history", "perf.db", "--drift", "fail", "--perf-json", "r.json", "--perf-report", "report"
+    )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     line = next(x for x in out.splitlines() if "drift: torch cifar10 on 1 CPU worker" in x)
@@ -152,14 +166,14 @@ def test_drift_warns_by_default(faked, monkeypatch):
 
 def test_a_flat_history_is_no_drift(faked, monkeypatch):
     _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail",
-                                        "--perf-json", "r.json")
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail", "--perf-json", "r.json")
     result.assert_outcomes(passed=1)
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["drift"] is None and row["drift_runs"] == 31
 
 
 # -- options and preflight (no pytest session needed) ---------------------------------
+
 
 def _options(cli: dict, table: dict, base):
     from perfsuite.plugin.options import resolve
@@ -168,23 +182,37 @@ def _options(cli: dict, table: dict, base):
 
 
 def test_history_options_from_the_table(tmp_path):
-    opts = _options({}, {"perf_history": "nightly/perf.db", "perf_labels": {"pool": "a", "image": "ngc:24.05"},
-                         "drift": "fail", "drift_window": 20}, tmp_path)
+    opts = _options(
+        {},
+        {
+            "perf_history": "nightly/perf.db",
+            "perf_labels": {"pool": "a", "image": "ngc:24.05"},
+            "drift": "fail",
+            "drift_window": 20,
+        },
+        tmp_path,
+    )
     assert opts.perf_history == f"sqlite:///{tmp_path / 'nightly' / 'perf.db'}"  # relative to pyproject
     assert opts.perf_label == (("image", "ngc:24.05"), ("pool", "a"))
     assert (opts.drift, opts.drift_window) == ("fail", 20)
-    cli = _options({"perf_history": "postgresql://perf@db/nightly", "perf_label": ["pool=b"]},
-                   {"perf_history": "x.db", "perf_label": ["pool=a"]}, tmp_path)
+    cli = _options(
+        {"perf_history": "postgresql://perf@db/nightly", "perf_label": ["pool=b"]},
+        {"perf_history": "x.db", "perf_label": ["pool=a"]},
+        tmp_path,
+    )
     assert cli.perf_history == "postgresql://perf@db/nightly" and cli.perf_label == (("pool", "b"),)
     default = _options({}, {}, tmp_path)
     assert (default.perf_history, default.perf_label, default.drift, default.drift_window) == (None, (), "warn", 14)
 
 
-@pytest.mark.parametrize("cli, message", [
-    ({"drift_window": "2"}, "--drift-window: must be >= 3"),
-    ({"drift": "error"}, "--drift: 'error' is not one of warn, fail"),
-    ({"perf_history": "sqlite://"}, "a SQLite URL needs a file"),
-])
+@pytest.mark.parametrize(
+    "cli, message",
+    [
+        ({"drift_window": "2"}, "--drift-window: must be >= 3"),
+        ({"drift": "error"}, "--drift: 'error' is not one of warn, fail"),
+        ({"perf_history": "sqlite://"}, "a SQLite URL needs a file"),
+    ],
+)
 def test_bad_history_options_are_one_line(tmp_path, cli, message):
     from perfsuite.plugin.options import OptionError
 
@@ -198,7 +226,8 @@ def test_a_history_without_its_libraries_stops_the_run_up_front(tmp_path):
     opts = _options({"perf_history": "postgresql://perf@db/nightly"}, {}, tmp_path)
     with pytest.raises(PreflightError, match=r"needs sqlalchemy, psycopg: pip install -e \"\.\[history\]\""):
         check_history(opts, installed=lambda name: name == "otava")
-    with pytest.raises(PreflightError, match="needs Apache Otava for its change points: pip install --no-deps "
-                                             "apache-otava==0.8.0"):
+    with pytest.raises(
+        PreflightError, match="needs Apache Otava for its change points: pip install --no-deps apache-otava==0.8.0"
+    ):
         check_history(opts, installed=lambda name: name != "otava")
     check_history(_options({"perf_history": "h.db"}, {}, tmp_path), installed=lambda name: name != "psycopg")

@@ -70,6 +70,6 @@ def test_every_package_is_in_the_rules() -> None:
 
 def test_the_readme_layout_names_every_module() -> None:
     readme = (ROOT.parent / "README.md").read_text()
-    layout = readme[readme.index("## Repository layout"):]
+    layout = readme[readme.index("## Repository layout") :]
     missing = [str(p.relative_to(ROOT)) for p in MODULES if p.name != "__init__.py" and p.name not in layout]
     assert not missing, f"README's layout section does not name {', '.join(missing)}"

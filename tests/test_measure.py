@@ -34,8 +34,9 @@ class FakeDevice:
 @given(st.integers(0, 5), st.integers(1, 6), st.integers(1, 5), st.floats(0.001, 2.0))
 def test_windows_time_only_their_steps(warmup, windows, per_window, cost):
     dev = FakeDevice(cost)
-    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=warmup, windows=windows,
-                            steps_per_window=per_window, clock=dev.clock)
+    t = measure.run_windows(
+        dev.step, dev.sync, float, warmup_steps=warmup, windows=windows, steps_per_window=per_window, clock=dev.clock
+    )
     assert dev.steps == warmup + windows * per_window
     assert t.window_seconds == pytest.approx([cost * per_window] * windows)
     assert t.warmup_seconds == pytest.approx(cost * warmup)
@@ -73,8 +74,17 @@ class NoisyDevice(FakeDevice):
 @given(st.integers(1, 8), st.integers(0, 12))
 def test_a_steady_burst_keeps_its_length(windows, extra):
     dev = FakeDevice(0.1)
-    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=1, windows=windows, steps_per_window=2,
-                            clock=dev.clock, max_windows=windows + extra, stable=measure.stable_within(0.05))
+    t = measure.run_windows(
+        dev.step,
+        dev.sync,
+        float,
+        warmup_steps=1,
+        windows=windows,
+        steps_per_window=2,
+        clock=dev.clock,
+        max_windows=windows + extra,
+        stable=measure.stable_within(0.05),
+    )
     assert len(t.window_seconds) == windows
 
 
@@ -82,8 +92,17 @@ def test_a_steady_burst_keeps_its_length(windows, extra):
 def test_a_spread_burst_grows_to_its_cap_and_no_further(windows, extra):
     dev = NoisyDevice(0.1, jump=3.0)
     cap = windows + extra
-    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=0, windows=windows, steps_per_window=1,
-                            clock=dev.clock, max_windows=cap, stable=measure.stable_within(0.05))
+    t = measure.run_windows(
+        dev.step,
+        dev.sync,
+        float,
+        warmup_steps=0,
+        windows=windows,
+        steps_per_window=1,
+        clock=dev.clock,
+        max_windows=cap,
+        stable=measure.stable_within(0.05),
+    )
     assert len(t.window_seconds) == cap
     assert dev.steps == cap
 
@@ -96,8 +115,17 @@ def test_lengthening_stops_once_the_interval_is_narrow():
         return len(window_seconds) >= 7
 
     dev = FakeDevice(0.1)
-    t = measure.run_windows(dev.step, dev.sync, float, warmup_steps=0, windows=5, steps_per_window=1,
-                            clock=dev.clock, max_windows=20, stable=stable)
+    t = measure.run_windows(
+        dev.step,
+        dev.sync,
+        float,
+        warmup_steps=0,
+        windows=5,
+        steps_per_window=1,
+        clock=dev.clock,
+        max_windows=20,
+        stable=stable,
+    )
     assert len(t.window_seconds) == 7 and seen == [5, 6, 7]
 
 
@@ -114,9 +142,18 @@ def test_a_compiling_first_step_is_timed_alone_before_the_warm_up():
     from perfsuite.worker.measure import run_windows
 
     calls = []
-    timings = run_windows(lambda: calls.append(1) or 1.0, lambda: None, float, warmup_steps=2, windows=5,
-                          steps_per_window=1, compiles=True)
+    timings = run_windows(
+        lambda: calls.append(1) or 1.0,
+        lambda: None,
+        float,
+        warmup_steps=2,
+        windows=5,
+        steps_per_window=1,
+        compiles=True,
+    )
     assert len(calls) == 1 + 2 + 5 and timings.compile_seconds is not None
     assert len(timings.window_seconds) == 5
-    assert run_windows(lambda: 1.0, lambda: None, float, warmup_steps=0, windows=5,
-                       steps_per_window=1).compile_seconds is None
+    assert (
+        run_windows(lambda: 1.0, lambda: None, float, warmup_steps=0, windows=5, steps_per_window=1).compile_seconds
+        is None
+    )

@@ -33,8 +33,10 @@ def test_growth_beyond_the_default_tolerance_fails_as_memory_after_a_rerun(faked
     result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-json", "out.json")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert ("memory regression: torch cifar10 on 1 CPU worker, batch 64/device, data location device: "
-            "peak 1.35 GiB vs baseline 1000 MiB (+38%, tolerance 10%, bursts 1.35 GiB, 1.35 GiB)") in out
+    assert (
+        "memory regression: torch cifar10 on 1 CPU worker, batch 64/device, data location device: "
+        "peak 1.35 GiB vs baseline 1000 MiB (+38%, tolerance 10%, bursts 1.35 GiB, 1.35 GiB)"
+    ) in out
     assert len(faked.path.joinpath("bursts.log").read_text().split()) == 1 + 2  # save, burst, its rerun
     (row,) = json.loads(faked.path.joinpath("out.json").read_text())["results"]
     assert row["memory_verdict"] == "regression" and row["verdict"] == "pass"
@@ -52,13 +54,15 @@ def test_a_wider_tolerance_passes(faked, monkeypatch, where):
 
 def test_the_marker_and_a_hand_set_entry_tolerance_win(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")
-    faked.makepyfile(test_marked="""
+    faked.makepyfile(
+        test_marked="""
 import pytest
 
 @pytest.mark.perf(memory_tolerance=0.5)
 def test_marked(perf, burst_spec):
     perf.assert_throughput(burst_spec)
-""")
+"""
+    )
     faked.runpytest_subprocess(*FAKE_ARGS, "test_marked.py").assert_outcomes(passed=1)
     (path,) = (faked.path / "baselines").glob("*.json")
     data = json.loads(path.read_text())

@@ -11,45 +11,58 @@ from perfsuite.analysis import mfu
 from perfsuite.contract.spec import BurstSpec
 
 
-@pytest.mark.parametrize("device, entry", [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"),
-    ("NVIDIA H100 NVL", "H100 NVL"),
-    ("NVIDIA H200", "H200 SXM"),
-    ("NVIDIA H200 NVL", "H200 NVL"),
-    ("NVIDIA GH200 480GB", "GH200"),
-    ("NVIDIA B200", "B200"),
-    ("NVIDIA A100-SXM4-80GB", "A100"),
-    ("NVIDIA A100-SXM4-40GB", "A100"),
-    ("NVIDIA A100-PCIE-40GB", "A100"),
-    ("NVIDIA A100 80GB PCIe", "A100"),
-    ("NVIDIA A10", "A10"),
-    ("NVIDIA A30", "A30"),
-    ("NVIDIA A40", "A40"),
-    ("NVIDIA L4", "L4"),
-    ("NVIDIA L40", "L40"),
-    ("NVIDIA L40S", "L40S"),
-    ("Tesla T4", "T4"),
-    ("Tesla V100-SXM2-16GB", "V100 SXM2"),
-    ("Tesla V100-SXM2-32GB", "V100 SXM2"),
-    ("Tesla V100-PCIE-16GB", "V100 PCIe"),
-    ("Tesla V100S-PCIE-32GB", "V100S PCIe"),
-    ("Tesla P100-SXM2-16GB", "P100 SXM2"),
-    ("Tesla P100-PCIE-12GB", "P100 PCIe"),
-    ("Tesla M40 24GB", "M40"),
-    ("NVIDIA GeForce RTX 3090", "RTX 3090"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"),
-])
+@pytest.mark.parametrize(
+    "device, entry",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H100 NVL", "H100 NVL"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("NVIDIA A100-PCIE-40GB", "A100"),
+        ("NVIDIA A100 80GB PCIe", "A100"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A30", "A30"),
+        ("NVIDIA A40", "A40"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40", "L40"),
+        ("NVIDIA L40S", "L40S"),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+        ("Tesla V100-PCIE-16GB", "V100 PCIe"),
+        ("Tesla V100S-PCIE-32GB", "V100S PCIe"),
+        ("Tesla P100-SXM2-16GB", "P100 SXM2"),
+        ("Tesla P100-PCIE-12GB", "P100 PCIe"),
+        ("Tesla M40 24GB", "M40"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+    ],
+)
 def test_lookup_by_cuda_device_name(device, entry):
     assert mfu.lookup(device).name == entry
 
 
-@pytest.mark.parametrize("device", [
-    None, "", "cpu", "NVIDIA H100",  # which H100? no guess
-    "NVIDIA GB200", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 4090 D",
-    "NVIDIA GeForce RTX 4090 Laptop GPU", "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
-    "Tesla K80", "AMD Instinct MI300X",
-])
+@pytest.mark.parametrize(
+    "device",
+    [
+        None,
+        "",
+        "cpu",
+        "NVIDIA H100",  # which H100? no guess
+        "NVIDIA GB200",
+        "NVIDIA GeForce RTX 3090 Ti",
+        "NVIDIA GeForce RTX 4090 D",
+        "NVIDIA GeForce RTX 4090 Laptop GPU",
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+        "Tesla K80",
+        "AMD Instinct MI300X",
+    ],
+)
 def test_unknown_devices_have_no_peak(device):
     assert mfu.lookup(device) is None
 
@@ -69,20 +82,30 @@ def test_published_dense_figures():
     assert mfu.lookup("Tesla V100-SXM2-16GB").tflops == {"fp32": 15.7, "fp16": 125}
 
 
-@pytest.mark.parametrize("precision, dtype, fp32_math, expected", [
-    ("amp", "bfloat16", None, "bf16"),
-    ("amp", "float16", "tf32", "fp16"),
-    ("fp32", "float32", "tf32", "tf32"),
-    ("fp32", "float32", "ieee", "fp32"),
-    ("fp32", "float32", None, "tf32"),  # both frameworks' default for convolutions
-])
+@pytest.mark.parametrize(
+    "precision, dtype, fp32_math, expected",
+    [
+        ("amp", "bfloat16", None, "bf16"),
+        ("amp", "float16", "tf32", "fp16"),
+        ("fp32", "float32", "tf32", "tf32"),
+        ("fp32", "float32", "ieee", "fp32"),
+        ("fp32", "float32", None, "tf32"),  # both frameworks' default for convolutions
+    ],
+)
 def test_compute_precision(precision, dtype, fp32_math, expected):
     assert mfu.compute_precision(precision, dtype, fp32_math) == expected
 
 
 def record(device_name, dtype="float32", fp32_math="tf32", flops=4e9, image_size=224):
-    return worker_record(gpu_spec(), [1.0] * 5, flops=flops, model_image_size=image_size, device_name=device_name,
-                         precision_dtype=dtype, fp32_math=fp32_math)
+    return worker_record(
+        gpu_spec(),
+        [1.0] * 5,
+        flops=flops,
+        model_image_size=image_size,
+        device_name=device_name,
+        precision_dtype=dtype,
+        fp32_math=fp32_math,
+    )
 
 
 def gpu_spec(**changes):
@@ -135,8 +158,12 @@ def test_achieved_tflops_is_three_forward_passes(flops, ips, k):
     assert mfu.achieved_tflops(flops, ips * k) == pytest.approx(k * a)  # linear in throughput
 
 
-@given(st.sampled_from([p.name for p in mfu.PEAKS]), st.integers(1, 16), st.floats(1, 1e5),
-       st.sampled_from(["fp32", "amp"]))
+@given(
+    st.sampled_from([p.name for p in mfu.PEAKS]),
+    st.integers(1, 16),
+    st.floats(1, 1e5),
+    st.sampled_from(["fp32", "amp"]),
+)
 def test_mfu_is_achieved_over_world_peak(device, world, ips, precision):
     f = mfu.fields(record(device, dtype="bfloat16"), gpu_spec(devices=world, precision=precision), ips)
     if f["peak_tflops"] is None:  # e.g. B200 publishes no fp32 figure we table, M40 has no bf16

@@ -31,6 +31,8 @@ PUBLISHED_PARAMS = {
     "vgg16": (138_357_544, "total"),  # keras.applications.VGG16
 }
 NAMES = sorted(PUBLISHED_PARAMS)
+
+
 @pytest.fixture(scope="module", params=NAMES)
 def built(request):
     """One model at a time: module scope groups the tests of each model together."""

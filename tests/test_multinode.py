@@ -12,11 +12,40 @@ pytestmark = needs("torch")
 
 
 def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
-           "--framework", "torch", "--model", "tiny", "-m", "cpu", "--cpu-workers", "1",
-           "--steps", "10", "--windows", "5", "--warmup-steps", "1", "--missing-baseline", "pass",
-           "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}",
-           "--perf-json", f"node{rank}.json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "--framework",
+        "torch",
+        "--model",
+        "tiny",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--steps",
+        "10",
+        "--windows",
+        "5",
+        "--warmup-steps",
+        "1",
+        "--missing-baseline",
+        "pass",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--perf-json",
+        f"node{rank}.json",
+        *extra,
+    ]
     return subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -63,6 +63,7 @@ def test_missing_baseline_policies(faked, policy, outcome):
 
 # -- against the shared saved baseline ---------------------------------------------------------
 
+
 @pytest.mark.xdist_group("saved_tiny")  # the worker that saved the baseline gates against it
 def test_a_save_run_pools_its_bursts_into_each_entry(saved_tiny):
     (path,) = (saved_tiny / "baselines").glob("*.json")
@@ -118,8 +119,13 @@ def test_a_slowdown_fails_as_a_confirmed_regression(faked, monkeypatch):
     assert record["verdict"] == "regression" and record["runs"] == 2  # confirmed by a fresh burst
     assert faked.path.joinpath("bursts.log").read_text().count("\n") == 3 + 2  # the save's 3, this run's 2
     line = next(x for x in out.splitlines() if "regression: torch cifar10 on 1 CPU worker" in x)
-    for word in ("50 img/s vs baseline 100 img/s", "data location device", "-50.0%, tolerance 30%", "2 bursts",
-                 f"baselines/{path.name}"):
+    for word in (
+        "50 img/s vs baseline 100 img/s",
+        "data location device",
+        "-50.0%, tolerance 30%",
+        "2 bursts",
+        f"baselines/{path.name}",
+    ):
         assert word in line, (word, line)
     assert "Traceback" not in out
     assert "REGRESSION" in out  # the summary table
@@ -128,11 +134,16 @@ def test_a_slowdown_fails_as_a_confirmed_regression(faked, monkeypatch):
 
 # -- baseline files that cannot be used (no burst needed) ----------------------------------------
 
+
 def _saved_file(pytester):
     """A valid baseline file for this machine, written by the store itself."""
     path = store.baseline_path(pytester.path / "baselines", cpu_fingerprint())
-    store.save_entries(path, cpu_fingerprint(), {"torch/tiny/cpu1/nodes1/device/bs8/img8/fp32/threads1": {
-        "images_per_sec": 100.0, "samples": [100.0] * 5}}, {"torch": "2.13.0"})
+    store.save_entries(
+        path,
+        cpu_fingerprint(),
+        {"torch/tiny/cpu1/nodes1/device/bs8/img8/fp32/threads1": {"images_per_sec": 100.0, "samples": [100.0] * 5}},
+        {"torch": "2.13.0"},
+    )
     return path
 
 
@@ -160,6 +171,7 @@ def test_wrong_schema_is_named(suite):
 
 # -- bursts that produce no measurement -----------------------------------------------------------
 
+
 def test_crash_fails_that_test_as_an_error_not_a_regression_and_the_session_goes_on(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")
     result = run(suite, "--missing-baseline", "pass", "--save-baseline", "--junitxml", "junit.xml")
@@ -171,8 +183,11 @@ def test_crash_fails_that_test_as_an_error_not_a_regression_and_the_session_goes
     assert "burst failed (torch tiny on 2 CPU workers" in out
     assert "regression:" not in out and "REGRESSION" not in out
     assert not baseline_files(suite)  # nothing clean to save
-    case = next(c for c in ET.parse(suite.path / "junit.xml").getroot().iter("testcase")
-                if "test_throughput[torch-tiny-cpu1" in c.get("name"))
+    case = next(
+        c
+        for c in ET.parse(suite.path / "junit.xml").getroot().iter("testcase")
+        if "test_throughput[torch-tiny-cpu1" in c.get("name")
+    )
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["verdict"] == "error" and "tiny model refused to build" in props["burst_error"]
 
@@ -196,9 +211,29 @@ def test_perf_json_records(saved_tiny):
     """--perf-json of the shared save run (conftest.saved_tiny): every field, for 1 and 2 workers."""
     records = json.loads((saved_tiny / "saved.json").read_text())["results"]
     assert len(records) == 2
-    fields = ("framework", "model", "devices", "nodes", "data_location", "batch_size", "image_size", "precision",
-              "variable_update", "images_per_sec", "ci_low", "ci_high", "samples", "scaling_efficiency",
-              "loss_first", "loss_last", "verdict", "baseline_images_per_sec", "windows_run", "runs", "saved")
+    fields = (
+        "framework",
+        "model",
+        "devices",
+        "nodes",
+        "data_location",
+        "batch_size",
+        "image_size",
+        "precision",
+        "variable_update",
+        "images_per_sec",
+        "ci_low",
+        "ci_high",
+        "samples",
+        "scaling_efficiency",
+        "loss_first",
+        "loss_last",
+        "verdict",
+        "baseline_images_per_sec",
+        "windows_run",
+        "runs",
+        "saved",
+    )
     for rec in records:
         for field in fields:
             assert field in rec, field

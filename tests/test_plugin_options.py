@@ -9,7 +9,6 @@ from suite_files import SUITE
 pytest_plugins = ["pytester"]
 
 
-
 @pytest.fixture
 def suite(pytester):
     pytester.makepyfile(test_suite=SUITE)
@@ -31,11 +30,32 @@ def test_help_shows_one_option_group(pytester):
     result = pytester.runpytest("--help")
     out = result.stdout.str()
     assert "perfsuite: training bursts gated against baselines" in out
-    for flag in ("--gpus", "--cpu-workers", "--framework", "--model", "--data-location", "--variable-update",
-                 "--batch-size", "--precision", "--steps", "--warmup-steps", "--baseline-dir", "--save-baseline",
-                 "--perf-tolerance", "--missing-baseline", "--min-scaling-efficiency", "--perf-json", "--nnodes",
-                 "--node-rank", "--rdzv-endpoint", "--worker-hosts", "--perf-history", "--perf-label",
-                 "--drift-window", "--drift"):
+    for flag in (
+        "--gpus",
+        "--cpu-workers",
+        "--framework",
+        "--model",
+        "--data-location",
+        "--variable-update",
+        "--batch-size",
+        "--precision",
+        "--steps",
+        "--warmup-steps",
+        "--baseline-dir",
+        "--save-baseline",
+        "--perf-tolerance",
+        "--missing-baseline",
+        "--min-scaling-efficiency",
+        "--perf-json",
+        "--nnodes",
+        "--node-rank",
+        "--rdzv-endpoint",
+        "--worker-hosts",
+        "--perf-history",
+        "--perf-label",
+        "--drift-window",
+        "--drift",
+    ):
         assert flag in out, flag
 
 
@@ -109,8 +129,9 @@ def test_pyproject_bad_value_names_the_key(suite):
 
 
 def test_device_sweep_and_scaling_cases(suite):
-    out = suite.runpytest("--co", "-q", "--framework", "torch", "--model", "cifar10", "--gpus", "6",
-                          "--cpu-workers", "3").stdout.str()
+    out = suite.runpytest(
+        "--co", "-q", "--framework", "torch", "--model", "cifar10", "--gpus", "6", "--cpu-workers", "3"
+    ).stdout.str()
     for n in (1, 2, 4, 6):
         assert f"test_throughput[torch-cifar10-gpu{n}-device]" in out
     for n in (1, 2, 3):
@@ -121,10 +142,26 @@ def test_device_sweep_and_scaling_cases(suite):
 
 
 def test_repeatable_dimensions_multiply(suite):
-    out = suite.runpytest("--co", "-q", "-m", "cpu", "--framework", "torch", "--model", "cifar10",
-                          "--data-location", "device", "--data-location", "host",
-                          "--variable-update", "replicated,parameter_server",
-                          "--precision", "amp", "--batch-size", "16").stdout.str()
+    out = suite.runpytest(
+        "--co",
+        "-q",
+        "-m",
+        "cpu",
+        "--framework",
+        "torch",
+        "--model",
+        "cifar10",
+        "--data-location",
+        "device",
+        "--data-location",
+        "host",
+        "--variable-update",
+        "replicated,parameter_server",
+        "--precision",
+        "amp",
+        "--batch-size",
+        "16",
+    ).stdout.str()
     assert "test_throughput[torch-cifar10-cpu1-host-amp-bs16]" in out
     assert "test_throughput[torch-cifar10-cpu2-device-ps-amp-bs16]" in out
     # one device has no variable update: no parameter-server twin of the 1-device case
@@ -145,6 +182,8 @@ def test_plain_device_count_fixture_is_swept(pytester):
 
 
 def test_unrelated_tests_are_untouched(pytester):
-    pytester.makepyfile("import pytest\n@pytest.fixture\ndef model_name():\n    return 'mine'\n"
-                        "def test_x(model_name):\n    assert model_name == 'mine'\n")
+    pytester.makepyfile(
+        "import pytest\n@pytest.fixture\ndef model_name():\n    return 'mine'\n"
+        "def test_x(model_name):\n    assert model_name == 'mine'\n"
+    )
     pytester.runpytest().assert_outcomes(passed=1)

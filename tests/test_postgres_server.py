@@ -32,8 +32,12 @@ def refuses_connections(port: int) -> bool:
 
 def test_server_answers_on_loopback(postgres_url):
     parts = urlsplit(postgres_url)
-    assert (parts.scheme, parts.username, parts.hostname, parts.path) == ("postgresql", "postgres", "127.0.0.1",
-                                                                          "/postgres")
+    assert (parts.scheme, parts.username, parts.hostname, parts.path) == (
+        "postgresql",
+        "postgres",
+        "127.0.0.1",
+        "/postgres",
+    )
     assert fetch_one(postgres_url, "SELECT 1") == (1,)
 
 

@@ -41,7 +41,8 @@ def bursts_run(pytester) -> list[str]:
 # -- 1. GPUs asked for but absent ---------------------------------------------------------
 
 needs_no_gpu = pytest.mark.skipif(
-    __import__("perfsuite.common.hardware").common.hardware.cuda_device_count() > 0, reason="this machine has a GPU")
+    __import__("perfsuite.common.hardware").common.hardware.cuda_device_count() > 0, reason="this machine has a GPU"
+)
 
 
 @needs_no_gpu
@@ -81,6 +82,7 @@ def test_a_plain_run_on_a_cpu_node_measures_its_cpu_cases(suite):
 
 
 # -- 1b, 2. frameworks ---------------------------------------------------------------------
+
 
 def test_a_framework_asked_for_but_missing_fails_with_the_install_line(suite, monkeypatch):
     import perfsuite.plugin.cases
@@ -131,20 +133,33 @@ def plugin_only_python(tmp_path: Path) -> Path:
 def test_a_fresh_environment_with_the_plugin_alone_fails_with_one_line(tmp_path):
     python = plugin_only_python(tmp_path)
     root = Path(__file__).resolve().parents[1]
-    check = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('torch'), "
-                            "u.find_spec('tensorflow'), u.find_spec('perfsuite') is not None)"],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.util as u; print(u.find_spec('torch'), "
+            "u.find_spec('tensorflow'), u.find_spec('perfsuite') is not None)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert check.stdout.split() == ["None", "None", "True"], check.stdout + check.stderr
-    proc = subprocess.run([python, "-m", "pytest", "tests_perf", "-m", "cpu", "--model", "cifar10",
-                           "-p", "no:cacheprovider"], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(
+        [python, "-m", "pytest", "tests_perf", "-m", "cpu", "--model", "cifar10", "-p", "no:cacheprovider"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
-    assert errors == ['ERROR: the selected cases: torch and tensorflow are not installed; pip install -e ".[torch]" '
-                      'or pip install -e ".[tf]" (run in the perfsuite checkout; perfsuite is not published on PyPI)'
-                      ], proc.stderr
+    assert errors == [
+        'ERROR: the selected cases: torch and tensorflow are not installed; pip install -e ".[torch]" '
+        'or pip install -e ".[tf]" (run in the perfsuite checkout; perfsuite is not published on PyPI)'
+    ], proc.stderr
 
 
 # -- 3. pytest-xdist ---------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed")
 def test_pytest_xdist_is_refused_with_one_line(suite):
@@ -156,13 +171,18 @@ def test_pytest_xdist_is_refused_with_one_line(suite):
 
 # -- 4. output paths, before any burst ---------------------------------------------------------
 
-@pytest.mark.parametrize("args, words", [
-    (["--perf-report", "/proc/perfsuite-report"], "--perf-report: cannot write /proc/perfsuite-report"),
-    (["--perf-json", "/proc/perfsuite/r.json"], "--perf-json: cannot write /proc/perfsuite/r.json"),
-    (["--perf-json", "."], "is a directory, not a file"),
-    (["--baseline-dir", "/nonexistent-perfsuite"], "--baseline-dir: /nonexistent-perfsuite does not exist"),
-    (["--save-baseline", "--baseline-dir", "/proc/perfsuite"], "--baseline-dir: cannot write /proc/perfsuite"),
-], ids=["report", "json", "json-dir", "gating", "saving"])
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--perf-report", "/proc/perfsuite-report"], "--perf-report: cannot write /proc/perfsuite-report"),
+        (["--perf-json", "/proc/perfsuite/r.json"], "--perf-json: cannot write /proc/perfsuite/r.json"),
+        (["--perf-json", "."], "is a directory, not a file"),
+        (["--baseline-dir", "/nonexistent-perfsuite"], "--baseline-dir: /nonexistent-perfsuite does not exist"),
+        (["--save-baseline", "--baseline-dir", "/proc/perfsuite"], "--baseline-dir: cannot write /proc/perfsuite"),
+    ],
+    ids=["report", "json", "json-dir", "gating", "saving"],
+)
 def test_output_paths_are_checked_before_any_burst(suite, args, words):
     result = suite.runpytest_subprocess("-m", "cpu", *TORCH_CIFAR, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -171,8 +191,9 @@ def test_output_paths_are_checked_before_any_burst(suite, args, words):
 
 
 def test_results_line_names_a_file_only_once_written(suite):
-    result = suite.runpytest_subprocess("-m", "cpu", "--missing-baseline", "pass", "--perf-json", "out/r.json",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "-m", "cpu", "--missing-baseline", "pass", "--perf-json", "out/r.json", *TORCH_CIFAR
+    )
     assert result.ret == pytest.ExitCode.OK
     assert "results: " in result.stdout.str() and (suite.path / "out" / "r.json").exists()
 
@@ -187,8 +208,7 @@ def test_short(perf, burst_spec):
 
 def test_a_burst_too_short_for_a_verdict_fails_the_test(suite):
     suite.makepyfile(test_suite=SHORT)
-    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass", *TORCH_CIFAR)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*2 windows cannot fail the gate: a verdict needs at least 5*"])
     assert bursts_run(suite) == []
@@ -208,8 +228,18 @@ def mynet(num_classes=4):
 
 def test_the_shipped_suite_runs_from_a_folder_with_a_conftest_alone(pytester):
     pytester.makeconftest(FAKE_BURSTS + TINY)
-    result = pytester.runpytest_subprocess("--pyargs", "perfsuite.suite", "-m", "cpu", "--framework", "torch",
-                                           "--model", "tiny", "--missing-baseline", "pass")
+    result = pytester.runpytest_subprocess(
+        "--pyargs",
+        "perfsuite.suite",
+        "-m",
+        "cpu",
+        "--framework",
+        "torch",
+        "--model",
+        "tiny",
+        "--missing-baseline",
+        "pass",
+    )
     result.assert_outcomes(passed=3)
 
 
@@ -227,17 +257,29 @@ def test_a_model_registered_in_a_subfolder_conftest_is_known(pytester):
 
 def test_the_models_command_lists_a_conftests_models(pytester):
     pytester.makeconftest(MYNET)
-    out = subprocess.run([sys.executable, "-m", "perfsuite", "models", "--framework", "torch", "--load",
-                          "conftest.py"], cwd=pytester.path, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "models", "--framework", "torch", "--load", "conftest.py"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("mynet")]
     assert row[:3] == ["mynet", "torch", "-"] and row[-1] == "-"  # params and FLOPs: measured by the worker
-    as_json = subprocess.run([sys.executable, "-m", "perfsuite", "models", "--json", "--load", "conftest.py"],
-                             cwd=pytester.path, capture_output=True, text=True)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "models", "--json", "--load", "conftest.py"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+    )
     mynet = next(m for m in json.loads(as_json.stdout) if m["name"] == "mynet")
     assert mynet["params"] is None and mynet["flops"] is None
-    bad = subprocess.run([sys.executable, "-m", "perfsuite", "models", "--load", "missing.py"], cwd=pytester.path,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "perfsuite", "models", "--load", "missing.py"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: ")
 
 
@@ -261,10 +303,10 @@ def test_a_model_without_params_or_flops_gets_them_measured(saved_tiny):
 
 # -- 8. the smaller ones -------------------------------------------------------------------------
 
+
 def test_large_figures_print_in_fixed_point(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "10370")
-    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass", *TORCH_CIFAR)
     out = result.stdout.str()
     assert " 10370 " in out and "e+0" not in out
 
@@ -280,27 +322,42 @@ def test_a_save_run_says_saved_names_the_folder_and_leaves_no_lock_file(suite):
 
 
 def test_a_key_mismatch_names_the_nearest_entry_and_the_field_that_differs(suite):
-    saved = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "1",
-                                       "--save-baseline", "--baseline-runs", "1", *TORCH_CIFAR)
+    saved = suite.runpytest_subprocess(
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--threads-per-worker",
+        "1",
+        "--save-baseline",
+        "--baseline-runs",
+        "1",
+        *TORCH_CIFAR,
+    )
     saved.assert_outcomes(passed=1)
-    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "2", "-rs",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "2", "-rs", *TORCH_CIFAR
+    )
     result.assert_outcomes(skipped=1)
-    assert ("the nearest entry, torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1, differs in threads "
-            "per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)") in result.stdout.str()
+    assert (
+        "the nearest entry, torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1, differs in threads "
+        "per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)"
+    ) in result.stdout.str()
 
 
 def test_oversubscribed_cores_are_warned_about(suite):
-    result = suite.runpytest_subprocess("--co", "-m", "cpu", "--cpu-workers", "2", "--threads-per-worker", "1000",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "--co", "-m", "cpu", "--cpu-workers", "2", "--threads-per-worker", "1000", *TORCH_CIFAR
+    )
     assert result.ret == pytest.ExitCode.OK
     assert "2 CPU workers x 1000 threads want 2000 cores and this node has" in result.stdout.str()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pytest_benchmark") is None, reason="needs pytest-benchmark")
 def test_pytest_benchmark_shows_no_second_table_of_the_bursts(suite):
-    result = suite.runpytest_subprocess("-m", "cpu", "--missing-baseline", "pass", "--benchmark-json", "b.json",
-                                        *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "-m", "cpu", "--missing-baseline", "pass", "--benchmark-json", "b.json", *TORCH_CIFAR
+    )
     assert result.ret == pytest.ExitCode.OK
     assert "benchmark 'perfsuite" not in result.stdout.str()
     names = [b["name"] for b in json.loads((suite.path / "b.json").read_text())["benchmarks"]]

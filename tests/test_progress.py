@@ -64,7 +64,7 @@ def screen(raw: str) -> list[str]:
                 col += n
         else:
             line = rows[row].ljust(col)
-            rows[row] = line[:col] + token + line[col + 1:]
+            rows[row] = line[:col] + token + line[col + 1 :]
             col += 1
     return [r.rstrip() for r in rows]
 
@@ -108,11 +108,18 @@ def test_tty_line_never_wraps_and_keeps_the_step():
 def test_log_line_for_a_window_whose_edge_the_poll_missed():
     rep = Reporter(tty=False)
     display = ProgressDisplay(rep, rep._tw, tty=False)
-    for state in ({}, {"step": 2, "steps": 6, "images_per_sec": 200.0}, {"step": 3, "steps": 6},
-                  {"step": 5, "steps": 6}, None):
+    for state in (
+        {},
+        {"step": 2, "steps": 6, "images_per_sec": 200.0},
+        {"step": 3, "steps": 6},
+        {"step": 5, "steps": 6},
+        None,
+    ):
         display(SPEC, state)
-    assert rep.out.getvalue().splitlines()[1:] == [f"{SPEC.label}: step 2/6  200 img/s",
-                                                   f"{SPEC.label}: step 5/6  200 img/s"]
+    assert rep.out.getvalue().splitlines()[1:] == [
+        f"{SPEC.label}: step 2/6  200 img/s",
+        f"{SPEC.label}: step 5/6  200 img/s",
+    ]
 
 
 def test_log_gets_a_line_per_window_not_per_step():
@@ -156,8 +163,24 @@ TEST = """
 def test_one(burst, burst_spec):
     burst(burst_spec)
 """
-ARGS = ["-m", "cpu", "--framework", "torch", "--model", "cifar10", "--cpu-workers", "1", "--steps", "10",
-        "--windows", "5", "-p", "no:cacheprovider", "--missing-baseline", "pass"]
+ARGS = [
+    "-m",
+    "cpu",
+    "--framework",
+    "torch",
+    "--model",
+    "cifar10",
+    "--cpu-workers",
+    "1",
+    "--steps",
+    "10",
+    "--windows",
+    "5",
+    "-p",
+    "no:cacheprovider",
+    "--missing-baseline",
+    "pass",
+]
 
 
 @pytest.fixture
@@ -189,8 +212,9 @@ def test_terminal_ends_with_pytest_own_lines(faked):
 
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "PYTEST_ADDOPTS": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *ARGS, "-v"], cwd=faked.path, stdin=slave,
-                            stdout=slave, stderr=slave, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *ARGS, "-v"], cwd=faked.path, stdin=slave, stdout=slave, stderr=slave, env=env
+    )
     os.close(slave)
     raw = b""
     while True:
@@ -211,11 +235,13 @@ def test_terminal_ends_with_pytest_own_lines(faked):
     assert "step 10/10  500 img/s" in out  # it was shown ...
     rows = screen(out)
     assert not any(": step" in r or "warming up" in r for r in rows)  # ... and is gone
-    assert any(re.fullmatch(r"test_one.py::test_one\[torch-cifar10-cpu1-device\] PASSED\s+\[100%\]", r)
-               for r in rows), rows
+    assert any(
+        re.fullmatch(r"test_one.py::test_one\[torch-cifar10-cpu1-device\] PASSED\s+\[100%\]", r) for r in rows
+    ), rows
 
 
 # -- the launcher really polls a worker's progress ----------------------------------------
+
 
 def test_launcher_reports_every_window_of_a_real_burst(tmp_path, monkeypatch):
     pytest.importorskip("torch")

@@ -115,9 +115,7 @@ def test_tfrecords_parse_with_tensorflow(cache):
         "image/format": tf.io.FixedLenFeature([], tf.string),
         "image/class/synset": tf.io.FixedLenFeature([], tf.string),
     }
-    parsed = [
-        tf.io.parse_single_example(r, schema) for r in tf.data.TFRecordDataset([str(f) for f in files])
-    ]
+    parsed = [tf.io.parse_single_example(r, schema) for r in tf.data.TFRecordDataset([str(f) for f in files])]
     assert len(parsed) == 9
     for ex in parsed:
         label = int(ex["image/class/label"])
@@ -210,8 +208,13 @@ def _take(spec: BurstSpec, num_classes: int, steps: int = 2):
 @pytest.mark.parametrize("augment_on", ["cpu", "device"])
 def test_cifar_batches(cifar_dir, one_loader_worker, augment_on):
     spec = BurstSpec(
-        framework="torch", model="cifar10", image_size=24, batch_size=8,
-        data_location="real", augment_on=augment_on, data_dir=str(cifar_dir),
+        framework="torch",
+        model="cifar10",
+        image_size=24,
+        batch_size=8,
+        data_location="real",
+        augment_on=augment_on,
+        data_dir=str(cifar_dir),
     )
     for images, labels in _take(spec, num_classes=10):
         assert images.shape == (8, 3, 24, 24) and images.dtype == torch.float32
@@ -227,8 +230,13 @@ def test_cifar_batches(cifar_dir, one_loader_worker, augment_on):
 @pytest.mark.parametrize("augment_on", ["cpu", "device"])
 def test_imagenet_batches(jpeg_dir, one_loader_worker, augment_on):
     spec = BurstSpec(
-        framework="torch", model="resnet50", image_size=64, batch_size=4,
-        data_location="real", augment_on=augment_on, data_dir=str(jpeg_dir),
+        framework="torch",
+        model="resnet50",
+        image_size=64,
+        batch_size=4,
+        data_location="real",
+        augment_on=augment_on,
+        data_dir=str(jpeg_dir),
     )
     for images, labels in _take(spec, num_classes=1000):
         assert images.shape == (4, 3, 64, 64) and images.dtype == torch.float32
@@ -255,8 +263,14 @@ def test_device_and_cpu_augmentation_agree_on_statistics(cifar_dir):
 
 
 def test_uint8_decode_keeps_labels(jpeg_dir):
-    spec = BurstSpec(framework="torch", model="resnet50", image_size=64, data_location="real",
-                     augment_on="device", data_dir=str(jpeg_dir))
+    spec = BurstSpec(
+        framework="torch",
+        model="resnet50",
+        image_size=64,
+        data_location="real",
+        augment_on="device",
+        data_dir=str(jpeg_dir),
+    )
     dataset, augment = real.build_dataset(spec, 1000, 0, 1, CPU, seed=0)
     _, _, synsets = datasets.jpeg_files(jpeg_dir)
     for i in range(0, len(dataset), 7):

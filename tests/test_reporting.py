@@ -20,13 +20,45 @@ from perfsuite.reporting.perf_json import row
 pytest_plugins = ["pytester"]
 
 
-def result(devices=1, location="device", samples=(100.0, 101.0, 99.0, 100.5, 100.2), verdict=None,
-           baseline=None, scaling=None, scaling_verdict=None, utilisation=None, error=None, kind="cpu", **extra):
-    spec = BurstSpec("torch", "cifar10", kind, devices=devices, data_location=location, batch_size=64,
-                     image_size=24, steps=10, windows=5)
-    record = None if error else worker_record(spec, samples, flops=37.3e6, window_seconds=(0.5,) * len(samples),
-                                              loss_first=2.3, loss_last=2.1, framework_version="2.13.0+cpu",
-                                              utilisation=utilisation, **extra)
+def result(
+    devices=1,
+    location="device",
+    samples=(100.0, 101.0, 99.0, 100.5, 100.2),
+    verdict=None,
+    baseline=None,
+    scaling=None,
+    scaling_verdict=None,
+    utilisation=None,
+    error=None,
+    kind="cpu",
+    **extra,
+):
+    spec = BurstSpec(
+        "torch",
+        "cifar10",
+        kind,
+        devices=devices,
+        data_location=location,
+        batch_size=64,
+        image_size=24,
+        steps=10,
+        windows=5,
+    )
+    record = (
+        None
+        if error
+        else worker_record(
+            spec,
+            samples,
+            flops=37.3e6,
+            window_seconds=(0.5,) * len(samples),
+            loss_first=2.3,
+            loss_last=2.1,
+            framework_version="2.13.0+cpu",
+            utilisation=utilisation,
+            **extra,
+        )
+    )
     r = measured(spec, record, error)
     if verdict:
         r.verdict = stats.Verdict(verdict, 0.7 if verdict == stats.REGRESSION else 1.0, 1e-4, 0.1, "test")
@@ -38,10 +70,19 @@ def result(devices=1, location="device", samples=(100.0, 101.0, 99.0, 100.5, 100
     return r
 
 
-SERIES = {"t": [0.0, 0.1, 0.2, 0.3], "cpu_percent": [50.0, 90.0, 95.0, float("nan")],
-          "per_core": [[40, 60], [90, 90], [95, 95], [0, 0]], "rss_bytes": [1, 2, 3, 4], "gpus": []}
-UTIL = {"cpu": {"percent_mean": 78.3, "percent_p95": 95.0, "per_core_mean": [75, 81], "busy_cores_mean": 1.3,
-                "cores": 2}, "rss_bytes": {"mean": 2.5, "p95": 4, "max": 4}, "gpus": [], "series": SERIES}
+SERIES = {
+    "t": [0.0, 0.1, 0.2, 0.3],
+    "cpu_percent": [50.0, 90.0, 95.0, float("nan")],
+    "per_core": [[40, 60], [90, 90], [95, 95], [0, 0]],
+    "rss_bytes": [1, 2, 3, 4],
+    "gpus": [],
+}
+UTIL = {
+    "cpu": {"percent_mean": 78.3, "percent_p95": 95.0, "per_core_mean": [75, 81], "busy_cores_mean": 1.3, "cores": 2},
+    "rss_bytes": {"mean": 2.5, "p95": 4, "max": 4},
+    "gpus": [],
+    "series": SERIES,
+}
 
 
 def session(tmp_path, *results):
@@ -56,8 +97,14 @@ def perf(tmp_path):
     return session(
         tmp_path,
         result(1, verdict="pass", baseline=101.0, utilisation=UTIL),
-        result(2, samples=(140, 141, 139, 142, 138), verdict="regression", baseline=198.0, scaling=0.70,
-               scaling_verdict="regression"),
+        result(
+            2,
+            samples=(140, 141, 139, 142, 138),
+            verdict="regression",
+            baseline=198.0,
+            scaling=0.70,
+            scaling_verdict="regression",
+        ),
         result(1, "host", samples=(90, 91, 92, 89, 90), verdict="improvement", baseline=70.0),
         result(2, "host", error="burst worker killed by SIGKILL (out of host memory?)"),
     )
@@ -69,8 +116,14 @@ def test_folder_has_every_file(perf, tmp_path, monkeypatch):
     lines = folder.write_report(out, perf.view(["tests_perf", "--perf-report", str(out)]))
     assert lines[0] == f"report: {out / 'report.html'}"
     names = {p.relative_to(out).as_posix() for p in out.rglob("*")}
-    assert {"results.json", "report.md", "report.html", "scaling-torch-cifar10.png",
-            "data-locations-torch-cifar10.png", "utilisation"} <= names
+    assert {
+        "results.json",
+        "report.md",
+        "report.html",
+        "scaling-torch-cifar10.png",
+        "data-locations-torch-cifar10.png",
+        "utilisation",
+    } <= names
     util = [n for n in names if n.startswith("utilisation/")]
     assert sorted(Path(n).suffix for n in util) == [".json", ".png"]
     data = json.loads((out / util[0] if util[0].endswith(".json") else out / util[1]).read_text())
@@ -150,10 +203,14 @@ def test_missing_figures_stay_missing():
 
 
 def test_gpu_columns():
-    gpu_util = {"cpu": {"percent_mean": 12.0}, "gpus": [
-        {"index": 0, "util_percent": {"mean": 97.0, "p95": 99.0}}, {"index": 1, "util_percent": {"mean": 93.0}}]}
-    rec = row(result(2, kind="cuda", samples=(5000.0,) * 5, device_name="NVIDIA H100 80GB HBM3",
-                     utilisation=gpu_util))
+    gpu_util = {
+        "cpu": {"percent_mean": 12.0},
+        "gpus": [
+            {"index": 0, "util_percent": {"mean": 97.0, "p95": 99.0}},
+            {"index": 1, "util_percent": {"mean": 93.0}},
+        ],
+    }
+    rec = row(result(2, kind="cuda", samples=(5000.0,) * 5, device_name="NVIDIA H100 80GB HBM3", utilisation=gpu_util))
     columns, rows = content.table([rec])
     cells = dict(zip(columns, rows[0][1]))
     assert cells["GPU util (mean)"] == "95%" and cells["CPU % (mean)"] == "12%"
@@ -167,8 +224,11 @@ def test_empty_run_still_reports(tmp_path):
 
 def test_findings_of_the_diagnosis_module_are_listed(perf, tmp_path, monkeypatch):
     class Finding:
-        key, kind, text = "torch/cifar10/cpu2/nodes1/device/bs64/img24/fp32/replicated/threads1", "input-bound", \
-            "the host copy takes 40% of the step"
+        key, kind, text = (
+            "torch/cifar10/cpu2/nodes1/device/bs64/img24/fp32/replicated/threads1",
+            "input-bound",
+            "the host copy takes 40% of the step",
+        )
 
     fake = types.ModuleType("perfsuite.analysis.diagnosis")
     fake.diagnose = lambda results, **options: [Finding()]
@@ -269,8 +329,22 @@ def test_perf_json_names_its_schema_and_the_run(injected):
     doc = json.loads((injected.path / "r.json").read_text())
     assert doc["schema_version"] == 2 and "interrupted" not in doc
     run = doc["run"]
-    assert set(run) == {"date", "host", "python", "git_commit", "fingerprints", "frameworks", "driver", "cuda",
-                        "command", "interrupted", "cudnn", "nccl", "container", "labels"}
+    assert set(run) == {
+        "date",
+        "host",
+        "python",
+        "git_commit",
+        "fingerprints",
+        "frameworks",
+        "driver",
+        "cuda",
+        "command",
+        "interrupted",
+        "cudnn",
+        "nccl",
+        "container",
+        "labels",
+    }
     assert run["command"][:4] == ["--perf-json", "r.json", "-p", "no:cacheprovider"] and run["interrupted"] is False
     assert run["fingerprints"]["cpu"]["id"].startswith("cpu-") and run["frameworks"] == {"torch": "test"}
     assert [r["key"] for r in doc["results"]] == ["torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"]

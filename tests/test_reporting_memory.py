@@ -21,29 +21,58 @@ from perfsuite.reporting.view import RunView
 
 GIB = 2**30
 # ms per step of a small CPU profile; the regressed burst's matmul grew by 40 ms.
-OPS = {"aten::convolution_backward": 28.6, "aten::mkldnn_convolution": 13.6, "aten::avg_pool3d": 11.0,
-       "aten::pow": 7.3, "aten::mm": 3.0, "aten::addmm": 1.5, "aten::add_": 1.2, "aten::copy_": 1.0}
+OPS = {
+    "aten::convolution_backward": 28.6,
+    "aten::mkldnn_convolution": 13.6,
+    "aten::avg_pool3d": 11.0,
+    "aten::pow": 7.3,
+    "aten::mm": 3.0,
+    "aten::addmm": 1.5,
+    "aten::add_": 1.2,
+    "aten::copy_": 1.0,
+}
 SLOWER_MM = {**OPS, "aten::mm": 43.0}
 TRACE = b'{"traceEvents": []}'
 
 
 def profile(ops: dict[str, float]) -> OpProfile:
-    return OpProfile("test", (sum(ops.values()),) * 3, tuple(OpTime(n, "op", (ms,) * 3, 1.0) for n, ms in ops.items()),
-                     0.05, (0.1,) * 3)
+    return OpProfile(
+        "test",
+        (sum(ops.values()),) * 3,
+        tuple(OpTime(n, "op", (ms,) * 3, 1.0) for n, ms in ops.items()),
+        0.05,
+        (0.1,) * 3,
+    )
 
 
-def burst(devices=1, *, ips=70.0, verdict=stats.REGRESSION, peaks=(int(1.38 * GIB),), base_peak=GIB, now=None,
-          trace=None, note=None):
+def burst(
+    devices=1,
+    *,
+    ips=70.0,
+    verdict=stats.REGRESSION,
+    peaks=(int(1.38 * GIB),),
+    base_peak=GIB,
+    now=None,
+    trace=None,
+    note=None,
+):
     """A gated burst: its throughput verdict, its peak memory against ``base_peak`` and, with a
     ``now`` op profile, its attribution against OPS."""
     spec = BurstSpec("torch", "cifar10", "cpu", devices=devices, batch_size=64, image_size=24, steps=10, windows=5)
-    record = worker_record(spec, (ips,) * 5, peak_memory_bytes=peaks[0],
-                           op_profile=profile(now).as_dict() if now else None,
-                           trace_file=str(trace) if trace else None)
+    record = worker_record(
+        spec,
+        (ips,) * 5,
+        peak_memory_bytes=peaks[0],
+        op_profile=profile(now).as_dict() if now else None,
+        trace_file=str(trace) if trace else None,
+    )
     r = measured(spec, record)
     for peak in peaks[1:]:  # a confirming rerun, pooled
-        r.measured(r.measurement.pooled_with(measured(spec, worker_record(spec, (ips,) * 5,
-                                                                           peak_memory_bytes=peak)).measurement))
+        r.measured(
+            r.measurement.pooled_with(
+                measured(spec, worker_record(spec, (ips,) * 5, peak_memory_bytes=peak)).measurement
+            )
+        )
     r.verdict = stats.Verdict(verdict, ips / 100.0, 1e-4, 0.1, "test")
     r.baseline = {"images_per_sec": 100.0, "peak_memory_bytes": base_peak}
     r.memory_verdict = compare_memory(r.run_peaks, base_peak, 0.1)
@@ -64,14 +93,23 @@ def trace(tmp_path):
 @pytest.fixture
 def perf(tmp_path, trace):
     perf = PerfSession(resolve(lambda dest: None, {}, "", tmp_path), tmp_path, workdir=tmp_path / "work")
-    for r in (burst(1, now=SLOWER_MM, trace=trace),
-              burst(2, ips=100.0, verdict=stats.PASS, peaks=(GIB // 2,), base_peak=GIB // 2,
-                    note="the baseline entry has no op profile: refresh it with --save-baseline")):
+    for r in (
+        burst(1, now=SLOWER_MM, trace=trace),
+        burst(
+            2,
+            ips=100.0,
+            verdict=stats.PASS,
+            peaks=(GIB // 2,),
+            base_peak=GIB // 2,
+            note="the baseline entry has no op profile: refresh it with --save-baseline",
+        ),
+    ):
         perf.results[r.spec] = r
     return perf
 
 
 # -- the terminal table ---------------------------------------------------------------------
+
 
 def test_the_table_has_a_peak_memory_column_and_shows_a_memory_regression_in_the_verdict(perf):
     lines = terminal.table(terminal.rows(perf.view()))
@@ -84,11 +122,14 @@ def test_the_table_has_a_peak_memory_column_and_shows_a_memory_regression_in_the
     assert lines[0].index("peak mem") + len("peak mem") == one.index("1.38 GiB") + len("1.38 GiB")
 
 
-@pytest.mark.parametrize(("peaks", "shown"), [
-    # the rerun's peak is back within the tolerance: not every burst is beyond it
-    ((int(1.38 * GIB), GIB), "pass (2 runs), memory INCONCLUSIVE +19.0%"),
-    ((GIB // 2,), "pass, memory improvement -50.0%"),
-])
+@pytest.mark.parametrize(
+    ("peaks", "shown"),
+    [
+        # the rerun's peak is back within the tolerance: not every burst is beyond it
+        ((int(1.38 * GIB), GIB), "pass (2 runs), memory INCONCLUSIVE +19.0%"),
+        ((GIB // 2,), "pass, memory improvement -50.0%"),
+    ],
+)
 def test_an_inconclusive_or_smaller_peak_is_marked_too(peaks, shown):
     r = burst(ips=100.0, verdict=stats.PASS, peaks=peaks)
     view = RunView(run=None, results=(r,), rows=(("t.py::test_throughput", "throughput", r),))
@@ -99,14 +140,18 @@ def test_a_scaling_row_and_a_burst_without_a_peak_show_no_memory():
     r = burst(peaks=(0,))
     r.memory_verdict = None
     scaled = burst()
-    view = RunView(run=None, results=(r, scaled), rows=(("t.py::test_throughput", "throughput", r),
-                                                        ("t.py::test_scaling", "scaling", scaled)))
+    view = RunView(
+        run=None,
+        results=(r, scaled),
+        rows=(("t.py::test_throughput", "throughput", r), ("t.py::test_scaling", "scaling", scaled)),
+    )
     throughput, scaling = terminal.table(terminal.rows(view))[1:]
     assert throughput.endswith("-  REGRESSION")
     assert "1.38 GiB" in scaling and "memory" not in scaling  # memory is gated with throughput, not scaling
 
 
 # -- pytest-benchmark's extra_info --------------------------------------------------------------
+
 
 def test_extra_info_carries_peak_memory_its_verdict_and_the_top_mover(perf):
     regressed, passed = sorted(perf.results.values(), key=lambda r: r.spec.devices)
@@ -123,6 +168,7 @@ def test_extra_info_carries_peak_memory_its_verdict_and_the_top_mover(perf):
 
 # -- the report --------------------------------------------------------------------------------
 
+
 def trace_path(perf) -> str:
     regressed = next(r for r in perf.results.values() if r.spec.devices == 1)
     return folder.trace_name(regressed.id)
@@ -134,8 +180,10 @@ def test_report_md_lists_the_memory_regression_the_peak_column_and_the_attributi
     folder.write_report(out, perf.view())
     md = (out / "report.md").read_text()
     head, _, rest = md.partition("## Results")
-    assert ("🔴 **MEMORY REGRESSION** torch cifar10 on 1 CPU worker, batch 64/device, data location device: "
-            "peak 1.38 GiB vs baseline 1 GiB (+38.0%, tolerance 10%)") in head
+    assert (
+        "🔴 **MEMORY REGRESSION** torch cifar10 on 1 CPU worker, batch 64/device, data location device: "
+        "peak 1.38 GiB vs baseline 1 GiB (+38.0%, tolerance 10%)"
+    ) in head
     assert "**2 bursts: 1 regression, 1 pass.**" in head
     table, _, attribution = rest.partition("## Attribution")
     header = next(line for line in table.splitlines() if line.startswith("| framework"))

@@ -96,8 +96,12 @@ def test_scaling_interval_contains_the_point(level, jn, j1, n):
 
 
 @settings(max_examples=200)
-@given(st.floats(min_value=0.0, max_value=1.5), st.floats(min_value=0.0, max_value=0.2),
-       st.floats(min_value=0.3, max_value=1.2), st.floats(min_value=0.01, max_value=0.3))
+@given(
+    st.floats(min_value=0.0, max_value=1.5),
+    st.floats(min_value=0.0, max_value=0.2),
+    st.floats(min_value=0.3, max_value=1.2),
+    st.floats(min_value=0.01, max_value=0.3),
+)
 def test_scaling_gate(eff, half_width, base, tol):
     interval = (eff - half_width, eff + half_width)
     verdict = stats.compare_scaling(eff, interval, base, tol)

@@ -54,8 +54,12 @@ def pytest_runtest_call(item):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
-    for name in ("PERFSUITE_TINY_SLOWDOWN", "PERFSUITE_TINY_JITTER", "PERFSUITE_TINY_CRASH",
-                 "PERFSUITE_TINY_KILL_RANK"):
+    for name in (
+        "PERFSUITE_TINY_SLOWDOWN",
+        "PERFSUITE_TINY_JITTER",
+        "PERFSUITE_TINY_CRASH",
+        "PERFSUITE_TINY_KILL_RANK",
+    ):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "conftest.py").write_text(TINY)
     (tmp_path / "test_stop.py").write_text(TWO_BURSTS)
@@ -82,18 +86,58 @@ def _no_session_outlives_its_test():
 
 def start(project: Path, workers: int, *extra: str, only: str = "") -> subprocess.Popen:
     select = f"cpu{workers}" + (f" and {only}" if only else "")
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--framework", "torch",
-           "--model", "tiny", "-m", "cpu", "--cpu-workers", str(workers), "-k", select,
-           "--steps", "20000", "--windows", "5", "--max-windows", "5", "--warmup-steps", "1",
-           "--missing-baseline", "pass", "--save-baseline", "--baseline-runs", "1", "--baseline-dir", "baselines",
-           "--perf-json", "results.json", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--framework",
+        "torch",
+        "--model",
+        "tiny",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        str(workers),
+        "-k",
+        select,
+        "--steps",
+        "20000",
+        "--windows",
+        "5",
+        "--max-windows",
+        "5",
+        "--warmup-steps",
+        "1",
+        "--missing-baseline",
+        "pass",
+        "--save-baseline",
+        "--baseline-runs",
+        "1",
+        "--baseline-dir",
+        "baselines",
+        "--perf-json",
+        "results.json",
+        *extra,
+    ]
     env = dict(os.environ, TMPDIR=str(project / "tmp"))
     # A session of its own, like a job under a terminal or a CI runner: "the group" is pytest's.
     # SIGINT at its default, as under a terminal: a shell's background job (`cmd &`) ignores
     # it and passes that on, and a Python started so never turns Ctrl-C into KeyboardInterrupt.
-    STARTED.append(subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True,
-                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)))
+    STARTED.append(
+        subprocess.Popen(
+            cmd,
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+    )
     return STARTED[-1]
 
 
@@ -102,9 +146,14 @@ def running_burst(project: Path, pytest_proc: subprocess.Popen, ranks: int) -> l
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert pytest_proc.poll() is None, pytest_proc.communicate()[0]
-        burst = next((b for b in (project / "tmp").glob("perfsuite-*/burst*")
-                      if (b / "job.json").exists() and json.loads((b / "job.json").read_text())["spec"]["steps"] > 5),
-                     None)
+        burst = next(
+            (
+                b
+                for b in (project / "tmp").glob("perfsuite-*/burst*")
+                if (b / "job.json").exists() and json.loads((b / "job.json").read_text())["spec"]["steps"] > 5
+            ),
+            None,
+        )
         if burst is not None and (burst / "progress.json").exists() and len(list(burst.glob("*.pid"))) == ranks:
             procs = {p.pid: p for p in psutil.Process(pytest_proc.pid).children(recursive=True)}
             for pid_file in burst.glob("*.pid"):
@@ -123,8 +172,10 @@ def assert_all_gone(procs: list[psutil.Process]) -> None:
         if not alive:
             return
         time.sleep(0.1)
-    pytest.fail(f"still running {STOP_WITHIN_S:.0f} s after the stop: "
-                + "; ".join(f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in alive if _alive(p)))
+    pytest.fail(
+        f"still running {STOP_WITHIN_S:.0f} s after the stop: "
+        + "; ".join(f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in alive if _alive(p))
+    )
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -144,8 +195,7 @@ SIGNALS = [
 ]
 
 
-@pytest.mark.parametrize("ranks, sig, target", SIGNALS,
-                         ids=[f"{r}rank-{s.name}-{t}" for r, s, t in SIGNALS])
+@pytest.mark.parametrize("ranks, sig, target", SIGNALS, ids=[f"{r}rank-{s.name}-{t}" for r, s, t in SIGNALS])
 def test_a_signal_mid_burst_stops_every_process(project, ranks, sig, target):
     before = (project / "baselines" / "keep.json").read_bytes()
     finished_first = sig == signal.SIGTERM and ranks == 1  # one case pays for a burst that finishes
@@ -208,8 +258,9 @@ def test_a_rank_killed_mid_burst_fails_its_burst_and_takes_the_others_down(tmp_p
 
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
     monkeypatch.setenv("PERFSUITE_TINY_KILL_RANK", "1")
-    spec = BurstSpec(framework="torch", model="tiny", devices=2, batch_size=8, image_size=8, steps=200,
-                     windows=5, warmup_steps=1)
+    spec = BurstSpec(
+        framework="torch", model="tiny", devices=2, batch_size=8, image_size=8, steps=200, windows=5, warmup_steps=1
+    )
     with pytest.raises(BurstError) as failure:
         run_burst(spec, get_model("torch", "tiny"), tmp_path / "burst")
     assert "rank 1 killed by SIGKILL" in str(failure.value)

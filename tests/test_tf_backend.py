@@ -12,9 +12,7 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import ModelInfo, get_model
 from perfsuite.plugin.launch import BurstError, run_burst
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
-)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
 
 TINY = BurstSpec(
     framework="tf",
@@ -28,6 +26,7 @@ TINY = BurstSpec(
     warmup_steps=1,
     threads=1,
 )
+
 
 def tiny_bn(num_classes: int = 10, image_size: int | None = None):
     """Batch norm and dropout carry state that every replica updates."""
@@ -43,8 +42,16 @@ def tiny_bn(num_classes: int = 10, image_size: int | None = None):
 
 # Not registered, so the zoo's listing stays as it is; the worker loads this file by path.
 TINY_BN = ModelInfo(
-    name="tiny_bn", framework="tf", image_size=16, batch_size=8, cpu_batch_size=8, params=0, flops=0.0,
-    num_classes=10, builder="perfsuite_tests_tiny_bn:tiny_bn", source=__file__,
+    name="tiny_bn",
+    framework="tf",
+    image_size=16,
+    batch_size=8,
+    cpu_batch_size=8,
+    params=0,
+    flops=0.0,
+    num_classes=10,
+    builder="perfsuite_tests_tiny_bn:tiny_bn",
+    source=__file__,
 )
 
 # Every data location, both variable updates on two devices (with a model whose batch norm
@@ -53,8 +60,14 @@ TINY_BN = ModelInfo(
 CASES = {
     "device-amp": {"precision": "amp"},
     "2-replicated-python-bn": {"devices": 2, "data_location": "python", "model": "tiny_bn", "image_size": 16},
-    "2-ps-host-xla-bn": {"devices": 2, "variable_update": "parameter_server", "data_location": "host", "xla": True,
-                         "model": "tiny_bn", "image_size": 16},
+    "2-ps-host-xla-bn": {
+        "devices": 2,
+        "variable_update": "parameter_server",
+        "data_location": "host",
+        "xla": True,
+        "model": "tiny_bn",
+        "image_size": 16,
+    },
 }
 
 

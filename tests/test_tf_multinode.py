@@ -15,9 +15,7 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin import cases, launch
 from perfsuite.plugin.options import OptionError, cluster_gap, resolve
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed"
-)
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
 
 # A conftest registering a tiny Keras model: the bursts cost a TensorFlow import, not compute.
 TINY_TF = '''
@@ -37,11 +35,42 @@ def tinytf(num_classes=4, image_size=None):
 
 
 def _node(tmp: Path, rank: int, hosts: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
-           "--framework", "tf", "--model", "tinytf", "-m", "cpu", "--cpu-workers", "1",
-           "--steps", "10", "--windows", "5", "--warmup-steps", "1", "--missing-baseline", "pass",
-           "--nnodes", "2", "--node-rank", str(rank), "--worker-hosts", hosts,
-           "--perf-json", f"node{rank}.json", "-k", "throughput", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "--framework",
+        "tf",
+        "--model",
+        "tinytf",
+        "-m",
+        "cpu",
+        "--cpu-workers",
+        "1",
+        "--steps",
+        "10",
+        "--windows",
+        "5",
+        "--warmup-steps",
+        "1",
+        "--missing-baseline",
+        "pass",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(rank),
+        "--worker-hosts",
+        hosts,
+        "--perf-json",
+        f"node{rank}.json",
+        "-k",
+        "throughput",
+        *extra,
+    ]
     return subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -138,8 +167,12 @@ def test_slurm_cluster_resolver(monkeypatch, rank):
     from perfsuite.worker.backends.tf.cluster import SLURM_PORT, cluster_resolver
 
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    for name, value in {"SLURM_PROCID": str(rank), "SLURM_STEP_NODELIST": "gpu[07-08]",
-                        "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_STEP_NUM_TASKS": "2"}.items():
+    for name, value in {
+        "SLURM_PROCID": str(rank),
+        "SLURM_STEP_NODELIST": "gpu[07-08]",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_STEP_NUM_TASKS": "2",
+    }.items():
         monkeypatch.setenv(name, value)
     resolver = cluster_resolver(SPEC)
     assert resolver.cluster_spec().as_dict() == {"worker": [f"gpu07:{SLURM_PORT}", f"gpu08:{SLURM_PORT}"]}

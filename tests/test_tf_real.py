@@ -23,8 +23,16 @@ IMAGENET_SIDE = 40  # above CIFAR's 32, so the ImageNet-style pipeline reads it
 CLASSES = datasets.JPEG_CLASSES
 
 CIFAR = BurstSpec(
-    framework="tf", model="cifar10", device_kind="cpu", data_location="real", batch_size=8, image_size=24,
-    steps=4, windows=2, warmup_steps=1, threads=1,
+    framework="tf",
+    model="cifar10",
+    device_kind="cpu",
+    data_location="real",
+    batch_size=8,
+    image_size=24,
+    steps=4,
+    windows=2,
+    warmup_steps=1,
+    threads=1,
 )
 
 
@@ -40,8 +48,16 @@ def tiny_conv(num_classes: int = CLASSES, image_size: int | None = None):
 
 # Not registered, so the zoo's listing stays as it is; the worker loads this file by path.
 TINY = ModelInfo(
-    name="tiny_conv", framework="tf", image_size=IMAGENET_SIDE, batch_size=4, cpu_batch_size=4, params=0,
-    flops=0.0, num_classes=CLASSES, builder="perfsuite_tests_tf_real:tiny_conv", source=__file__,
+    name="tiny_conv",
+    framework="tf",
+    image_size=IMAGENET_SIDE,
+    batch_size=4,
+    cpu_batch_size=4,
+    params=0,
+    flops=0.0,
+    num_classes=CLASSES,
+    builder="perfsuite_tests_tf_real:tiny_conv",
+    source=__file__,
 )
 IMAGENET = CIFAR.replace(model="tiny_conv", image_size=IMAGENET_SIDE, batch_size=4)
 
@@ -177,7 +193,8 @@ def test_cifar_burst_generates_its_dataset_once_and_augments_on_two_devices(tmp_
 
 
 @pytest.mark.parametrize(
-    "changes", [{"augment_on": "cpu"}, {"augment_on": "device", "devices": 2, "variable_update": "parameter_server"}],
+    "changes",
+    [{"augment_on": "cpu"}, {"augment_on": "device", "devices": 2, "variable_update": "parameter_server"}],
     ids=["cpu", "device-2-ps"],
 )
 def test_imagenet_burst_from_tfrecords(tfrecord_dir, tmp_path, changes):

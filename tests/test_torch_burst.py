@@ -13,8 +13,9 @@ pytestmark = needs("torch")
 
 
 def burst(tmp_path, **changes):
-    spec = BurstSpec(framework="torch", model="cifar10", image_size=24, batch_size=16, steps=4, windows=2,
-                     warmup_steps=1, threads=1).replace(**changes)
+    spec = BurstSpec(
+        framework="torch", model="cifar10", image_size=24, batch_size=16, steps=4, windows=2, warmup_steps=1, threads=1
+    ).replace(**changes)
     return run_burst(spec, get_model("torch", spec.model), tmp_path)
 
 

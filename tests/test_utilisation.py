@@ -31,8 +31,9 @@ class FakeNVML(types.SimpleNamespace):
     NVMLError_NotSupported = pynvml.NVMLError_NotSupported
     NVMLError_NoPermission = pynvml.NVMLError_NoPermission
 
-    def __init__(self, uuids=("GPU-aaaa", "GPU-bbbb"), names=None, init_error=None, fail_util_after=None,
-                 no_power=False):
+    def __init__(
+        self, uuids=("GPU-aaaa", "GPU-bbbb"), names=None, init_error=None, fail_util_after=None, no_power=False
+    ):
         super().__init__()
         self.uuids, self.init_error = list(uuids), init_error
         self.names = list(names or ["NVIDIA H100 80GB HBM3"] * len(self.uuids))
@@ -182,8 +183,9 @@ def test_run_windows_samples_the_timed_windows_only(monkeypatch):
         time.sleep(0.01)
 
     monkeypatch.setattr(measure, "Sampler", Recorder)
-    t = measure.run_windows(step, lambda: events.append("sync"), lambda _: 0.0,
-                            warmup_steps=2, windows=2, steps_per_window=3)
+    t = measure.run_windows(
+        step, lambda: events.append("sync"), lambda _: 0.0, warmup_steps=2, windows=2, steps_per_window=3
+    )
     # Warm-up (two steps and their sync) before the sampler; every timed step inside it.
     assert events == ["step", "step", "sync", "sampler started", *(["step"] * 3 + ["sync"]) * 2, "sampler stopped"]
     assert t.utilisation["samples"] >= 1 and t.utilisation["gpus"] == []
@@ -194,22 +196,25 @@ def test_run_windows_samples_the_timed_windows_only(monkeypatch):
 UUIDS = ["GPU-8a3f0000-1111", "GPU-8a3f9999-2222", "GPU-c0ffee00-3333", "GPU-d00d0000-4444"]
 
 
-@pytest.mark.parametrize("visible, cuda, expected", [
-    (None, [0, 1, 2, 3], [0, 1, 2, 3]),
-    ("2", [0], [2]),
-    ("3,1", [0, 1], [3, 1]),
-    (" 3 , 1 ", [1], [1]),
-    ("GPU-c0ffee00-3333,0", [0, 1], [2, 0]),
-    ("GPU-c0f,GPU-d00d", [0, 1], [2, 3]),  # unique prefixes
-    ("c0ffee00", [0], [2]),  # the GPU- prefix may be left out
-    ("GPU-8a3f,1", [0, 1], [None, None]),  # ambiguous prefix: ends the list at once
-    ("2,9,1", [0, 1, 2], [2, None, None]),  # an unknown index ends the list
-    ("1,1,2", [0, 1], [1, None]),  # so does a repeated one
-    ("", [0], [None]),
-    ("-1", [0], [None]),
-    ("MIG-1234abcd", [0], [None]),
-    ("0,1", [5], [None]),
-])
+@pytest.mark.parametrize(
+    "visible, cuda, expected",
+    [
+        (None, [0, 1, 2, 3], [0, 1, 2, 3]),
+        ("2", [0], [2]),
+        ("3,1", [0, 1], [3, 1]),
+        (" 3 , 1 ", [1], [1]),
+        ("GPU-c0ffee00-3333,0", [0, 1], [2, 0]),
+        ("GPU-c0f,GPU-d00d", [0, 1], [2, 3]),  # unique prefixes
+        ("c0ffee00", [0], [2]),  # the GPU- prefix may be left out
+        ("GPU-8a3f,1", [0, 1], [None, None]),  # ambiguous prefix: ends the list at once
+        ("2,9,1", [0, 1, 2], [2, None, None]),  # an unknown index ends the list
+        ("1,1,2", [0, 1], [1, None]),  # so does a repeated one
+        ("", [0], [None]),
+        ("-1", [0], [None]),
+        ("MIG-1234abcd", [0], [None]),
+        ("0,1", [5], [None]),
+    ],
+)
 def test_nvml_indices(visible, cuda, expected):
     assert nvml_indices(cuda, visible, UUIDS) == expected
 
@@ -237,17 +242,27 @@ def test_statistics_skip_missing_values():
 
 def full(gpus_index, util):
     return {
-        "interval_s": 0.1, "samples": 2, "cpu": {"percent_mean": 50.0}, "rss_bytes": {"mean": 1.0},
+        "interval_s": 0.1,
+        "samples": 2,
+        "cpu": {"percent_mean": 50.0},
+        "rss_bytes": {"mean": 1.0},
         "gpus": [{"index": gpus_index, "util_percent": {"mean": util}}],
-        "series": {"t": [0.1, 0.2], "cpu_percent": [50.0, 50.0], "per_core": [[50.0], [50.0]],
-                   "rss_bytes": [1, 1], "gpus": [{"index": gpus_index, "t": [0.1, 0.2], "util_percent": [util, util]}]},
+        "series": {
+            "t": [0.1, 0.2],
+            "cpu_percent": [50.0, 50.0],
+            "per_core": [[50.0], [50.0]],
+            "rss_bytes": [1, 1],
+            "gpus": [{"index": gpus_index, "t": [0.1, 0.2], "util_percent": [util, util]}],
+        },
     }
 
 
 def test_merge_ranks_keeps_the_leaders_host_view_and_every_gpu():
     leader = full(0, 90.0)
-    ranks = [{"rank": 1, "host": "b", "utilisation": rank_share(full(1, 70.0))},
-             {"rank": 0, "host": "a", "utilisation": rank_share(leader)}]
+    ranks = [
+        {"rank": 1, "host": "b", "utilisation": rank_share(full(1, 70.0))},
+        {"rank": 0, "host": "a", "utilisation": rank_share(leader)},
+    ]
     merged = merge_ranks(leader, sorted(ranks, key=lambda r: r["rank"]))
     gpus = [(g["rank"], g["host"], g["util_percent"]["mean"]) for g in merged["gpus"]]
     assert gpus == [(0, "a", 90.0), (1, "b", 70.0)]

@@ -38,16 +38,27 @@ def _ranks(rank, world, port, folder):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for update in ("replicated", "parameter_server"):
-            spec = BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
-                             variable_update=update)
+            spec = BurstSpec(
+                framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24, variable_update=update
+            )
             model = _train(spec, rank, world)
             if rank == 0:
                 torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{folder}/{update}.pt")
         # A loss scaler that doubles after every finite step, so rank 0's scale moves each step.
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
         train.precision_policy = lambda spec, device: train.Precision(contextlib.nullcontext, scaler, "float32")
-        _train(BurstSpec(framework="torch", model="cifar10", devices=world, batch_size=8, image_size=24,
-                         variable_update="parameter_server"), rank, world)
+        _train(
+            BurstSpec(
+                framework="torch",
+                model="cifar10",
+                devices=world,
+                batch_size=8,
+                image_size=24,
+                variable_update="parameter_server",
+            ),
+            rank,
+            world,
+        )
         scales = [None] * world
         dist.all_gather_object(scales, scaler.get_scale())
         if rank == 0:

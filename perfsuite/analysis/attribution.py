@@ -47,8 +47,11 @@ FAMILIES = (
     ("loss", r"cross_?entropy|nll_loss|log_softmax"),
     ("optimizer", r"optimizer|sgd|momentum|^resourceapply|assign(add|sub)?variable|_foreach"),
     ("data", r"iterator|dataset|prefetch|dataloader"),
-    ("elementwise", r"^aten::(add|mul|sub|div|neg|sqrt|exp|fill|zero|where|sum|mean)_?$|^(addv2|add|mul|sub|realdiv|"
-                    r"neg|sqrt|square|sum|mean|fill|zeroslike|oneslike|biasadd(grad)?)$"),
+    (
+        "elementwise",
+        r"^aten::(add|mul|sub|div|neg|sqrt|exp|fill|zero|where|sum|mean)_?$|^(addv2|add|mul|sub|realdiv|"
+        r"neg|sqrt|square|sum|mean|fill|zeroslike|oneslike|biasadd(grad)?)$",
+    ),
 )
 _FAMILY_PATTERNS = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES)
 
@@ -76,9 +79,16 @@ class Mover:
         return self.delta_ms / slowdown_ms if slowdown_ms > 0 else None
 
     def as_dict(self, slowdown_ms: float) -> dict:
-        return {"name": self.name, "kind": self.kind, "family": self.family, "base_ms": self.base_ms,
-                "now_ms": self.now_ms, "delta_ms": self.delta_ms, "noise_ms": self.noise_ms,
-                "share": self.share(slowdown_ms)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "family": self.family,
+            "base_ms": self.base_ms,
+            "now_ms": self.now_ms,
+            "delta_ms": self.delta_ms,
+            "noise_ms": self.noise_ms,
+            "share": self.share(slowdown_ms),
+        }
 
 
 @dataclass(frozen=True)
@@ -110,22 +120,29 @@ class Attribution:
             out = [f"attribution inconclusive ({step}): no op moved beyond its noise; {together}"]
             if self.largest is not None:
                 m = self.largest
-                out.append(f"  largest change: {_op(m)} {_ms(m.base_ms)} -> {_ms(m.now_ms)} ms/step "
-                           f"({_signed(m.delta_ms)} ms, noise +-{_ms(m.noise_ms)} ms)")
+                out.append(
+                    f"  largest change: {_op(m)} {_ms(m.base_ms)} -> {_ms(m.now_ms)} ms/step "
+                    f"({_signed(m.delta_ms)} ms, noise +-{_ms(m.noise_ms)} ms)"
+                )
             return out
         if self.status == UNIFORM:
             return [f"attribution ({step}): no single op stands out, every op is slower together: {together}"]
         out = [f"attribution ({step}; baseline -> now):"]
         for m in self.movers[:MAX_LINES]:
             share = m.share(self.slowdown_ms)
-            tail = "" if share is None else f", {share:.0%} of the slowdown" if share >= 0.005 \
-                else ", <1% of the slowdown"
-            out.append(f"  {_op(m)} {_ms(m.base_ms)} -> {_ms(m.now_ms)} ms/step ({_signed(m.delta_ms)} ms{tail})"
-                       + (" new" if m.base_ms is None else ""))
+            tail = (
+                "" if share is None else f", {share:.0%} of the slowdown" if share >= 0.005 else ", <1% of the slowdown"
+            )
+            out.append(
+                f"  {_op(m)} {_ms(m.base_ms)} -> {_ms(m.now_ms)} ms/step ({_signed(m.delta_ms)} ms{tail})"
+                + (" new" if m.base_ms is None else "")
+            )
         if len(self.movers) > MAX_LINES:
             rest = self.movers[MAX_LINES:]
-            out.append(f"  and {len(rest)} more op{'s' if len(rest) > 1 else ''} "
-                       f"({_signed(sum(m.delta_ms for m in rest))} ms together)")
+            out.append(
+                f"  and {len(rest)} more op{'s' if len(rest) > 1 else ''} "
+                f"({_signed(sum(m.delta_ms for m in rest))} ms together)"
+            )
         if self.vanished:
             out.append("  vanished: " + ", ".join(f"{_op(m)} (was {_ms(m.base_ms)})" for m in self.vanished))
         if self.faster:
@@ -135,12 +152,19 @@ class Attribution:
 
     def as_dict(self) -> dict:
         s = self.slowdown_ms
-        return {"status": self.status, "base_step_ms": self.base_step_ms, "now_step_ms": self.now_step_ms,
-                "slowdown_ms": s, "common": self.common, "rho": self.rho,
-                "movers": [m.as_dict(s) for m in self.movers], "vanished": [m.as_dict(s) for m in self.vanished],
-                "faster": [m.as_dict(s) for m in self.faster],
-                "largest": self.largest.as_dict(s) if self.largest else None,
-                "families": {k: list(v) for k, v in self.families.items()}}
+        return {
+            "status": self.status,
+            "base_step_ms": self.base_step_ms,
+            "now_step_ms": self.now_step_ms,
+            "slowdown_ms": s,
+            "common": self.common,
+            "rho": self.rho,
+            "movers": [m.as_dict(s) for m in self.movers],
+            "vanished": [m.as_dict(s) for m in self.vanished],
+            "faster": [m.as_dict(s) for m in self.faster],
+            "largest": self.largest.as_dict(s) if self.largest else None,
+            "families": {k: list(v) for k, v in self.families.items()},
+        }
 
 
 def _op(m: Mover) -> str:
@@ -159,8 +183,9 @@ def _ms(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 1 else fixed(value, 2)
 
 
-def attribute(base: OpProfile, now: OpProfile, base_step_ms: float | None = None,
-              now_step_ms: float | None = None) -> Attribution:
+def attribute(
+    base: OpProfile, now: OpProfile, base_step_ms: float | None = None, now_step_ms: float | None = None
+) -> Attribution:
     """What moved from ``base`` to ``now``; the step times default to the profiles' own medians."""
     base_step = base_step_ms if base_step_ms and base_step_ms > 0 else _median(base.step_ms)
     now_step = now_step_ms if now_step_ms and now_step_ms > 0 else _median(now.step_ms)
@@ -168,9 +193,17 @@ def attribute(base: OpProfile, now: OpProfile, base_step_ms: float | None = None
     pairs = [(b, now.get(b.name, b.kind)) for b in base.ops]
     both = [(b, n) for b, n in pairs if n is not None and b.mean_ms > 0]
     common = _weighted_median([n.mean_ms / b.mean_ms for b, n in both], [b.mean_ms for b, n in both]) or 1.0
-    rho = max(RHO_MIN, MAD_TO_SD * (_weighted_median(
-        [abs(math.log(max(n.mean_ms, 1e-9) / (common * b.mean_ms))) for b, n in both],
-        [b.mean_ms for b, n in both]) or 0.0))
+    rho = max(
+        RHO_MIN,
+        MAD_TO_SD
+        * (
+            _weighted_median(
+                [abs(math.log(max(n.mean_ms, 1e-9) / (common * b.mean_ms))) for b, n in both],
+                [b.mean_ms for b, n in both],
+            )
+            or 0.0
+        ),
+    )
 
     judged: list[tuple[Mover, bool]] = []  # (mover, beyond its noise)
     for b, n in pairs:
@@ -200,8 +233,9 @@ def attribute(base: OpProfile, now: OpProfile, base_step_ms: float | None = None
         status = UNIFORM
     else:
         status = INCONCLUSIVE
-    return Attribution(status, base_step, now_step, common, rho, movers, vanished, faster, largest,
-                       _families(base, now))
+    return Attribution(
+        status, base_step, now_step, common, rho, movers, vanished, faster, largest, _families(base, now)
+    )
 
 
 def _families(base: OpProfile, now: OpProfile) -> dict[str, tuple[float, float]]:

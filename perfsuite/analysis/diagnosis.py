@@ -73,8 +73,7 @@ def diagnose(
             found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
             overhead = communication_overhead(r, by_key.get(independent_twin(r.spec).key()))
             if overhead is not None and not found and overhead[0] >= 1 - DATA_LOCATION_SLOWDOWN:
-                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — "
-                                                        f"{overhead[1]}"))
+                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — {overhead[1]}"))
             elif overhead is not None and found:
                 found = [Finding(f.key, f.kind, f"{f.text}; {overhead[1]}") for f in found]
         out += found or (_compute(r) if healthy else [])
@@ -95,8 +94,10 @@ def communication_overhead(r: BurstResult, independent: BurstResult | None) -> t
     if ips is None or ceiling is None:
         return None
     overhead = 1 - ips / ceiling
-    return overhead, (f"communication overhead {overhead:.1%} (1 - {r.spec.variable_update} {fixed(ips)} / "
-                      f"independent {fixed(ceiling)} img/s)")
+    return overhead, (
+        f"communication overhead {overhead:.1%} (1 - {r.spec.variable_update} {fixed(ips)} / "
+        f"independent {fixed(ceiling)} img/s)"
+    )
 
 
 # --- the rules --------------------------------------------------------------------------
@@ -111,22 +112,50 @@ def _data_location(r: BurstResult, twin: BurstResult | None) -> list[Finding]:
     if r.spec.device_kind != "cuda":
         # The CPU is the device: the input pipeline and compute share the same cores.
         if ev.host_saturated:
-            return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.host_text}, shared by the input pipeline and "
-                                       f"compute; {tail}")]
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but {ev.host_text}: host CPU capacity is "
-                                    f"not shown to be what it waits on")]
+            return [
+                _f(
+                    r,
+                    INPUT_BOUND,
+                    f"{name}: input-bound — {ev.host_text}, shared by the input pipeline and compute; {tail}",
+                )
+            ]
+        return [
+            _f(
+                r,
+                INCONCLUSIVE,
+                f"{name}: inconclusive — {tail}, but {ev.host_text}: host CPU capacity is "
+                f"not shown to be what it waits on",
+            )
+        ]
     if ev.gpu_busy is None:
         return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but no GPU utilisation was recorded")]
     if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
         return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.host_text}; {tail}")]
     if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.loaders_saturated:
-        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.loaders_text}, with host "
-                                   f"cores to spare: more input workers would help; {tail}")]
+        return [
+            _f(
+                r,
+                INPUT_BOUND,
+                f"{name}: input-bound — {ev.gpus_text} while {ev.loaders_text}, with host "
+                f"cores to spare: more input workers would help; {tail}",
+            )
+        ]
     if ev.gpu_busy < DEVICE_BUSY_PERCENT:
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail} and {ev.gpus_text}, but {ev.host_text}: "
-                                    f"host CPU capacity is not shown to be what they wait on")]
-    return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, yet {ev.gpus_text}: the extra time is device "
-                                f"work, not starvation")]
+        return [
+            _f(
+                r,
+                INCONCLUSIVE,
+                f"{name}: inconclusive — {tail} and {ev.gpus_text}, but {ev.host_text}: "
+                f"host CPU capacity is not shown to be what they wait on",
+            )
+        ]
+    return [
+        _f(
+            r,
+            INCONCLUSIVE,
+            f"{name}: inconclusive — {tail}, yet {ev.gpus_text}: the extra time is device work, not starvation",
+        )
+    ]
 
 
 def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, tolerance: float | None) -> list[Finding]:
@@ -150,15 +179,33 @@ def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, to
     if r.spec.device_kind != "cuda":
         needed = r.spec.devices * r.spec.threads
         if ev.host_saturated and ev.cores and needed >= ev.cores:
-            return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {head}; {r.spec.devices} workers x "
-                                         f"{_plural(r.spec.threads, 'thread')} want {needed} cores and "
-                                         f"{ev.host_text}: more workers add no compute")]
+            return [
+                _f(
+                    r,
+                    COMPUTE_BOUND,
+                    f"{name}: compute-bound — {head}; {r.spec.devices} workers x "
+                    f"{_plural(r.spec.threads, 'thread')} want {needed} cores and "
+                    f"{ev.host_text}: more workers add no compute",
+                )
+            ]
         if ev.host_saturated and r.spec.data_location != "device":
-            return [_f(r, INPUT_BOUND, f"{name}: input-bound — {head}; {ev.host_text} by {r.spec.world_size} "
-                                       f"workers' input pipelines and compute")]
+            return [
+                _f(
+                    r,
+                    INPUT_BOUND,
+                    f"{name}: input-bound — {head}; {ev.host_text} by {r.spec.world_size} "
+                    f"workers' input pipelines and compute",
+                )
+            ]
         if ev.host_saturated is False and step and step > 1:
-            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; {step_text} while only "
-                                               f"{ev.host_text}: workers wait on the gradient exchange")]
+            return [
+                _f(
+                    r,
+                    COMMUNICATION_BOUND,
+                    f"{name}: communication-bound — {head}; {step_text} while only "
+                    f"{ev.host_text}: workers wait on the gradient exchange",
+                )
+            ]
         return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}; {ev.host_text}")]
 
     if ev.gpu_busy is None:
@@ -170,18 +217,37 @@ def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, to
     busy_time = step * ev.gpu_busy / one_busy if step and one_busy else None
     if ev.host_saturated is not True and step and step > 1:
         if busy_time is not None and busy_time <= BUSY_TIME_FLAT:
-            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; {step_text} while GPU busy "
-                                               f"time per step stayed {busy_time:.2f}x, so the added time is "
-                                               f"waiting; {ev.host_text}")]
+            return [
+                _f(
+                    r,
+                    COMMUNICATION_BOUND,
+                    f"{name}: communication-bound — {head}; {step_text} while GPU busy "
+                    f"time per step stayed {busy_time:.2f}x, so the added time is "
+                    f"waiting; {ev.host_text}",
+                )
+            ]
         if one_busy is not None and ev.gpu_busy <= one_busy - BUSY_DROP_POINTS:
-            return [_f(r, COMMUNICATION_BOUND, f"{name}: communication-bound — {head}; GPU busy fell from "
-                                               f"{one_busy:.0f}% to {ev.gpu_busy:.0f}% while the {step_text}; "
-                                               f"{ev.host_text}")]
+            return [
+                _f(
+                    r,
+                    COMMUNICATION_BOUND,
+                    f"{name}: communication-bound — {head}; GPU busy fell from "
+                    f"{one_busy:.0f}% to {ev.gpu_busy:.0f}% while the {step_text}; "
+                    f"{ev.host_text}",
+                )
+            ]
     if ev.gpu_busy >= DEVICE_BUSY_PERCENT:
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, yet {ev.gpus_text}: collective "
-                                    f"kernels count as busy, so a profile must tell communication from contention")]
-    return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, {ev.gpus_text}{busy_then}; "
-                                f"{ev.host_text}")]
+        return [
+            _f(
+                r,
+                INCONCLUSIVE,
+                f"{name}: inconclusive — {head}; {step_text}, yet {ev.gpus_text}: collective "
+                f"kernels count as busy, so a profile must tell communication from contention",
+            )
+        ]
+    return [
+        _f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, {ev.gpus_text}{busy_then}; {ev.host_text}")
+    ]
 
 
 def _compute(r: BurstResult) -> list[Finding]:
@@ -194,8 +260,13 @@ def _compute(r: BurstResult) -> list[Finding]:
         return []
     needed = r.spec.devices * r.spec.threads
     if ev.busy_cores is not None and ev.cores and ev.busy_cores >= HOST_SATURATED_FRACTION * min(needed, ev.cores):
-        return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {ev.host_text} with "
-                                     f"{_plural(needed, 'compute thread')}{extra}")]
+        return [
+            _f(
+                r,
+                COMPUTE_BOUND,
+                f"{name}: compute-bound — {ev.host_text} with {_plural(needed, 'compute thread')}{extra}",
+            )
+        ]
     return []
 
 

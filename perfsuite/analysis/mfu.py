@@ -46,46 +46,94 @@ def _p(fp32=None, tf32=None, fp16=None, bf16=None) -> dict:
 # prints only "with sparsity" figures, the dense figure is half, as its footnote says.
 PEAKS: tuple[GpuPeak, ...] = (
     # Blackwell
-    GpuPeak("B200", r"\bB200\b", _p(fp32=80, tf32=1100, fp16=2250, bf16=2250),
-            "NVIDIA Blackwell architecture technical brief, HGX B200 at 1,000 W, per GPU "
-            "(tensor figures 2.2 / 4.5 PFLOPS with sparsity)"),
+    GpuPeak(
+        "B200",
+        r"\bB200\b",
+        _p(fp32=80, tf32=1100, fp16=2250, bf16=2250),
+        "NVIDIA Blackwell architecture technical brief, HGX B200 at 1,000 W, per GPU "
+        "(tensor figures 2.2 / 4.5 PFLOPS with sparsity)",
+    ),
     # Hopper
-    GpuPeak("GH200", r"\bGH200\b", _p(fp32=67, tf32=494, fp16=990, bf16=990),
-            "NVIDIA GH200 Grace Hopper Superchip datasheet"),
-    GpuPeak("H200 NVL", r"\bH200\b.*\bNVL\b", _p(fp32=60, tf32=417.5, fp16=835.5, bf16=835.5),
-            "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (835 / 1,671 with sparsity)"),
-    GpuPeak("H200 SXM", r"\bH200\b", _p(fp32=67, tf32=494.5, fp16=989.5, bf16=989.5),
-            "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (989 / 1,979 with sparsity)"),
-    GpuPeak("H100 NVL", r"\bH100\b.*\bNVL\b", _p(fp32=60, tf32=417.5, fp16=835.5, bf16=835.5),
-            "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (835 / 1,671 with sparsity)"),
-    GpuPeak("H100 PCIe", r"\bH100\b.*\bPCIe\b", _p(fp32=51.2, tf32=378, fp16=756, bf16=756),
-            "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 PCIe"),
-    GpuPeak("H100 SXM", r"\bH100\b.*\b(SXM|HBM3)", _p(fp32=66.9, tf32=494.7, fp16=989.4, bf16=989.4),
-            "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5"),
+    GpuPeak(
+        "GH200",
+        r"\bGH200\b",
+        _p(fp32=67, tf32=494, fp16=990, bf16=990),
+        "NVIDIA GH200 Grace Hopper Superchip datasheet",
+    ),
+    GpuPeak(
+        "H200 NVL",
+        r"\bH200\b.*\bNVL\b",
+        _p(fp32=60, tf32=417.5, fp16=835.5, bf16=835.5),
+        "NVIDIA H200 Tensor Core GPU datasheet, H200 NVL (835 / 1,671 with sparsity)",
+    ),
+    GpuPeak(
+        "H200 SXM",
+        r"\bH200\b",
+        _p(fp32=67, tf32=494.5, fp16=989.5, bf16=989.5),
+        "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM (989 / 1,979 with sparsity)",
+    ),
+    GpuPeak(
+        "H100 NVL",
+        r"\bH100\b.*\bNVL\b",
+        _p(fp32=60, tf32=417.5, fp16=835.5, bf16=835.5),
+        "NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (835 / 1,671 with sparsity)",
+    ),
+    GpuPeak(
+        "H100 PCIe",
+        r"\bH100\b.*\bPCIe\b",
+        _p(fp32=51.2, tf32=378, fp16=756, bf16=756),
+        "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 PCIe",
+    ),
+    GpuPeak(
+        "H100 SXM",
+        r"\bH100\b.*\b(SXM|HBM3)",
+        _p(fp32=66.9, tf32=494.7, fp16=989.4, bf16=989.4),
+        "NVIDIA H100 Tensor Core GPU Architecture whitepaper, H100 SXM5",
+    ),
     # Ada Lovelace
     GpuPeak("L40S", r"\bL40S\b", _p(fp32=91.6, tf32=183, fp16=362.05, bf16=362.05), "NVIDIA L40S datasheet"),
     GpuPeak("L40", r"\bL40\b", _p(fp32=90.5, tf32=90.5, fp16=181.05, bf16=181.05), "NVIDIA L40 datasheet"),
-    GpuPeak("L4", r"\bL4\b", _p(fp32=30.3, tf32=60, fp16=121, bf16=121),
-            "NVIDIA L4 datasheet (120 / 242 with sparsity)"),
-    GpuPeak("RTX 4090", r"\bRTX 4090\s*$", _p(fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2),
-            "NVIDIA Ada GPU Architecture whitepaper, GeForce RTX 4090"),
+    GpuPeak(
+        "L4", r"\bL4\b", _p(fp32=30.3, tf32=60, fp16=121, bf16=121), "NVIDIA L4 datasheet (120 / 242 with sparsity)"
+    ),
+    GpuPeak(
+        "RTX 4090",
+        r"\bRTX 4090\s*$",
+        _p(fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2),
+        "NVIDIA Ada GPU Architecture whitepaper, GeForce RTX 4090",
+    ),
     # Ampere
-    GpuPeak("A100", r"\bA100\b", _p(fp32=19.5, tf32=156, fp16=312, bf16=312),
-            "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40 GB and 80 GB alike)"),
+    GpuPeak(
+        "A100",
+        r"\bA100\b",
+        _p(fp32=19.5, tf32=156, fp16=312, bf16=312),
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM and PCIe, 40 GB and 80 GB alike)",
+    ),
     GpuPeak("A40", r"\bA40\b", _p(fp32=37.4, tf32=74.8, fp16=149.7, bf16=149.7), "NVIDIA A40 datasheet"),
     GpuPeak("A30", r"\bA30\b", _p(fp32=10.3, tf32=82, fp16=165, bf16=165), "NVIDIA A30 datasheet"),
-    GpuPeak("A10G", r"\bA10G\b", _p(fp32=35, tf32=35, fp16=70, bf16=70),
-            "AWS G5 instances' A10G as published by NVIDIA partners (no NVIDIA datasheet)"),
+    GpuPeak(
+        "A10G",
+        r"\bA10G\b",
+        _p(fp32=35, tf32=35, fp16=70, bf16=70),
+        "AWS G5 instances' A10G as published by NVIDIA partners (no NVIDIA datasheet)",
+    ),
     GpuPeak("A10", r"\bA10\b", _p(fp32=31.2, tf32=62.5, fp16=125, bf16=125), "NVIDIA A10 datasheet"),
-    GpuPeak("RTX 3090", r"\bRTX 3090\s*$", _p(fp32=35.6, tf32=35.6, fp16=71, bf16=71),
-            "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090"),
+    GpuPeak(
+        "RTX 3090",
+        r"\bRTX 3090\s*$",
+        _p(fp32=35.6, tf32=35.6, fp16=71, bf16=71),
+        "NVIDIA Ampere GA102 GPU Architecture whitepaper, GeForce RTX 3090",
+    ),
     # Turing, Volta, Pascal, Maxwell: no TF32 or BF16
     GpuPeak("T4", r"\bT4\b", _p(fp32=8.1, fp16=65), "NVIDIA T4 datasheet (mixed precision FP16/FP32)"),
     GpuPeak("V100S PCIe", r"\bV100S\b", _p(fp32=16.4, fp16=130), "NVIDIA V100 datasheet, V100S PCIe"),
-    GpuPeak("V100 SXM3", r"\bV100\b.*\bSXM3\b", _p(fp32=16.4, fp16=130),
-            "NVIDIA DGX-2 datasheet, V100 SXM3 (350 W)"),
-    GpuPeak("V100 SXM2", r"\bV100\b.*\b(SXM2|DGXS)\b", _p(fp32=15.7, fp16=125),
-            "NVIDIA V100 datasheet, V100 SXM2 (DGX Station's V100-DGXS is the same part)"),
+    GpuPeak("V100 SXM3", r"\bV100\b.*\bSXM3\b", _p(fp32=16.4, fp16=130), "NVIDIA DGX-2 datasheet, V100 SXM3 (350 W)"),
+    GpuPeak(
+        "V100 SXM2",
+        r"\bV100\b.*\b(SXM2|DGXS)\b",
+        _p(fp32=15.7, fp16=125),
+        "NVIDIA V100 datasheet, V100 SXM2 (DGX Station's V100-DGXS is the same part)",
+    ),
     GpuPeak("V100 PCIe", r"\bV100\b.*\bPCIE\b", _p(fp32=14, fp16=112), "NVIDIA V100 datasheet, V100 PCIe"),
     GpuPeak("P100 SXM2", r"\bP100\b.*\bSXM2\b", _p(fp32=10.6, fp16=21.2), "NVIDIA Tesla P100 datasheet, NVLink (SXM2)"),
     GpuPeak("P100 PCIe", r"\bP100\b.*\bPCIE\b", _p(fp32=9.3, fp16=18.7), "NVIDIA Tesla P100 datasheet, PCIe"),

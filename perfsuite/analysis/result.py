@@ -31,11 +31,17 @@ class Measurement:
     def of(cls, spec: BurstSpec, outcome: WorkerRecord | RemoteNode) -> Measurement:
         if isinstance(outcome, RemoteNode):
             return cls(spec, remote=outcome)
-        measured = cls(spec, outcome, run_samples=(tuple(outcome.samples),),
-                       run_peaks=(int(outcome.peak_memory_bytes),))
+        measured = cls(
+            spec, outcome, run_samples=(tuple(outcome.samples),), run_peaks=(int(outcome.peak_memory_bytes),)
+        )
         if not measured.loss_finite:
-            return cls(spec, outcome, f"loss is not finite (first {outcome.loss_first}, last {outcome.loss_last})",
-                       run_samples=measured.run_samples, run_peaks=measured.run_peaks)
+            return cls(
+                spec,
+                outcome,
+                f"loss is not finite (first {outcome.loss_first}, last {outcome.loss_last})",
+                run_samples=measured.run_samples,
+                run_peaks=measured.run_peaks,
+            )
         return measured
 
     @property
@@ -84,13 +90,18 @@ class Measurement:
         if not (self.record and other.record):
             return self
         profiled = other.record if other.record.op_profile or other.record.profile_error else self.record
-        record = other.record.replace(samples=self.record.samples + other.record.samples,
-                                      window_seconds=self.record.window_seconds + other.record.window_seconds,
-                                      loss_first=self.record.loss_first, op_profile=profiled.op_profile,
-                                      profile_error=profiled.profile_error, trace_file=profiled.trace_file,
-                                      profile_seconds=profiled.profile_seconds)
-        return Measurement(self.spec, record, None, None, self.run_samples + other.run_samples,
-                           self.run_peaks + other.run_peaks)
+        record = other.record.replace(
+            samples=self.record.samples + other.record.samples,
+            window_seconds=self.record.window_seconds + other.record.window_seconds,
+            loss_first=self.record.loss_first,
+            op_profile=profiled.op_profile,
+            profile_error=profiled.profile_error,
+            trace_file=profiled.trace_file,
+            profile_seconds=profiled.profile_seconds,
+        )
+        return Measurement(
+            self.spec, record, None, None, self.run_samples + other.run_samples, self.run_peaks + other.run_peaks
+        )
 
 
 @dataclass(eq=False)

@@ -109,7 +109,6 @@ class Verdict:
         return None if self.ratio is None else self.ratio - 1.0
 
 
-
 def compare(
     current: Sequence[float],
     baseline: Sequence[float] | None,

@@ -141,7 +141,6 @@ def cpu_fingerprint() -> Fingerprint:
 # --- CUDA devices ----------------------------------------------------------------
 
 
-
 def _query_nvml() -> Discovery:
     """Devices via NVML; no devices and the reason when pynvml or the driver is unavailable."""
     try:
@@ -189,9 +188,13 @@ def _gpu_info(pynvml: Any, handle: Any, index: int, mig_profile: str | None = No
         uuid: str | None = text(pynvml.nvmlDeviceGetUUID(handle))
     except pynvml.NVMLError:
         uuid = None
-    return GpuInfo(index=index, name=text(pynvml.nvmlDeviceGetName(handle)),
-                   memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), uuid=uuid,
-                   mig_profile=mig_profile)
+    return GpuInfo(
+        index=index,
+        name=text(pynvml.nvmlDeviceGetName(handle)),
+        memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+        uuid=uuid,
+        mig_profile=mig_profile,
+    )
 
 
 _MIG_PROFILE = re.compile(r"\b(\d+g\.\d+gb)\b", re.IGNORECASE)
@@ -251,8 +254,9 @@ def _query_nvidia_smi() -> Discovery:
             devices.append(GpuInfo(int(index), name, int(float(memory_mib)) * 2**20, uuid or None))
         except ValueError:
             continue
-    return Discovery(tuple(devices), driver if devices else None, None,
-                     None if devices else "nvidia-smi: listed no GPU")
+    return Discovery(
+        tuple(devices), driver if devices else None, None, None if devices else "nvidia-smi: listed no GPU"
+    )
 
 
 def _query_devices() -> Discovery:

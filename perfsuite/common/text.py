@@ -24,5 +24,7 @@ def columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[in
     left-aligned, the others (figures) right-aligned."""
     left = tuple(i % len(header) for i in left)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in [header, *rows]]
+    return [
+        "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        for r in [header, *rows]
+    ]

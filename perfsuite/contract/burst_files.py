@@ -42,7 +42,7 @@ def error_path(out: Path, rank: int) -> Path:
 def error_files(out: Path) -> list[Path]:
     """Every rank's error file beside ``out``, in rank order (rank 10 after rank 2)."""
     found = out.parent.glob(f"{out.stem}.rank*.error")
-    return sorted(found, key=lambda p: int(p.name[len(out.stem) + len(".rank"):].split(".")[0]))
+    return sorted(found, key=lambda p: int(p.name[len(out.stem) + len(".rank") :].split(".")[0]))
 
 
 def write_error(out: Path, rank: int, exc: BaseException) -> None:

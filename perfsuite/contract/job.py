@@ -36,29 +36,40 @@ class Job:
     version: int = JOB_VERSION
 
     def to_json(self) -> str:
-        return json.dumps({
-            "version": self.version,
-            "spec": self.spec.as_dict(),
-            "model": self.model.as_dict(),
-            "folder": self.folder,
-            "node_rank": self.node_rank,
-            "init_timeout_s": self.init_timeout_s,
-            "progress_file": self.progress_file,
-            "join_file": self.join_file,
-            "profile_steps": self.profile_steps,
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "version": self.version,
+                "spec": self.spec.as_dict(),
+                "model": self.model.as_dict(),
+                "folder": self.folder,
+                "node_rank": self.node_rank,
+                "init_timeout_s": self.init_timeout_s,
+                "progress_file": self.progress_file,
+                "join_file": self.join_file,
+                "profile_steps": self.profile_steps,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Job:
         data = json.loads(text)
         version = data.get("version") if isinstance(data, dict) else None
         if version != JOB_VERSION:
-            raise ContractError(f"job version {version!r}; this perfsuite reads version {JOB_VERSION}: "
-                                "the launcher and the worker come from different installs")
+            raise ContractError(
+                f"job version {version!r}; this perfsuite reads version {JOB_VERSION}: "
+                "the launcher and the worker come from different installs"
+            )
         try:
-            return cls(spec=BurstSpec.from_dict(data["spec"]), model=ModelInfo.from_dict(data["model"]),
-                       folder=data["folder"], node_rank=int(data["node_rank"]),
-                       init_timeout_s=float(data["init_timeout_s"]), progress_file=data.get("progress_file"),
-                       join_file=data.get("join_file"), profile_steps=int(data.get("profile_steps") or 0))
+            return cls(
+                spec=BurstSpec.from_dict(data["spec"]),
+                model=ModelInfo.from_dict(data["model"]),
+                folder=data["folder"],
+                node_rank=int(data["node_rank"]),
+                init_timeout_s=float(data["init_timeout_s"]),
+                progress_file=data.get("progress_file"),
+                join_file=data.get("join_file"),
+                profile_steps=int(data.get("profile_steps") or 0),
+            )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"job without a valid field: {exc}") from None

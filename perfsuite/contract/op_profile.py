@@ -57,8 +57,10 @@ class OpProfile:
             "step_ms": [round(x, 4) for x in self.step_ms],
             "floor_ms": round(self.floor_ms, 4),
             "other_ms": [round(x, 4) for x in self.other_ms],
-            "ops": [{"name": o.name, "kind": o.kind, "ms": [round(x, 4) for x in o.ms], "calls": round(o.calls, 2)}
-                    for o in self.ops],
+            "ops": [
+                {"name": o.name, "kind": o.kind, "ms": [round(x, 4) for x in o.ms], "calls": round(o.calls, 2)}
+                for o in self.ops
+            ],
         }
 
     @classmethod
@@ -77,8 +79,13 @@ class OpProfile:
                 if len(ms) != len(steps):
                     raise ContractError(f"op profile: {op['name']!r} has {len(ms)} steps, the profile {len(steps)}")
                 ops.append(OpTime(str(op["name"]), op["kind"], ms, float(op["calls"])))
-            return cls(str(data["tool"]), steps, tuple(ops), float(data.get("floor_ms", 0.0)),
-                       _times(data.get("other_ms", []), "other_ms"))
+            return cls(
+                str(data["tool"]),
+                steps,
+                tuple(ops),
+                float(data.get("floor_ms", 0.0)),
+                _times(data.get("other_ms", []), "other_ms"),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ContractError):
                 raise

@@ -92,14 +92,16 @@ class WorkerRecord:
         if version != RECORD_VERSION:
             raise ContractError(f"worker record version {version!r}; this perfsuite reads version {RECORD_VERSION}")
         try:
-            return cls(**{
-                **data,
-                "spec": BurstSpec.from_dict(data["spec"]),
-                "model": ModelInfo.from_dict(data["model"]),
-                "samples": tuple(data["samples"]),
-                "window_seconds": tuple(data["window_seconds"]),
-                "per_rank": tuple(RankEntry.from_dict(r) for r in data["per_rank"]),
-            })
+            return cls(
+                **{
+                    **data,
+                    "spec": BurstSpec.from_dict(data["spec"]),
+                    "model": ModelInfo.from_dict(data["model"]),
+                    "samples": tuple(data["samples"]),
+                    "window_seconds": tuple(data["window_seconds"]),
+                    "per_rank": tuple(RankEntry.from_dict(r) for r in data["per_rank"]),
+                }
+            )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"worker record without a valid field: {exc}") from None
 

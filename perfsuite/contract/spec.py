@@ -188,14 +188,26 @@ class BurstSpec:
     @property
     def short_name(self) -> str:
         """'tf-resnet50-gpu8-host': enough to find the burst's row in a table."""
-        parts = [self.framework, self.model, device_label(self.device_kind, self.devices, self.nodes),
-                 self.data_location]
+        parts = [
+            self.framework,
+            self.model,
+            device_label(self.device_kind, self.devices, self.nodes),
+            self.data_location,
+        ]
         if self.precision != "fp32":
             parts.append(self.precision)
         if self.world_size > 1 and self.variable_update != "replicated":
             parts.append(self.variable_update)
-        parts.extend(p for p in (self.memory_format, "compile" if self.compile else "", "xla" if self.xla else "",
-                                 "" if self.mode == "train" else self.mode) if p)
+        parts.extend(
+            p
+            for p in (
+                self.memory_format,
+                "compile" if self.compile else "",
+                "xla" if self.xla else "",
+                "" if self.mode == "train" else self.mode,
+            )
+            if p
+        )
         return "-".join(parts)
 
     def single_device(self) -> BurstSpec:
@@ -232,21 +244,34 @@ KEY_FIELDS = {
     "mode": ("mode", "--mode"),
     "threads": ("threads per CPU worker", "--threads-per-worker"),
 }
-_PREFIXED = (("nodes", "nodes"), ("bs", "batch_size"), ("img", "image_size"), ("threads", "threads"),
-             ("augment-", "augment_on"))
+_PREFIXED = (
+    ("nodes", "nodes"),
+    ("bs", "batch_size"),
+    ("img", "image_size"),
+    ("threads", "threads"),
+    ("augment-", "augment_on"),
+)
 
 
 def key_fields(key: str) -> dict[str, str]:
     """A baseline key (``BurstSpec.key``) split into its named fields; absent ones take their defaults."""
     parts = key.split("/")
-    fields = {"framework": parts[0] if parts else "", "model": parts[1] if len(parts) > 1 else "",
-              "devices": parts[2] if len(parts) > 2 else "", "variable_update": "replicated",
-              "augment_on": "cpu", "xla": "no", "threads": "-", "memory_format": "default",
-              "compile": "no", "mode": "train"}
+    fields = {
+        "framework": parts[0] if parts else "",
+        "model": parts[1] if len(parts) > 1 else "",
+        "devices": parts[2] if len(parts) > 2 else "",
+        "variable_update": "replicated",
+        "augment_on": "cpu",
+        "xla": "no",
+        "threads": "-",
+        "memory_format": "default",
+        "compile": "no",
+        "mode": "train",
+    }
     for part in parts[3:]:
         for prefix, name in _PREFIXED:
-            if part.startswith(prefix) and part[len(prefix):]:
-                fields[name] = part[len(prefix):]
+            if part.startswith(prefix) and part[len(prefix) :]:
+                fields[name] = part[len(prefix) :]
                 break
         else:
             if part in DATA_LOCATIONS:

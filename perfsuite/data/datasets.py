@@ -141,9 +141,7 @@ def _generate_atomically(target: Path, generate) -> None:
 # --- synthetic, content-bearing images ---------------------------------------------------
 
 
-def synthetic_image(
-    rng: np.random.Generator, height: int, width: int, tint: np.ndarray | None = None
-) -> np.ndarray:
+def synthetic_image(rng: np.random.Generator, height: int, width: int, tint: np.ndarray | None = None) -> np.ndarray:
     """HxWx3 uint8: smooth random blobs and gradients plus pixel noise, so decode is not trivial."""
     grid = int(rng.integers(3, 9))
     coarse = rng.integers(0, 256, (grid, grid, 3), dtype=np.uint8)
@@ -226,8 +224,7 @@ def _validate_cifar(root: Path) -> None:
         size = f.stat().st_size
         if size == 0 or size % CIFAR_RECORD:
             raise ValueError(
-                f"data dir {root}: {f.name} is {size} bytes, "
-                f"not a whole number of {CIFAR_RECORD}-byte CIFAR-10 records"
+                f"data dir {root}: {f.name} is {size} bytes, not a whole number of {CIFAR_RECORD}-byte CIFAR-10 records"
             )
 
 
@@ -272,9 +269,7 @@ def _validate_jpeg(root: Path) -> None:
     for entry in os.scandir(classes_root):
         if entry.is_dir() and any(_is_jpeg(e.name) for e in os.scandir(entry.path)):
             return
-    raise ValueError(
-        f"data dir {root} holds no ImageNet-style JPEG tree (expected train/<synset>/<name>.JPEG)"
-    )
+    raise ValueError(f"data dir {root} holds no ImageNet-style JPEG tree (expected train/<synset>/<name>.JPEG)")
 
 
 # --- TFRecord of tf.train.Example --------------------------------------------------------
@@ -422,9 +417,7 @@ def _validate_tfrecord(root: Path) -> None:
     _require_dir(root, "tfrecord")
     files = tfrecord_files(root)
     if not files:
-        raise ValueError(
-            f"data dir {root} holds no TFRecord files (expected train-00000-of-NNNNN or *.tfrecord)"
-        )
+        raise ValueError(f"data dir {root} holds no TFRecord files (expected train-00000-of-NNNNN or *.tfrecord)")
     try:
         next(read_tfrecord(files[0], check_crc=True), None)
     except ValueError as exc:

@@ -115,8 +115,11 @@ def metadata_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str,
         a, b = old.get(name), new.get(name)
         if name in ("frameworks", "labels"):
             a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
-            out.extend({"field": f"{name}.{k}", "before": a.get(k), "after": b.get(k)}
-                       for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+            out.extend(
+                {"field": f"{name}.{k}", "before": a.get(k), "after": b.get(k)}
+                for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)
+            )
         elif a != b:
             out.append({"field": name, "before": a, "after": b})
     return out
@@ -150,8 +153,16 @@ def _change_points(points: list) -> list:
 
 def _cp_dict(cp, points: list) -> dict[str, Any]:
     at = points[cp.index]
-    return {"index": cp.index, "run_id": at.run_id, "date": at.date, "git_commit": at.meta.get("git_commit"),
-            "before": cp.before, "after": cp.after, "change": cp.change, "p_value": cp.p_value}
+    return {
+        "index": cp.index,
+        "run_id": at.run_id,
+        "date": at.date,
+        "git_commit": at.meta.get("git_commit"),
+        "before": cp.before,
+        "after": cp.after,
+        "change": cp.change,
+        "p_value": cp.p_value,
+    }
 
 
 # --- runs --------------------------------------------------------------------------
@@ -169,19 +180,34 @@ def _runs(args: argparse.Namespace, url: str) -> int:
     if not found:
         print(f"no runs in {shown(url)}")
     else:
-        print(f"{shown(url)}: {len(found)} run{'s' if len(found) != 1 else ''}, newest first"
-              + ("" if args.limit == 0 or len(found) < args.limit else f" (--limit {args.limit}; 0 for all)"))
+        print(
+            f"{shown(url)}: {len(found)} run{'s' if len(found) != 1 else ''}, newest first"
+            + ("" if args.limit == 0 or len(found) < args.limit else f" (--limit {args.limit}; 0 for all)")
+        )
         header = ("run", "date", "commit", "host", "mode", "outcome", "bursts", "frameworks", "container", "labels")
-        rows = [(str(r["id"]), _when(r["date"]), _commit(r["git_commit"]), r["host"] or "-", r["mode"], r["outcome"],
-                 f"{r['bursts']}" + (f" ({r['failing']} failing)" if r["failing"] else ""),
-                 _pairs(r["frameworks"], " "), r["container"] or "-", _pairs(r["labels"], "="))
-                for r in found]
+        rows = [
+            (
+                str(r["id"]),
+                _when(r["date"]),
+                _commit(r["git_commit"]),
+                r["host"] or "-",
+                r["mode"],
+                r["outcome"],
+                f"{r['bursts']}" + (f" ({r['failing']} failing)" if r["failing"] else ""),
+                _pairs(r["frameworks"], " "),
+                r["container"] or "-",
+                _pairs(r["labels"], "="),
+            )
+            for r in found
+        ]
         print()
         for line in columns(header, rows, left=(1, 2, 3, 4, 5, 7, 8, 9)):
             print(line)
     if waiting:
-        print(f"\nnote: {waiting} run{'s' if waiting != 1 else ''} spooled while the history was unreachable "
-              f"wait in {spool.folder(url)}; the next run, or the next `history import`, writes them")
+        print(
+            f"\nnote: {waiting} run{'s' if waiting != 1 else ''} spooled while the history was unreachable "
+            f"wait in {spool.folder(url)}; the next run, or the next `history import`, writes them"
+        )
     return 0
 
 
@@ -215,12 +241,27 @@ def _trend(args: argparse.Namespace, url: str) -> int:
     marks = {cp.index: cp for cp in cps}
     plotted = _plot(args.plot, args.key, fingerprint, points, cps) if args.plot else None
     if args.json:
-        _dump({"history": shown(url), "key": args.key, "fingerprint": None if fingerprint == NO_FINGERPRINT
-               else fingerprint,
-               "runs": [{"run_id": p.run_id, "date": p.date, "git_commit": p.meta.get("git_commit"),
-                         "images_per_sec": p.images_per_sec, "ci_low": p.ci_low, "ci_high": p.ci_high,
-                         "change_point": i in marks} for i, p in enumerate(points)],
-               "change_points": [_cp_dict(cp, points) for cp in cps], "plot": plotted})
+        _dump(
+            {
+                "history": shown(url),
+                "key": args.key,
+                "fingerprint": None if fingerprint == NO_FINGERPRINT else fingerprint,
+                "runs": [
+                    {
+                        "run_id": p.run_id,
+                        "date": p.date,
+                        "git_commit": p.meta.get("git_commit"),
+                        "images_per_sec": p.images_per_sec,
+                        "ci_low": p.ci_low,
+                        "ci_high": p.ci_high,
+                        "change_point": i in marks,
+                    }
+                    for i, p in enumerate(points)
+                ],
+                "change_points": [_cp_dict(cp, points) for cp in cps],
+                "plot": plotted,
+            }
+        )
         return 0
     n = len(points)
     print(f"{args.key} on fingerprint {fingerprint}: {n} run{'s' if n != 1 else ''} in {shown(url)}")
@@ -229,10 +270,10 @@ def _trend(args: argparse.Namespace, url: str) -> int:
     for i, p in enumerate(points):
         ci = f"{fixed(p.ci_low)}-{fixed(p.ci_high)}" if p.ci_low is not None and p.ci_high is not None else "-"
         cp = marks.get(i)
-        mark = (f"<- change {cp.change:+.1%} ({fixed(cp.before)} -> {fixed(cp.after)}), p={_p(cp.p_value)}"
-                if cp else "")
-        rows.append((str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.images_per_sec), ci,
-                     mark))
+        mark = f"<- change {cp.change:+.1%} ({fixed(cp.before)} -> {fixed(cp.after)}), p={_p(cp.p_value)}" if cp else ""
+        rows.append(
+            (str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.images_per_sec), ci, mark)
+        )
     print()
     for line in columns(header, rows, left=(1, 2, 5)):
         print(line)
@@ -240,8 +281,10 @@ def _trend(args: argparse.Namespace, url: str) -> int:
 
     print()
     if cps:
-        print(f"{len(cps)} change point{'s' if len(cps) != 1 else ''}, marked on the first run after "
-              + ("it" if len(cps) == 1 else "each"))
+        print(
+            f"{len(cps)} change point{'s' if len(cps) != 1 else ''}, marked on the first run after "
+            + ("it" if len(cps) == 1 else "each")
+        )
     else:
         print("no change points" + (f" (a series needs {MIN_POINTS} runs)" if n < MIN_POINTS else ""))
     if plotted:
@@ -253,9 +296,14 @@ def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> st
     from perfsuite.common.files import atomic_write
     from perfsuite.reporting.trend import Trend, trend_png
 
-    trend = Trend(title=f"{key}  [fingerprint {fingerprint}]", runs=[str(p.date)[:10] for p in points],
-                  images_per_sec=[p.images_per_sec for p in points], ci_low=[p.ci_low for p in points],
-                  ci_high=[p.ci_high for p in points], change_points=[(cp.index, cp.change) for cp in cps])
+    trend = Trend(
+        title=f"{key}  [fingerprint {fingerprint}]",
+        runs=[str(p.date)[:10] for p in points],
+        images_per_sec=[p.images_per_sec for p in points],
+        ci_low=[p.ci_low for p in points],
+        ci_high=[p.ci_high for p in points],
+        change_points=[(cp.index, cp.change) for cp in cps],
+    )
     try:
         png = trend_png(trend)
     except ImportError as exc:
@@ -278,11 +326,17 @@ def _changes(args: argparse.Namespace, url: str) -> int:
     patterns = args.key or []
     with _history(url) as engine:
         found = db.all_series(engine)
-    chosen = {(fp, key): points for (fp, key), points in found.items()
-              if (args.fingerprint is None or _fp(fp) == args.fingerprint)
-              and (not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns))}
-    notes = [f"note: --key {p!r} matches no key" for p in patterns
-             if not any(fnmatch.fnmatchcase(key, p) for _, key in found)]
+    chosen = {
+        (fp, key): points
+        for (fp, key), points in found.items()
+        if (args.fingerprint is None or _fp(fp) == args.fingerprint)
+        and (not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns))
+    }
+    notes = [
+        f"note: --key {p!r} matches no key"
+        for p in patterns
+        if not any(fnmatch.fnmatchcase(key, p) for _, key in found)
+    ]
     if args.fingerprint is not None and not any(_fp(fp) == args.fingerprint for fp, _ in found):
         notes.append(f"note: no series on fingerprint {args.fingerprint}")
     changes, short = [], 0
@@ -293,32 +347,52 @@ def _changes(args: argparse.Namespace, url: str) -> int:
             continue
         for cp in _change_points(points):
             at, before = points[cp.index], points[cp.index - 1]
-            changes.append({"key": key, "fingerprint": fp, **_cp_dict(cp, points),
-                            "previous_run_id": before.run_id, "metadata_changes": metadata_changes(before.meta,
-                                                                                                   at.meta)})
+            changes.append(
+                {
+                    "key": key,
+                    "fingerprint": fp,
+                    **_cp_dict(cp, points),
+                    "previous_run_id": before.run_id,
+                    "metadata_changes": metadata_changes(before.meta, at.meta),
+                }
+            )
     changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0), reverse=True)
     total = len(changes)
     if args.limit:
-        changes = changes[:args.limit]
+        changes = changes[: args.limit]
     if args.json:
-        _dump({"history": shown(url), "series": len(chosen), "too_short": short, "min_runs": MIN_POINTS,
-               "total": total, "changes": changes})
+        _dump(
+            {
+                "history": shown(url),
+                "series": len(chosen),
+                "too_short": short,
+                "min_runs": MIN_POINTS,
+                "total": total,
+                "changes": changes,
+            }
+        )
         return 0
     for note in notes:
         print(note)
     s = "" if len(chosen) == 1 else "s"
     if not total:
-        print(f"no change points in {len(chosen)} series{s} of {shown(url)}"
-              + (f" ({short} with fewer than {MIN_POINTS} runs, too few to tell)" if short else ""))
+        print(
+            f"no change points in {len(chosen)} series{s} of {shown(url)}"
+            + (f" ({short} with fewer than {MIN_POINTS} runs, too few to tell)" if short else "")
+        )
         return 0
-    print(f"{total} change point{'' if total == 1 else 's'} in {len(chosen)} series of {shown(url)}, newest first"
-          + (f" (showing {len(changes)}; --limit 0 for all)" if len(changes) < total else ""))
+    print(
+        f"{total} change point{'' if total == 1 else 's'} in {len(chosen)} series of {shown(url)}, newest first"
+        + (f" (showing {len(changes)}; --limit 0 for all)" if len(changes) < total else "")
+    )
     if short:
         print(f"{short} series with fewer than {MIN_POINTS} runs: too few to tell")
     for c in changes:
         print(f"\n{c['change']:+.1%}  {c['key']}  [fingerprint {_fp(c['fingerprint'])}]")
-        print(f"  at run {c['run_id']} ({_when(c['date'])}, commit {_commit(c['git_commit'])}): "
-              f"{fixed(c['before'])} -> {fixed(c['after'])} img/s (medians), p={_p(c['p_value'])}")
+        print(
+            f"  at run {c['run_id']} ({_when(c['date'])}, commit {_commit(c['git_commit'])}): "
+            f"{fixed(c['before'])} -> {fixed(c['after'])} img/s (medians), p={_p(c['p_value'])}"
+        )
         what = "; ".join(map(_change_text, c["metadata_changes"]))
         print(f"  changed since run {c['previous_run_id']}: {what}" if what else "  no metadata changed")
     return 0
@@ -345,16 +419,19 @@ def _import(args: argparse.Namespace, url: str) -> int:
             for note in notes:
                 print(note)
             if report["spooled"]:
-                print(f"wrote {report['spooled']} spooled run{'s' if report['spooled'] != 1 else ''} "
-                      f"to {shown(url)}")
+                print(f"wrote {report['spooled']} spooled run{'s' if report['spooled'] != 1 else ''} to {shown(url)}")
         for path, doc in docs:
             run_id = db.write_run(engine, doc)
             bursts = len(doc["results"])
-            report["files"].append({"file": str(path), "run_id": run_id, "bursts": bursts,
-                                    "already_there": run_id is None})
+            report["files"].append(
+                {"file": str(path), "run_id": run_id, "bursts": bursts, "already_there": run_id is None}
+            )
             if not args.json:
-                print(f"{path}: already in the history" if run_id is None
-                      else f"imported {path} as run {run_id} ({bursts} burst{'s' if bursts != 1 else ''})")
+                print(
+                    f"{path}: already in the history"
+                    if run_id is None
+                    else f"imported {path} as run {run_id} ({bursts} burst{'s' if bursts != 1 else ''})"
+                )
     if args.json:
         _dump(report)
     return 0
@@ -379,39 +456,67 @@ def _count(text: str) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``history`` and its commands to the subparsers of ``python -m perfsuite``."""
-    p = sub.add_parser("history", help="list runs, trends and change points of a results history; import files",
-                       description="Read the results history that --perf-history fills, or back-fill it.",
-                       epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments")
+    p = sub.add_parser(
+        "history",
+        help="list runs, trends and change points of a results history; import files",
+        description="Read the results history that --perf-history fills, or back-fill it.",
+        epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments",
+    )
     cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,import}")
 
     def command(name: str, action, **kw) -> argparse.ArgumentParser:
         c = cmds.add_parser(name, **kw)
-        c.add_argument("--history", metavar="URL",
-                       help="a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
-                            "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)")
+        c.add_argument(
+            "--history",
+            metavar="URL",
+            help="a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
+            "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)",
+        )
         c.add_argument("--json", action="store_true", help="machine-readable output")
         c.set_defaults(run=run, action=action)
         return c
 
     runs = command("runs", _runs, help="the runs, newest first")
-    runs.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
-                      help=f"the newest N runs (default: {DEFAULT_LIMIT}; 0: all)")
+    runs.add_argument(
+        "--limit",
+        type=_count,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"the newest N runs (default: {DEFAULT_LIMIT}; 0: all)",
+    )
     trend = command("trend", _trend, help="one key's img/s run by run, change points marked")
     trend.add_argument("key", metavar="KEY")
-    trend.add_argument("--fingerprint", metavar="ID",
-                       help=f"the hardware, where the key ran on several ({NO_FINGERPRINT}: none recorded)")
+    trend.add_argument(
+        "--fingerprint",
+        metavar="ID",
+        help=f"the hardware, where the key ran on several ({NO_FINGERPRINT}: none recorded)",
+    )
     trend.add_argument("--plot", metavar="FILE.png", help="also draw the trend into this PNG")
-    changes = command("changes", _changes, help="change points of every series, newest first, with what "
-                                                "changed at each run")
-    changes.add_argument("--key", action="append", metavar="PATTERN",
-                         help="keys matching this fnmatch pattern ('*' spans '/'); repeatable")
+    changes = command(
+        "changes", _changes, help="change points of every series, newest first, with what changed at each run"
+    )
+    changes.add_argument(
+        "--key",
+        action="append",
+        metavar="PATTERN",
+        help="keys matching this fnmatch pattern ('*' spans '/'); repeatable",
+    )
     changes.add_argument("--fingerprint", metavar="ID", help="only series on this hardware")
-    changes.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
-                         help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)")
-    imp = command("import", _import, help="back-fill runs from --perf-json or report results.json files",
-                  description="Write each file's run, with its own date, commit and hardware, in a transaction "
-                              "of its own; all files are read and checked first. A file already imported is "
-                              "skipped. Runs spooled while the history was unreachable are written first.")
+    changes.add_argument(
+        "--limit",
+        type=_count,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)",
+    )
+    imp = command(
+        "import",
+        _import,
+        help="back-fill runs from --perf-json or report results.json files",
+        description="Write each file's run, with its own date, commit and hardware, in a transaction "
+        "of its own; all files are read and checked first. A file already imported is "
+        "skipped. Runs spooled while the history was unreachable are written first.",
+    )
     imp.add_argument("files", nargs="+", type=Path, metavar="FILE")
 
 

@@ -39,14 +39,14 @@ def open_history(url: str, write: bool = True) -> sa.Engine:
             raise NoHistory(f"no history at {path}")
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(engine_url(url), connect_args={"timeout": BUSY_TIMEOUT_S},
-                                  poolclass=sa.pool.NullPool)
+        engine = sa.create_engine(engine_url(url), connect_args={"timeout": BUSY_TIMEOUT_S}, poolclass=sa.pool.NullPool)
         sa.event.listen(engine, "connect", _sqlite_connect)
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
         sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
     else:
-        engine = sa.create_engine(engine_url(url), connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
-                                  poolclass=sa.pool.NullPool)
+        engine = sa.create_engine(
+            engine_url(url), connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, poolclass=sa.pool.NullPool
+        )
     try:
         with engine.begin() as conn:
             if write:
@@ -65,10 +65,15 @@ def _readable(conn: sa.Connection, url: str) -> None:
     version = conn.execute(sa.select(sa.func.max(schema.schema_table.c.version))).scalar() or 0
     if version != schema.SCHEMA_VERSION:
         newer = version > schema.SCHEMA_VERSION
-        raise HistoryError(f"the history is at schema version {version}, "
-                           + (f"newer than this perfsuite's {schema.SCHEMA_VERSION}: upgrade perfsuite to read it"
-                              if newer else f"older than this perfsuite's {schema.SCHEMA_VERSION}: a run with "
-                                            "--perf-history or `history import` brings it forward"))
+        raise HistoryError(
+            f"the history is at schema version {version}, "
+            + (
+                f"newer than this perfsuite's {schema.SCHEMA_VERSION}: upgrade perfsuite to read it"
+                if newer
+                else f"older than this perfsuite's {schema.SCHEMA_VERSION}: a run with "
+                "--perf-history or `history import` brings it forward"
+            )
+        )
 
 
 def _sqlite_connect(dbapi_conn, _record) -> None:
@@ -144,9 +149,26 @@ def _burst_values(run_id: int, run: dict, row: dict) -> dict:
         "run_id": run_id,
         "fingerprint": row_fingerprint(run, row),
         "key": row["key"],
-        **{name: row.get(name) for name in ("framework", "model", "device_kind", "devices", "nodes", "data_location",
-                                             "variable_update", "precision", "batch_size", "images_per_sec",
-                                             "ci_low", "ci_high", "scaling_efficiency", "verdict", "change")},
+        **{
+            name: row.get(name)
+            for name in (
+                "framework",
+                "model",
+                "device_kind",
+                "devices",
+                "nodes",
+                "data_location",
+                "variable_update",
+                "precision",
+                "batch_size",
+                "images_per_sec",
+                "ci_low",
+                "ci_high",
+                "scaling_efficiency",
+                "verdict",
+                "change",
+            )
+        },
         "bursts_pooled": row.get("runs"),
         "row": row,
     }
@@ -154,18 +176,39 @@ def _burst_values(run_id: int, run: dict, row: dict) -> dict:
 
 # -- reading ------------------------------------------------------------------------
 
-RUN_FIELDS = ("id", "uuid", "date", "git_commit", "host", "cpu_fingerprint", "gpu_fingerprint", "frameworks",
-              "driver", "cuda", "cudnn", "nccl", "container", "labels", "mode", "outcome", "source")
+RUN_FIELDS = (
+    "id",
+    "uuid",
+    "date",
+    "git_commit",
+    "host",
+    "cpu_fingerprint",
+    "gpu_fingerprint",
+    "frameworks",
+    "driver",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "container",
+    "labels",
+    "mode",
+    "outcome",
+    "source",
+)
 
 
 def runs(engine: sa.Engine, limit: int | None = None) -> list[dict[str, Any]]:
     """Runs newest first, each with its burst count and how many bursts failed their gate."""
     r, b = schema.runs, schema.bursts
     count = sa.select(sa.func.count()).where(b.c.run_id == r.c.id).scalar_subquery()
-    failing = (sa.select(sa.func.count()).where(b.c.run_id == r.c.id, b.c.verdict.in_(("regression", "error")))
-               .scalar_subquery())
-    query = (sa.select(*(r.c[f] for f in RUN_FIELDS), count.label("bursts"), failing.label("failing"))
-             .order_by(r.c.started_at.desc(), r.c.id.desc()))
+    failing = (
+        sa.select(sa.func.count())
+        .where(b.c.run_id == r.c.id, b.c.verdict.in_(("regression", "error")))
+        .scalar_subquery()
+    )
+    query = sa.select(*(r.c[f] for f in RUN_FIELDS), count.label("bursts"), failing.label("failing")).order_by(
+        r.c.started_at.desc(), r.c.id.desc()
+    )
     if limit is not None:
         query = query.limit(limit)
     with engine.connect() as conn:
@@ -192,20 +235,35 @@ class SeriesPoint:
 META_FIELDS = ("git_commit", "host", "frameworks", "driver", "cuda", "cudnn", "nccl", "container", "labels")
 
 
-def all_series(engine: sa.Engine, fingerprints: Iterable[str | None] | None = None,
-               key: str | None = None) -> dict[tuple[str | None, str], list[SeriesPoint]]:
+def all_series(
+    engine: sa.Engine, fingerprints: Iterable[str | None] | None = None, key: str | None = None
+) -> dict[tuple[str | None, str], list[SeriesPoint]]:
     """(fingerprint, key) -> measured img/s, oldest first, one point per run; of every key (or
     ``key``) on these fingerprints (or all), in one query."""
     r, b = schema.runs, schema.bursts
-    query = (sa.select(b.c.fingerprint, b.c.key, r.c.id, r.c.date, b.c.images_per_sec, b.c.ci_low, b.c.ci_high,
-                       *(r.c[f] for f in META_FIELDS))
-             .join(r, r.c.id == b.c.run_id)
-             .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
-             .order_by(r.c.started_at, r.c.id, b.c.bursts_pooled.desc(), b.c.id))
+    query = (
+        sa.select(
+            b.c.fingerprint,
+            b.c.key,
+            r.c.id,
+            r.c.date,
+            b.c.images_per_sec,
+            b.c.ci_low,
+            b.c.ci_high,
+            *(r.c[f] for f in META_FIELDS),
+        )
+        .join(r, r.c.id == b.c.run_id)
+        .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+        .order_by(r.c.started_at, r.c.id, b.c.bursts_pooled.desc(), b.c.id)
+    )
     if fingerprints is not None:
         prints = list(fingerprints)
-        query = query.where(sa.or_(b.c.fingerprint.in_([f for f in prints if f]),
-                                   b.c.fingerprint.is_(None) if None in prints else sa.false()))
+        query = query.where(
+            sa.or_(
+                b.c.fingerprint.in_([f for f in prints if f]),
+                b.c.fingerprint.is_(None) if None in prints else sa.false(),
+            )
+        )
     if key is not None:
         query = query.where(b.c.key == key)
     out: dict[tuple[str | None, str], list[SeriesPoint]] = {}
@@ -214,17 +272,23 @@ def all_series(engine: sa.Engine, fingerprints: Iterable[str | None] | None = No
             points = out.setdefault((m["fingerprint"], m["key"]), [])
             if points and points[-1].run_id == m["id"]:
                 continue  # tests with their own tolerance ran the key again: the longest burst stands
-            points.append(SeriesPoint(m["id"], m["date"], m["images_per_sec"], m["ci_low"], m["ci_high"],
-                                      {f: m[f] for f in META_FIELDS}))
+            points.append(
+                SeriesPoint(
+                    m["id"], m["date"], m["images_per_sec"], m["ci_low"], m["ci_high"], {f: m[f] for f in META_FIELDS}
+                )
+            )
     return out
 
 
 def series_keys(engine: sa.Engine) -> list[tuple[str | None, str, int]]:
     """(fingerprint, key, runs) of every series with a measurement."""
     b = schema.bursts
-    query = (sa.select(b.c.fingerprint, b.c.key, sa.func.count(sa.distinct(b.c.run_id)))
-             .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
-             .group_by(b.c.fingerprint, b.c.key).order_by(b.c.fingerprint, b.c.key))
+    query = (
+        sa.select(b.c.fingerprint, b.c.key, sa.func.count(sa.distinct(b.c.run_id)))
+        .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+        .group_by(b.c.fingerprint, b.c.key)
+        .order_by(b.c.fingerprint, b.c.key)
+    )
     with engine.connect() as conn:
         return [(f, k, n) for f, k, n in conn.execute(query)]
 

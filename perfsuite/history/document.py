@@ -1,7 +1,7 @@
 """A run document: what the history stores of one run, from a live run or a results file.
 
-    {"uuid": ..., "mode": "gate"|"save", "outcome": "passed"|"failed"|"interrupted"|"error",
-     "source": "run" | the file imported, "run": the --perf-json run object, "results": its rows}
+{"uuid": ..., "mode": "gate"|"save", "outcome": "passed"|"failed"|"interrupted"|"error",
+ "source": "run" | the file imported, "run": the --perf-json run object, "results": its rows}
 """
 
 from __future__ import annotations
@@ -27,8 +27,14 @@ def outcome_of(exitstatus: int, interrupted: bool) -> str:
 
 
 def live(run: dict, rows: list[dict], *, save_baseline: bool, outcome: str) -> dict:
-    return {"uuid": uuids.uuid4().hex, "mode": "save" if save_baseline else "gate", "outcome": outcome,
-            "source": "run", "run": run, "results": rows}
+    return {
+        "uuid": uuids.uuid4().hex,
+        "mode": "save" if save_baseline else "gate",
+        "outcome": outcome,
+        "source": "run",
+        "run": run,
+        "results": rows,
+    }
 
 
 def from_file(path: Path) -> dict:
@@ -45,12 +51,14 @@ def from_file(path: Path) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise HistoryError(f"{path}: not JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise HistoryError(f"{path}: not a perfsuite results file (no \"results\" list)")
+        raise HistoryError(f'{path}: not a perfsuite results file (no "results" list)')
     run = data.get("run")
     if not isinstance(run, dict):
         version = data.get("schema_version", 1)
-        raise HistoryError(f"{path}: results schema version {version} carries no run metadata (date, commit, "
-                           "hardware); files written by --perf-json since schema version 2 do")
+        raise HistoryError(
+            f"{path}: results schema version {version} carries no run metadata (date, commit, "
+            "hardware); files written by --perf-json since schema version 2 do"
+        )
     for name in ("date", "host"):
         if not isinstance(run.get(name), str) or not run[name]:
             raise HistoryError(f"{path}: its run has no {name}")
@@ -64,10 +72,15 @@ def from_file(path: Path) -> dict:
         raise HistoryError(f"{path}: result {bad[0] if bad else '?'} has no key or a non-numeric images_per_sec")
     failed = any(r.get("verdict") in ("regression", "error") for r in rows)
     saved = any(r.get("saved") for r in rows)
-    outcome = "interrupted" if run.get("interrupted") or data.get("interrupted") else ("failed" if failed
-                                                                                       else "passed")
-    return {"uuid": "sha256:" + hashlib.sha256(raw).hexdigest()[:48], "mode": "save" if saved else "gate",
-            "outcome": outcome, "source": str(path), "run": run, "results": rows}
+    outcome = "interrupted" if run.get("interrupted") or data.get("interrupted") else ("failed" if failed else "passed")
+    return {
+        "uuid": "sha256:" + hashlib.sha256(raw).hexdigest()[:48],
+        "mode": "save" if saved else "gate",
+        "outcome": outcome,
+        "source": str(path),
+        "run": run,
+        "results": rows,
+    }
 
 
 def row_fingerprint(run: dict, row: dict) -> str | None:

@@ -56,12 +56,15 @@ def _spool(url: str, doc: dict, why: str) -> str:
     except OSError as exc:
         return f"warning: perf history unusable ({why}) and the run could not be spooled either: {exc}"
     waiting = len(spool.pending(url))
-    return (f"warning: perf history unusable ({why}): run spooled to {path}; it is written on the next run "
-            f"that reaches the history ({waiting} run{'s' if waiting != 1 else ''} waiting)")
+    return (
+        f"warning: perf history unusable ({why}): run spooled to {path}; it is written on the next run "
+        f"that reaches the history ({waiting} run{'s' if waiting != 1 else ''} waiting)"
+    )
 
 
-def load_series(url: str, fingerprints: Iterable[str]) -> tuple[dict[tuple[str, str], list[db.SeriesPoint]] | None,
-                                                                str | None]:
+def load_series(
+    url: str, fingerprints: Iterable[str]
+) -> tuple[dict[tuple[str, str], list[db.SeriesPoint]] | None, str | None]:
     """(fingerprint, key) -> past points oldest first, spooled runs included; or (None, why)."""
     fingerprints = [f for f in fingerprints if f]
     engine = None
@@ -95,5 +98,7 @@ def spooled_points(doc: dict, fingerprints: list[str]):
         ips = row.get("images_per_sec")
         if fp in fingerprints and isinstance(ips, (int, float)) and ips > 0 and (fp, row["key"]) not in seen:
             seen.add((fp, row["key"]))
-            yield (fp, row["key"]), db.SeriesPoint(None, run.get("date"), float(ips), row.get("ci_low"),
-                                                   row.get("ci_high"), meta)
+            yield (
+                (fp, row["key"]),
+                db.SeriesPoint(None, run.get("date"), float(ips), row.get("ci_low"), row.get("ci_high"), meta),
+            )

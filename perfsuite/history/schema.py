@@ -22,7 +22,8 @@ metadata = sa.MetaData()
 schema_table = sa.Table("perfsuite_schema", metadata, sa.Column("version", sa.Integer, nullable=False))
 
 runs = sa.Table(
-    "runs", metadata,
+    "runs",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("uuid", sa.String(64), nullable=False, unique=True),  # a spooled or imported run is written once
     sa.Column("started_at", sa.DateTime, nullable=False, index=True),  # UTC
@@ -45,7 +46,8 @@ runs = sa.Table(
 )
 
 bursts = sa.Table(
-    "bursts", metadata,
+    "bursts",
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, index=True),
     sa.Column("fingerprint", sa.Text),  # hardware id: a key's series is per fingerprint
@@ -92,8 +94,10 @@ def migrate(conn: sa.Connection, migrations: dict[int, Callable[[sa.Connection],
         schema_table.create(conn)
     current = conn.execute(sa.select(sa.func.max(schema_table.c.version))).scalar() or 0
     if current > target:
-        raise HistoryError(f"the history is at schema version {current}, newer than this perfsuite's {target}: "
-                           "upgrade perfsuite to write to it")
+        raise HistoryError(
+            f"the history is at schema version {current}, newer than this perfsuite's {target}: "
+            "upgrade perfsuite to write to it"
+        )
     for version in range(current + 1, target + 1):
         migrations[version](conn)
     if current != target:

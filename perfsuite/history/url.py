@@ -28,10 +28,12 @@ def normalise(text: str, base: Path) -> str:
         return f"sqlite:///{path if path.is_absolute() else (base / path).resolve()}"
     scheme = m.group(1).lower()
     if scheme not in SCHEMES:
-        raise HistoryError(f"unsupported URL scheme {scheme!r} in {shown(text)!r} "
-                           "(use a file path, sqlite:///PATH or postgresql://USER@HOST[:PORT]/DB)")
+        raise HistoryError(
+            f"unsupported URL scheme {scheme!r} in {shown(text)!r} "
+            "(use a file path, sqlite:///PATH or postgresql://USER@HOST[:PORT]/DB)"
+        )
     if scheme == "sqlite":
-        rest = text[len("sqlite://"):]
+        rest = text[len("sqlite://") :]
         if not rest.startswith("/") or rest == "/":
             raise HistoryError(f"{text!r}: a SQLite URL needs a file: sqlite:///relative.db or sqlite:////abs.db")
         path = Path(os.path.expanduser(rest[1:]))
@@ -45,12 +47,12 @@ def shown(url: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
-    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+    return Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
 
 
 def engine_url(url: str) -> str:
     """The URL SQLAlchemy is given: PostgreSQL through psycopg 3."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url

@@ -71,8 +71,14 @@ def register_model(
     """
     if framework not in FRAMEWORKS:
         raise ModelError(f"framework must be one of {', '.join(FRAMEWORKS)}, not {framework!r}")
-    for what, value in (("image_size", image_size), ("batch_size", batch_size), ("params", params),
-                        ("flops", flops), ("num_classes", num_classes), ("cpu_batch_size", cpu_batch_size)):
+    for what, value in (
+        ("image_size", image_size),
+        ("batch_size", batch_size),
+        ("params", params),
+        ("flops", flops),
+        ("num_classes", num_classes),
+        ("cpu_batch_size", cpu_batch_size),
+    ):
         if value is None and what in ("params", "flops", "cpu_batch_size"):
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -97,11 +97,35 @@ def _fixture(result: BurstResult) -> _BurstFixture:
 
 
 def _extra_info(result: BurstResult, record: dict) -> dict:
-    keep = ("images_per_sec", "ci_low", "ci_high", "devices", "nodes", "world_size", "images_per_window",
-            "scaling_efficiency", "verdict", "change", "p_value", "scaling_verdict", "baseline_images_per_sec",
-            "baseline_scaling_efficiency", "runs", "windows_run", "framework_version", "device_name",
-            "precision_dtype", "achieved_tflops", "mfu", "peak_memory_bytes", "baseline_peak_memory_bytes",
-            "memory_change", "memory_verdict", "memory_tolerance", "tests")
+    keep = (
+        "images_per_sec",
+        "ci_low",
+        "ci_high",
+        "devices",
+        "nodes",
+        "world_size",
+        "images_per_window",
+        "scaling_efficiency",
+        "verdict",
+        "change",
+        "p_value",
+        "scaling_verdict",
+        "baseline_images_per_sec",
+        "baseline_scaling_efficiency",
+        "runs",
+        "windows_run",
+        "framework_version",
+        "device_name",
+        "precision_dtype",
+        "achieved_tflops",
+        "mfu",
+        "peak_memory_bytes",
+        "baseline_peak_memory_bytes",
+        "memory_change",
+        "memory_verdict",
+        "memory_tolerance",
+        "tests",
+    )
     info = {k: record.get(k) for k in keep if k in record}
     info["images_per_window"] = result.record.images_per_window
     found = result.attribution
@@ -132,8 +156,13 @@ def machine_info(perf: PerfSession) -> dict:
     info["cpu"] = {"model": cpu.cpu_model, "cores": cpu.cpu_cores, "baseline_file": f"{cpu.id}.json"}
     gpu = hardware.gpu_fingerprint()
     if gpu is not None:
-        info["gpu"] = {"model": gpu.gpu_model, "count": gpu.gpu_count, "driver": gpu.driver, "cuda": gpu.cuda,
-                       "baseline_file": f"{gpu.id}.json"}
+        info["gpu"] = {
+            "model": gpu.gpu_model,
+            "count": gpu.gpu_count,
+            "driver": gpu.driver,
+            "cuda": gpu.cuda,
+            "baseline_file": f"{gpu.id}.json",
+        }
     info["perf_tolerance"] = perf.options.perf_tolerance
     return info
 

@@ -17,9 +17,17 @@ from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
 
 # Fixture names the plugin parametrizes, in id order.
 DIMENSIONS = (
-    "framework", "model_name", "device_kind", "device_count",
-    "data_location", "variable_update", "precision", "batch_size",
-    "memory_format", "mode", "augment_on",
+    "framework",
+    "model_name",
+    "device_kind",
+    "device_count",
+    "data_location",
+    "variable_update",
+    "precision",
+    "batch_size",
+    "memory_format",
+    "mode",
+    "augment_on",
 )
 
 # A CPU case is `slow` when one training step of one worker costs more than this
@@ -56,8 +64,7 @@ class Case:
     @property
     def id(self) -> str:
         """The test id; a dimension at its default adds nothing, so today's ids stay as they were."""
-        parts = [self.framework, self.model_name, device_label(self.device_kind, self.device_count),
-                 self.data_location]
+        parts = [self.framework, self.model_name, device_label(self.device_kind, self.device_count), self.data_location]
         if self.nodes > 1:
             parts.append(f"{self.nodes}nodes")
         if self.device_count * self.nodes > 1 and self.variable_update != "replicated":
@@ -76,8 +83,9 @@ class Case:
 
     @property
     def default_layout(self) -> str:
-        return default_memory_format(self.framework, self.device_kind, get_model(self.framework,
-                                                                                  self.model_name).image_size)
+        return default_memory_format(
+            self.framework, self.device_kind, get_model(self.framework, self.model_name).image_size
+        )
 
     def value(self, name: str):
         return getattr(self, name)
@@ -132,17 +140,29 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             continue  # one device has no variable update to vary
         if loc != "real" and augment != options.augment_on[0]:
             continue  # only `real` augments
-        case = Case(fw, model, kind, n, loc, vu if world > 1 else "replicated", prec, bs, options.nnodes,
-                    "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size) else layout,
-                    mode, augment if loc == "real" else "cpu")
+        case = Case(
+            fw,
+            model,
+            kind,
+            n,
+            loc,
+            vu if world > 1 else "replicated",
+            prec,
+            bs,
+            options.nnodes,
+            "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size) else layout,
+            mode,
+            augment if loc == "real" else "cpu",
+        )
         if case not in seen:  # a layout asked for by name may be the default one
             seen.add(case)
             cases.append(case)
     return cases
 
 
-def skip_reason(case: Case, gpu_count: int, framework_matters: bool = True,
-                options: PerfOptions | None = None) -> str | None:
+def skip_reason(
+    case: Case, gpu_count: int, framework_matters: bool = True, options: PerfOptions | None = None
+) -> str | None:
     """Why a case cannot run here; ``framework_matters`` is False for tests that only sweep devices."""
     if case.device_kind == "cuda" and case.device_count > gpu_count:
         plural = "s" if case.device_count != 1 else ""
@@ -216,8 +236,9 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
     info = get_model(values["framework"], values["model_name"])
     kind = values["device_kind"]
     batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
-    step_flops = flops_per_forward(values.get("mode") or "train") * info.flops * batch if info.flops is not None \
-        else None
+    step_flops = (
+        flops_per_forward(values.get("mode") or "train") * info.flops * batch if info.flops is not None else None
+    )
     warm, steps, windows = burst_length(options, kind, step_flops)
     return BurstSpec(
         framework=values["framework"],

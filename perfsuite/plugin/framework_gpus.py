@@ -19,8 +19,10 @@ PROBES = {
     "torch": "import torch; print(torch.cuda.device_count())",
     "tf": "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
 }
-GPU_INSTALL = {"torch": 'pip install -e ".[torch]" (a CUDA build of torch)',
-               "tf": 'pip install -e ".[tf-gpu]" (tensorflow[and-cuda]; in an environment of its own)'}
+GPU_INSTALL = {
+    "torch": 'pip install -e ".[torch]" (a CUDA build of torch)',
+    "tf": 'pip install -e ".[tf-gpu]" (tensorflow[and-cuda]; in an environment of its own)',
+}
 
 
 @functools.cache
@@ -28,8 +30,14 @@ def framework_gpus(framework: str) -> int | None:
     """GPUs ``framework`` sees with this process's CUDA_VISIBLE_DEVICES; None when the probe fails."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
-        out = subprocess.run([sys.executable, "-c", PROBES[framework]], capture_output=True, text=True,
-                             timeout=PROBE_TIMEOUT_S, env=env, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", PROBES[framework]],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=env,
+            check=True,
+        ).stdout
         return int(out.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError):
         return None
@@ -41,5 +49,6 @@ def gap(framework: str, wanted: int, nvml_count: int) -> str | None:
     if seen is None or seen >= wanted:
         return None
     package = SUPPORTED[framework]["package"]
-    return (f"{package} sees {seen} GPU{'s' if seen != 1 else ''} of the {nvml_count} NVML lists: "
-            f"{GPU_INSTALL[framework]}")
+    return (
+        f"{package} sees {seen} GPU{'s' if seen != 1 else ''} of the {nvml_count} NVML lists: {GPU_INSTALL[framework]}"
+    )

@@ -90,9 +90,12 @@ class PerfGate:
                 verdict = stats.compare(result.samples, base_samples, tolerance)
             else:
                 verdict = stats.Verdict(
-                    stats.INCONCLUSIVE, stats.median(result.samples) / stats.median(base_samples), again.p_value,
-                    tolerance, f"the first burst regressed ({verdict.change:+.1%}), its rerun did not "
-                               f"({again.change:+.1%})")
+                    stats.INCONCLUSIVE,
+                    stats.median(result.samples) / stats.median(base_samples),
+                    again.p_value,
+                    tolerance,
+                    f"the first burst regressed ({verdict.change:+.1%}), its rerun did not ({again.change:+.1%})",
+                )
         elif verdict.status == stats.INCONCLUSIVE:
             # Undecided by noise: one more burst, its windows pooled with the first.
             result = self.session.rerun(spec)
@@ -107,8 +110,11 @@ class PerfGate:
             self._act_drift(drift, verdict.status)  # a warning: saving over a drift hides it
             return result
         base = stats.median(base_samples)
-        bound = (f"tolerance {tolerance:.1%}, the baseline's noise floor" if floor > self._tolerance(entry)
-                 else f"tolerance {tolerance:.0%}")
+        bound = (
+            f"tolerance {tolerance:.1%}, the baseline's noise floor"
+            if floor > self._tolerance(entry)
+            else f"tolerance {tolerance:.0%}"
+        )
         detail = (
             f"{spec.label}: {fixed(result.images_per_sec)} img/s vs baseline {fixed(base)} img/s "
             f"({verdict.change:+.1%}, {bound}"
@@ -141,9 +147,11 @@ class PerfGate:
         from perfsuite.analysis.diagnosis import diagnose
 
         why = [f.text for f in diagnose([result, twin]) if f.key == spec.key()]
-        return (f"input efficiency: {spec.label}: {fixed(result.images_per_sec)} img/s is {ratio:.2f} of the device "
-                f"data location's {fixed(twin.images_per_sec)} img/s (floor {floor:.2f})"
-                + (f"\ndiagnosis: {why[0]}" if why else ""))
+        return (
+            f"input efficiency: {spec.label}: {fixed(result.images_per_sec)} img/s is {ratio:.2f} of the device "
+            f"data location's {fixed(twin.images_per_sec)} img/s (floor {floor:.2f})"
+            + (f"\ndiagnosis: {why[0]}" if why else "")
+        )
 
     # -- peak memory --------------------------------------------------------------------
     def _memory(self, result: BurstResult, entry: dict) -> MemoryVerdict | None:
@@ -180,18 +188,23 @@ class PerfGate:
         """The memory regression line, or None; an inconclusive or smaller peak only warns."""
         if found is None or found.status in (stats.PASS, stats.NO_BASELINE) or self.options.save_baseline:
             return None
-        line = (f"{spec.label}: peak {gib(found.peak_bytes)} vs baseline {gib(found.baseline_bytes)} "
-                f"({found.change:+.0%}, tolerance {found.tolerance:.0%}"
-                + (f", bursts {', '.join(gib(p) for p in found.runs)}" if len(found.runs) > 1 else "")
-                + f") [baseline {path}]")
+        line = (
+            f"{spec.label}: peak {gib(found.peak_bytes)} vs baseline {gib(found.baseline_bytes)} "
+            f"({found.change:+.0%}, tolerance {found.tolerance:.0%}"
+            + (f", bursts {', '.join(gib(p) for p in found.runs)}" if len(found.runs) > 1 else "")
+            + f") [baseline {path}]"
+        )
         if found.status == stats.REGRESSION:
             return f"memory regression: {line}"
         if found.status == stats.INCONCLUSIVE:
-            warnings.warn(PerfWarning(f"inconclusive memory: not every burst's peak is beyond the tolerance: {line}"),
-                          stacklevel=4)
+            warnings.warn(
+                PerfWarning(f"inconclusive memory: not every burst's peak is beyond the tolerance: {line}"),
+                stacklevel=4,
+            )
         else:
-            warnings.warn(PerfWarning(f"less memory than baseline, refresh it with --save-baseline: {line}"),
-                          stacklevel=4)
+            warnings.warn(
+                PerfWarning(f"less memory than baseline, refresh it with --save-baseline: {line}"), stacklevel=4
+            )
         return None
 
     # -- attribution --------------------------------------------------------------------
@@ -204,8 +217,9 @@ class PerfGate:
             result.attribution_note = record.profile_error
             return
         if not entry.get("op_profile"):
-            result.attribution_note = ("the baseline entry has no op profile: refresh it with --save-baseline "
-                                       "to see which ops moved")
+            result.attribution_note = (
+                "the baseline entry has no op profile: refresh it with --save-baseline to see which ops moved"
+            )
             return
         try:
             base = OpProfile.from_dict(entry["op_profile"])
@@ -224,8 +238,11 @@ class PerfGate:
             if result.record.trace_file:
                 from perfsuite.reporting.folder import trace_name
 
-                lines.append(f"  trace: {shown_path(report / trace_name(result.id))}" if report is not None
-                             else "  trace: add --perf-report DIR to keep the profiled steps' trace")
+                lines.append(
+                    f"  trace: {shown_path(report / trace_name(result.id))}"
+                    if report is not None
+                    else "  trace: add --perf-report DIR to keep the profiled steps' trace"
+                )
             return lines
         if result.attribution_note:
             return [f"no attribution: {result.attribution_note}"]
@@ -254,7 +271,8 @@ class PerfGate:
             f"drift: {result.spec.label}: {found.change:+.1%} in the last {self.options.drift_window} runs, beyond the "
             f"{tolerance:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} img/s; change points: "
             f"{steps}); this run {fixed(result.images_per_sec)} img/s, {tonight:+.1%} against the level before "
-            f"[history of {len(values)} runs: python -m perfsuite history changes]")
+            f"[history of {len(values)} runs: python -m perfsuite history changes]"
+        )
         return result.drift_message
 
     def _act_drift(self, drift: str | None, status: str) -> None:
@@ -333,9 +351,11 @@ class PerfGate:
     def _check_windows(spec: BurstSpec) -> None:
         """A burst too short for a verdict would pass whatever it measured: the gate must be able to fail."""
         if spec.windows < stats.MIN_SAMPLES:
-            pytest.fail(f"{spec.label}: {spec.windows} windows cannot fail the gate: a verdict needs at least "
-                        f"{stats.MIN_SAMPLES} (with fewer, the rank test cannot reach p < {stats.ALPHA:g})",
-                        pytrace=False)
+            pytest.fail(
+                f"{spec.label}: {spec.windows} windows cannot fail the gate: a verdict needs at least "
+                f"{stats.MIN_SAMPLES} (with fewer, the rank test cannot reach p < {stats.ALPHA:g})",
+                pytrace=False,
+            )
 
     def _baseline(self, spec: BurstSpec):
         try:
@@ -378,8 +398,7 @@ class PerfGate:
             else:
                 warnings.warn(PerfWarning(message), stacklevel=3)
         elif verdict.status == stats.IMPROVEMENT:
-            warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"),
-                          stacklevel=3)
+            warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"), stacklevel=3)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
 
@@ -389,23 +408,40 @@ class PerfGate:
         props.append(("burst", result.spec.key()))
         if result.images_per_sec is not None:
             lo, hi = result.interval
-            props.extend([("images_per_sec", round(result.images_per_sec, 3)), ("ci_low", round(lo, 3)),
-                          ("ci_high", round(hi, 3)), ("windows", len(result.samples)), ("bursts", result.runs)])
+            props.extend(
+                [
+                    ("images_per_sec", round(result.images_per_sec, 3)),
+                    ("ci_low", round(lo, 3)),
+                    ("ci_high", round(hi, 3)),
+                    ("windows", len(result.samples)),
+                    ("bursts", result.runs),
+                ]
+            )
         if not scaling and result.drift is not None:
             props.append(("drift", round(result.drift.change, 4)))
         if not scaling and result.run_peaks:
             props.append(("peak_memory_bytes", int(stats.median(result.run_peaks))))
             found = result.memory_verdict
             if found is not None and found.baseline_bytes:
-                props.extend([("baseline_peak_memory_bytes", found.baseline_bytes),
-                              ("memory_change", round(found.change, 4)), ("memory_verdict", found.status),
-                              ("memory_tolerance", round(found.tolerance, 4))])
+                props.extend(
+                    [
+                        ("baseline_peak_memory_bytes", found.baseline_bytes),
+                        ("memory_change", round(found.change, 4)),
+                        ("memory_verdict", found.status),
+                        ("memory_tolerance", round(found.tolerance, 4)),
+                    ]
+                )
         if not scaling and result.attribution is not None:
             props.append(("attribution", result.attribution.status))
             if result.attribution.movers:
                 top = result.attribution.movers[0]
-                props.extend([("top_mover", top.name), ("top_mover_family", top.family),
-                              ("top_mover_delta_ms", round(top.delta_ms, 3))])
+                props.extend(
+                    [
+                        ("top_mover", top.name),
+                        ("top_mover_family", top.family),
+                        ("top_mover_delta_ms", round(top.delta_ms, 3)),
+                    ]
+                )
         verdict = result.scaling_verdict if scaling else result.verdict
         if verdict is not None:
             props.append(("verdict", verdict.status))

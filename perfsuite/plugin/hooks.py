@@ -76,8 +76,10 @@ def _xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-XDIST_REFUSED = ("perfsuite does not run under pytest-xdist (-n): its workers would run bursts side by side on "
-                 "the same cores and devices, and each would measure the others; run the perf suite without -n")
+XDIST_REFUSED = (
+    "perfsuite does not run under pytest-xdist (-n): its workers would run bursts side by side on "
+    "the same cores and devices, and each would measure the others; run the perf suite without -n"
+)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -108,13 +110,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(*values, marks=marks, id=matrix.short_id(names, case)))
     if not params:
-        params = [pytest.param(*([None] * len(names)), marks=pytest.mark.skip(reason="no case matches the options"),
-                               id="no-cases")]
+        params = [
+            pytest.param(
+                *([None] * len(names)), marks=pytest.mark.skip(reason="no case matches the options"), id="no-cases"
+            )
+        ]
     metafunc.parametrize(names, params)
 
 
 # -- fixtures: each dimension falls back to the first selected value when a test is not
 # parametrized by the plugin.
+
 
 @pytest.fixture
 def framework(request: pytest.FixtureRequest) -> str:
@@ -159,7 +165,7 @@ def batch_size(request: pytest.FixtureRequest) -> int | None:
 
 @pytest.fixture
 def memory_format(request: pytest.FixtureRequest) -> str:
-    """"" : the framework's default layout for the case."""
+    """ "" : the framework's default layout for the case."""
     return (_session(request.config).options.memory_format or ("",))[0]
 
 
@@ -174,15 +180,36 @@ def augment_on(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def burst_spec(request, framework, model_name, device_kind, device_count, data_location, variable_update,
-               precision, batch_size, memory_format, mode, augment_on) -> BurstSpec:
+def burst_spec(
+    request,
+    framework,
+    model_name,
+    device_kind,
+    device_count,
+    data_location,
+    variable_update,
+    precision,
+    batch_size,
+    memory_format,
+    mode,
+    augment_on,
+) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
     tolerance = marker_tolerance(request.node)
-    values = {"framework": framework, "model_name": model_name, "device_kind": device_kind,
-              "device_count": device_count, "data_location": data_location, "variable_update": variable_update,
-              "precision": precision, "batch_size": batch_size, "memory_format": memory_format, "mode": mode,
-              "augment_on": augment_on}
+    values = {
+        "framework": framework,
+        "model_name": model_name,
+        "device_kind": device_kind,
+        "device_count": device_count,
+        "data_location": data_location,
+        "variable_update": variable_update,
+        "precision": precision,
+        "batch_size": batch_size,
+        "memory_format": memory_format,
+        "mode": mode,
+        "augment_on": augment_on,
+    }
     return matrix.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 
 
@@ -201,6 +228,7 @@ def burst(perf: PerfGate):
 
 
 # -- collection, reporting, saving
+
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, a worker that collected perf cases runs nothing and says why."""
@@ -226,8 +254,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     perf.selected_cases = len(cases)
     try:
         preflight.check_models(perf.options, model_names())
-        warning = preflight.oversubscription(perf.options, cases, matrix.default_threads(perf.options),
-                                             hardware.cpu_fingerprint().cpu_cores)
+        warning = preflight.oversubscription(
+            perf.options, cases, matrix.default_threads(perf.options), hardware.cpu_fingerprint().cpu_cores
+        )
         if warning:
             perf.messages.append(f"warning: {warning}")  # at the end too, beside the figures it explains
             reporter = session.config.pluginmanager.getplugin("terminalreporter")
@@ -250,8 +279,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def _selected(item: pytest.Item) -> preflight.SelectedCase:
     params = getattr(item, "callspec", None)
     params = params.params if params is not None else {}
-    return preflight.SelectedCase(params.get("framework"), params.get("model_name"), params.get("device_kind"),
-                                  params.get("device_count"))
+    return preflight.SelectedCase(
+        params.get("framework"), params.get("model_name"), params.get("device_kind"), params.get("device_count")
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -287,8 +317,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = _session(session.config)
-    session.exitstatus = perf.finish(exitstatus, session.config.invocation_params.args,
-                                     collect_only=session.config.option.collectonly)
+    session.exitstatus = perf.finish(
+        exitstatus, session.config.invocation_params.args, collect_only=session.config.option.collectonly
+    )
     benchmark_json.drop_from_terminal_table(session.config)
     if perf.refused:
         sys.stderr.write(f"ERROR: {perf.refused}\n")

@@ -141,9 +141,19 @@ def run_burst(
             continue
         stale.unlink(missing_ok=True)
     node_rank = options.node_rank if spec.nodes > 1 else 0
-    files.write_job(job, Job(spec=spec, model=model, folder=str(workdir), node_rank=node_rank,
-                             init_timeout_s=options.init_timeout_s, progress_file=str(progress),
-                             join_file=str(join_file) if join_file else None, profile_steps=profile_steps))
+    files.write_job(
+        job,
+        Job(
+            spec=spec,
+            model=model,
+            folder=str(workdir),
+            node_rank=node_rank,
+            init_timeout_s=options.init_timeout_s,
+            progress_file=str(progress),
+            join_file=str(join_file) if join_file else None,
+            profile_steps=profile_steps,
+        ),
+    )
     cmd = worker_command(spec, job, out, options)
     started = time.monotonic()
     with open(log, "wb") as log_file:
@@ -172,12 +182,22 @@ def run_burst(
         record = files.read_result(out)
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
-    return record.replace(wall_seconds=time.monotonic() - started, worker_log=str(log),
-                          trace_file=str(trace) if trace.is_file() else None)
+    return record.replace(
+        wall_seconds=time.monotonic() - started, worker_log=str(log), trace_file=str(trace) if trace.is_file() else None
+    )
 
 
-def _wait(burst: BurstProcesses, spec: BurstSpec, options: LaunchOptions, started: float, out: Path, log: Path,
-          progress: Path, join_file: Path | None, on_progress) -> int | None:
+def _wait(
+    burst: BurstProcesses,
+    spec: BurstSpec,
+    options: LaunchOptions,
+    started: float,
+    out: Path,
+    log: Path,
+    progress: Path,
+    join_file: Path | None,
+    on_progress,
+) -> int | None:
     """Wait for the burst to end; returns the launched process's exit code, every process swept."""
     seen = None
     while not _exited_within(burst, POLL_S):
@@ -287,7 +307,7 @@ def _rank_killed(log: Path) -> tuple[int, int] | None:
         text = log.read_text(errors="replace")
     except OSError:
         return None
-    summary = text[text.rfind("ChildFailedError"):] if "ChildFailedError" in text else ""
+    summary = text[text.rfind("ChildFailedError") :] if "ChildFailedError" in text else ""
     deaths = [(int(rank), -int(code)) for rank, code in _FAILED_RANK.findall(summary) if int(code) < 0]
     return next(((rank, signum) for rank, signum in deaths if signum != signal.SIGTERM), None)
 

@@ -25,8 +25,7 @@ from perfsuite.models.registry import FRAMEWORKS
 MISSING_POLICIES = ("skip", "fail", "pass")
 MISSING_GPU_POLICIES = ("fail", "skip")
 MIN_WINDOWS = MIN_SAMPLES
-WHY_MIN_WINDOWS = (f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever "
-                   "fail the gate")
+WHY_MIN_WINDOWS = f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever fail the gate"
 INCONCLUSIVE_POLICIES = ("pass", "fail")
 DRIFT_POLICIES = ("warn", "fail")
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$")
@@ -54,106 +53,337 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--gpus", "GPU device counts: sweep 1, 2, 4, ... up to N and N itself (default: all visible)",
-           "int", minimum=1, metavar="N"),
-    Option("--cpu-workers", "CPU worker counts standing in for devices: the same sweep (default: 2)",
-           "int", minimum=1, default=2, metavar="N"),
-    Option("--threads-per-worker", "intra-op threads per CPU worker (default: cores // largest worker count)",
-           "int", minimum=1, metavar="N"),
-    Option("--framework", "framework to measure; repeatable (default: torch and tf)",
-           "choice", repeat=True, choices=FRAMEWORKS, metavar="{torch,tf}"),
+    Option(
+        "--gpus",
+        "GPU device counts: sweep 1, 2, 4, ... up to N and N itself (default: all visible)",
+        "int",
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--cpu-workers",
+        "CPU worker counts standing in for devices: the same sweep (default: 2)",
+        "int",
+        minimum=1,
+        default=2,
+        metavar="N",
+    ),
+    Option(
+        "--threads-per-worker",
+        "intra-op threads per CPU worker (default: cores // largest worker count)",
+        "int",
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--framework",
+        "framework to measure; repeatable (default: torch and tf)",
+        "choice",
+        repeat=True,
+        choices=FRAMEWORKS,
+        metavar="{torch,tf}",
+    ),
     Option("--model", "model to measure; repeatable (default: all registered)", "str", repeat=True, metavar="NAME"),
-    Option("--data-location", "where input batches come from; repeatable (default: device)",
-           "choice", repeat=True, choices=DATA_LOCATIONS, default=("device",),
-           metavar="{" + ",".join(DATA_LOCATIONS) + "}"),
-    Option("--augment-on", "where the `real` data location decodes and augments images; repeatable (default: cpu)",
-           "choice", repeat=True, choices=("cpu", "device"), default=("cpu",), metavar="{cpu,device}"),
-    Option("--min-input-efficiency", "fail a host, python or real case whose throughput is below this fraction of "
-           "the device case of the same spec, in the same run (e.g. 0.9)", "float", minimum=0.0, maximum=1.0,
-           metavar="FRACTION"),
-    Option("--data-dir", "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
-           "default: a small generated one in the cache", "path", metavar="DIR"),
+    Option(
+        "--data-location",
+        "where input batches come from; repeatable (default: device)",
+        "choice",
+        repeat=True,
+        choices=DATA_LOCATIONS,
+        default=("device",),
+        metavar="{" + ",".join(DATA_LOCATIONS) + "}",
+    ),
+    Option(
+        "--augment-on",
+        "where the `real` data location decodes and augments images; repeatable (default: cpu)",
+        "choice",
+        repeat=True,
+        choices=("cpu", "device"),
+        default=("cpu",),
+        metavar="{cpu,device}",
+    ),
+    Option(
+        "--min-input-efficiency",
+        "fail a host, python or real case whose throughput is below this fraction of "
+        "the device case of the same spec, in the same run (e.g. 0.9)",
+        "float",
+        minimum=0.0,
+        maximum=1.0,
+        metavar="FRACTION",
+    ),
+    Option(
+        "--data-dir",
+        "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
+        "default: a small generated one in the cache",
+        "path",
+        metavar="DIR",
+    ),
     Option("--xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
-    Option("--compile", "torch: torch.compile the model (inductor); compile time is reported apart", "flag",
-           default=False),
-    Option("--memory-format", "activation layout; repeatable: channels_last (NHWC) or channels_first (NCHW) "
-           "(default: the framework's, NHWC for TensorFlow, NCHW for torch but NHWC on GPUs above 32x32 images)",
-           "choice", repeat=True, choices=MEMORY_FORMATS, metavar="{" + ",".join(MEMORY_FORMATS) + "}"),
-    Option("--mode", "train, or infer (forward passes only); repeatable (default: train)", "choice", repeat=True,
-           choices=MODES, default=("train",), metavar="{" + ",".join(MODES) + "}"),
-    Option("--variable-update", "how gradients meet across devices; repeatable (default: replicated)",
-           "choice", repeat=True, choices=VARIABLE_UPDATES, default=("replicated",),
-           metavar="{" + ",".join(VARIABLE_UPDATES) + "}"),
-    Option("--batch-size", "batch size per device; repeatable (default: the model's)", "int", repeat=True,
-           minimum=1, metavar="N"),
-    Option("--precision", "numeric precision; repeatable: fp32 (IEEE), tf32, fp16 (with loss scaling), bf16, amp "
-           "(bf16 where the device has it, else fp16) (default: fp32)", "choice", repeat=True,
-           choices=PRECISIONS, default=("fp32",), metavar="{" + ",".join(PRECISIONS) + "}"),
-    Option("--steps", "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
-           "5 windows of ~25 GFLOP each)", "int", minimum=1, metavar="N"),
-    Option("--windows", "timed windows the steps are split into, one throughput sample each; at least 5, or "
-           "no drop could be significant (default: 10 on GPUs, 5 on CPU workers)", "int", minimum=1, metavar="N"),
-    Option("--max-windows", "cap on timed windows: a burst whose windows spread wider than the tolerance "
-           "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)", "int",
-           minimum=1, metavar="N"),
-    Option("--warmup-steps", "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)", "int",
-           minimum=0, metavar="N"),
-    Option("--burst-timeout", "seconds a burst may run before it is killed (default: 600)", "float",
-           minimum=1, default=600.0, metavar="SECONDS"),
-    Option("--baseline-dir", "directory of baseline files, one per hardware fingerprint (default: baselines/)",
-           "path", default="baselines", metavar="DIR"),
-    Option("--save-baseline", "merge this run's measurements into the baseline file instead of gating", "flag",
-           default=False),
-    Option("--baseline-runs", "with --save-baseline, bursts pooled into each entry; their spread is the "
-           "entry's noise floor (default: 3)", "int", minimum=1, maximum=20, default=3, metavar="N"),
-    Option("--perf-tolerance", "relative throughput drop tolerated before a regression (default: 0.10)", "float",
-           minimum=0.0, maximum=0.99, default=0.10, metavar="FRACTION"),
-    Option("--memory-tolerance", "relative peak-memory growth tolerated before a memory regression (default: "
-           "0.10)", "float", minimum=0.0, maximum=10.0, default=0.10, metavar="FRACTION"),
-    Option("--profile", "profile every burst after its timed windows and show which ops moved against the "
-           "baseline's profile (a confirmed regression is profiled anyway)", "flag", default=False),
-    Option("--profile-steps", "steps each profile records, after the timed windows (default: 3)", "int",
-           minimum=1, maximum=50, default=3, metavar="N"),
-    Option("--scaling-tolerance", "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)", "float",
-           minimum=0.0, maximum=1.0, default=0.10, metavar="FRACTION"),
-    Option("--missing-baseline", "what a test does without a baseline entry (default: skip)", "choice",
-           choices=MISSING_POLICIES, default="skip", metavar="{skip,fail,pass}"),
-    Option("--missing-gpus", "when GPU cases are asked for (-m gpu, --gpus N) and fewer GPUs are visible: fail "
-           "the run up front, or skip those cases (a mixed fleet) (default: fail)", "choice",
-           choices=MISSING_GPU_POLICIES, default="fail", metavar="{fail,skip}"),
-    Option("--inconclusive", "what a test does when noise leaves the verdict undecided (default: pass, with a "
-           "warning)", "choice", choices=INCONCLUSIVE_POLICIES, default="pass", metavar="{pass,fail}"),
-    Option("--min-scaling-efficiency", "absolute floor for scaling efficiency, e.g. 0.9", "float", minimum=0.0,
-           maximum=2.0, metavar="FRACTION"),
-    Option("--keep-burst-dirs", "keep each burst's folder (job, worker log, result record) for debugging; "
-           "removed at the end of the run otherwise", "flag", default=False),
+    Option(
+        "--compile", "torch: torch.compile the model (inductor); compile time is reported apart", "flag", default=False
+    ),
+    Option(
+        "--memory-format",
+        "activation layout; repeatable: channels_last (NHWC) or channels_first (NCHW) "
+        "(default: the framework's, NHWC for TensorFlow, NCHW for torch but NHWC on GPUs above 32x32 images)",
+        "choice",
+        repeat=True,
+        choices=MEMORY_FORMATS,
+        metavar="{" + ",".join(MEMORY_FORMATS) + "}",
+    ),
+    Option(
+        "--mode",
+        "train, or infer (forward passes only); repeatable (default: train)",
+        "choice",
+        repeat=True,
+        choices=MODES,
+        default=("train",),
+        metavar="{" + ",".join(MODES) + "}",
+    ),
+    Option(
+        "--variable-update",
+        "how gradients meet across devices; repeatable (default: replicated)",
+        "choice",
+        repeat=True,
+        choices=VARIABLE_UPDATES,
+        default=("replicated",),
+        metavar="{" + ",".join(VARIABLE_UPDATES) + "}",
+    ),
+    Option(
+        "--batch-size",
+        "batch size per device; repeatable (default: the model's)",
+        "int",
+        repeat=True,
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--precision",
+        "numeric precision; repeatable: fp32 (IEEE), tf32, fp16 (with loss scaling), bf16, amp "
+        "(bf16 where the device has it, else fp16) (default: fp32)",
+        "choice",
+        repeat=True,
+        choices=PRECISIONS,
+        default=("fp32",),
+        metavar="{" + ",".join(PRECISIONS) + "}",
+    ),
+    Option(
+        "--steps",
+        "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
+        "5 windows of ~25 GFLOP each)",
+        "int",
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--windows",
+        "timed windows the steps are split into, one throughput sample each; at least 5, or "
+        "no drop could be significant (default: 10 on GPUs, 5 on CPU workers)",
+        "int",
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--max-windows",
+        "cap on timed windows: a burst whose windows spread wider than the tolerance "
+        "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)",
+        "int",
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
+        "--warmup-steps",
+        "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)",
+        "int",
+        minimum=0,
+        metavar="N",
+    ),
+    Option(
+        "--burst-timeout",
+        "seconds a burst may run before it is killed (default: 600)",
+        "float",
+        minimum=1,
+        default=600.0,
+        metavar="SECONDS",
+    ),
+    Option(
+        "--baseline-dir",
+        "directory of baseline files, one per hardware fingerprint (default: baselines/)",
+        "path",
+        default="baselines",
+        metavar="DIR",
+    ),
+    Option(
+        "--save-baseline",
+        "merge this run's measurements into the baseline file instead of gating",
+        "flag",
+        default=False,
+    ),
+    Option(
+        "--baseline-runs",
+        "with --save-baseline, bursts pooled into each entry; their spread is the entry's noise floor (default: 3)",
+        "int",
+        minimum=1,
+        maximum=20,
+        default=3,
+        metavar="N",
+    ),
+    Option(
+        "--perf-tolerance",
+        "relative throughput drop tolerated before a regression (default: 0.10)",
+        "float",
+        minimum=0.0,
+        maximum=0.99,
+        default=0.10,
+        metavar="FRACTION",
+    ),
+    Option(
+        "--memory-tolerance",
+        "relative peak-memory growth tolerated before a memory regression (default: 0.10)",
+        "float",
+        minimum=0.0,
+        maximum=10.0,
+        default=0.10,
+        metavar="FRACTION",
+    ),
+    Option(
+        "--profile",
+        "profile every burst after its timed windows and show which ops moved against the "
+        "baseline's profile (a confirmed regression is profiled anyway)",
+        "flag",
+        default=False,
+    ),
+    Option(
+        "--profile-steps",
+        "steps each profile records, after the timed windows (default: 3)",
+        "int",
+        minimum=1,
+        maximum=50,
+        default=3,
+        metavar="N",
+    ),
+    Option(
+        "--scaling-tolerance",
+        "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)",
+        "float",
+        minimum=0.0,
+        maximum=1.0,
+        default=0.10,
+        metavar="FRACTION",
+    ),
+    Option(
+        "--missing-baseline",
+        "what a test does without a baseline entry (default: skip)",
+        "choice",
+        choices=MISSING_POLICIES,
+        default="skip",
+        metavar="{skip,fail,pass}",
+    ),
+    Option(
+        "--missing-gpus",
+        "when GPU cases are asked for (-m gpu, --gpus N) and fewer GPUs are visible: fail "
+        "the run up front, or skip those cases (a mixed fleet) (default: fail)",
+        "choice",
+        choices=MISSING_GPU_POLICIES,
+        default="fail",
+        metavar="{fail,skip}",
+    ),
+    Option(
+        "--inconclusive",
+        "what a test does when noise leaves the verdict undecided (default: pass, with a warning)",
+        "choice",
+        choices=INCONCLUSIVE_POLICIES,
+        default="pass",
+        metavar="{pass,fail}",
+    ),
+    Option(
+        "--min-scaling-efficiency",
+        "absolute floor for scaling efficiency, e.g. 0.9",
+        "float",
+        minimum=0.0,
+        maximum=2.0,
+        metavar="FRACTION",
+    ),
+    Option(
+        "--keep-burst-dirs",
+        "keep each burst's folder (job, worker log, result record) for debugging; "
+        "removed at the end of the run otherwise",
+        "flag",
+        default=False,
+    ),
     Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
-    Option("--perf-report", "write a report folder here: results.json, report.md, a self-contained "
-           "report.html, plots and utilisation series", "path", metavar="DIR"),
-    Option("--perf-history", "append every burst of this run to a results history: a SQLite file (a path or "
-           "sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB; read back for the drift check",
-           "history", metavar="URL"),
-    Option("--perf-label", "a KEY=VALUE the history keeps with this run (e.g. image=ngc-24.05); repeatable",
-           "label", repeat=True, metavar="KEY=VALUE"),
-    Option("--drift-window", "with --perf-history: the last N runs in which a change point whose drop is beyond the "
-           "tolerance counts as drift (default: 14)", "int", minimum=3, default=14, metavar="N"),
-    Option("--drift", "what drift does to a throughput test: warn, or fail it (default: warn)", "choice",
-           choices=DRIFT_POLICIES, default="warn", metavar="{warn,fail}"),
+    Option(
+        "--perf-report",
+        "write a report folder here: results.json, report.md, a self-contained "
+        "report.html, plots and utilisation series",
+        "path",
+        metavar="DIR",
+    ),
+    Option(
+        "--perf-history",
+        "append every burst of this run to a results history: a SQLite file (a path or "
+        "sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB; read back for the drift check",
+        "history",
+        metavar="URL",
+    ),
+    Option(
+        "--perf-label",
+        "a KEY=VALUE the history keeps with this run (e.g. image=ngc-24.05); repeatable",
+        "label",
+        repeat=True,
+        metavar="KEY=VALUE",
+    ),
+    Option(
+        "--drift-window",
+        "with --perf-history: the last N runs in which a change point whose drop is beyond the "
+        "tolerance counts as drift (default: 14)",
+        "int",
+        minimum=3,
+        default=14,
+        metavar="N",
+    ),
+    Option(
+        "--drift",
+        "what drift does to a throughput test: warn, or fail it (default: warn)",
+        "choice",
+        choices=DRIFT_POLICIES,
+        default="warn",
+        metavar="{warn,fail}",
+    ),
     Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
-    Option("--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0,
-           metavar="R"),
-    Option("--rdzv-timeout", "seconds to wait for every node (rendezvous) and for process-group set-up "
-           "(default: 120)", "float", minimum=1, default=120.0, metavar="SECONDS"),
+    Option(
+        "--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0, metavar="R"
+    ),
+    Option(
+        "--rdzv-timeout",
+        "seconds to wait for every node (rendezvous) and for process-group set-up (default: 120)",
+        "float",
+        minimum=1,
+        default=120.0,
+        metavar="SECONDS",
+    ),
     Option("--rdzv-endpoint", "rendezvous HOST:PORT for multi-node torch runs", "endpoint", metavar="HOST:PORT"),
-    Option("--worker-hosts", "comma-separated HOST:PORT of every node, in rank order, for multi-node TF runs",
-           "hosts", metavar="H:P,H:P"),
+    Option(
+        "--worker-hosts",
+        "comma-separated HOST:PORT of every node, in rank order, for multi-node TF runs",
+        "hosts",
+        metavar="H:P,H:P",
+    ),
 )
 
 BY_DEST = {o.dest: o for o in OPTIONS}
 # Keys accepted in [tool.perfsuite]; repeatable options also take their plural.
-PLURALS = {"framework": "frameworks", "model": "models", "data_location": "data_locations",
-           "variable_update": "variable_updates", "batch_size": "batch_sizes", "precision": "precisions",
-           "perf_label": "perf_labels", "memory_format": "memory_formats", "mode": "modes"}
+PLURALS = {
+    "framework": "frameworks",
+    "model": "models",
+    "data_location": "data_locations",
+    "variable_update": "variable_updates",
+    "batch_size": "batch_sizes",
+    "precision": "precisions",
+    "perf_label": "perf_labels",
+    "memory_format": "memory_formats",
+    "mode": "modes",
+}
 
 
 @dataclass(frozen=True)
@@ -212,8 +442,14 @@ def add_options(group: Any) -> None:
         if o.kind == "flag":
             group.addoption(o.flag, action="store_true", default=None, dest=f"perf_{o.dest}", help=o.help)
         else:
-            group.addoption(o.flag, action="append" if o.repeat else "store", default=None,
-                            dest=f"perf_{o.dest}", metavar=o.metavar, help=o.help)
+            group.addoption(
+                o.flag,
+                action="append" if o.repeat else "store",
+                default=None,
+                dest=f"perf_{o.dest}",
+                metavar=o.metavar,
+                help=o.help,
+            )
 
 
 def read_table(pyproject: Path | None) -> tuple[dict[str, Any], str]:
@@ -372,16 +608,16 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
     if v["node_rank"] >= v["nnodes"]:
         raise OptionError(f"{src['node_rank']}: node rank {v['node_rank']} must be below --nnodes {v['nnodes']}")
     if v["worker_hosts"] and len(v["worker_hosts"]) != v["nnodes"]:
-        raise OptionError(
-            f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --nnodes is {v['nnodes']}"
-        )
+        raise OptionError(f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --nnodes is {v['nnodes']}")
     if v["windows"] is not None and v["windows"] < MIN_WINDOWS:
-        raise OptionError(f"{src['windows']}: a verdict needs at least {MIN_WINDOWS} windows, got {v['windows']} "
-                          f"({WHY_MIN_WINDOWS})")
+        raise OptionError(
+            f"{src['windows']}: a verdict needs at least {MIN_WINDOWS} windows, got {v['windows']} ({WHY_MIN_WINDOWS})"
+        )
     windows = v["windows"] or MIN_WINDOWS
     if v["steps"] is not None and v["steps"] < windows:
-        raise OptionError(f"{src['steps']}: {windows} windows need at least {windows} steps, got {v['steps']} "
-                          f"({WHY_MIN_WINDOWS})")
+        raise OptionError(
+            f"{src['steps']}: {windows} windows need at least {windows} steps, got {v['steps']} ({WHY_MIN_WINDOWS})"
+        )
     report = v["perf_report"]
     if report is not None and report.exists() and not report.is_dir():  # found now, not after an hour of bursts
         raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
@@ -390,8 +626,10 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
     frameworks = set(v["framework"] or FRAMEWORKS)
     for flag, owner in (("compile", "torch"), ("xla", "tf")):
         if v[flag] and owner not in frameworks:
-            raise OptionError(f"{src[flag]}: applies to "
-                              f"--framework {owner} only, and this run measures {', '.join(sorted(frameworks))}")
+            raise OptionError(
+                f"{src[flag]}: applies to "
+                f"--framework {owner} only, and this run measures {', '.join(sorted(frameworks))}"
+            )
     if v["perf_label"] and v["perf_history"] is None:
         raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
     if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:

@@ -61,8 +61,10 @@ def check_models(options: PerfOptions, known: Iterable[str]) -> None:
     for name in options.model:
         if name not in known:
             where = options.sources.get("model", "--model")
-            raise PreflightError(f"{where}: unknown model {name!r} (known: {', '.join(known) or 'none'}; a model of "
-                                 "your own is registered with perfsuite.register_model in a conftest.py)")
+            raise PreflightError(
+                f"{where}: unknown model {name!r} (known: {', '.join(known) or 'none'}; a model of "
+                "your own is registered with perfsuite.register_model in a conftest.py)"
+            )
 
 
 def check_gpus(options: PerfOptions, cases: list[SelectedCase], visible: int, found: str) -> None:
@@ -81,8 +83,10 @@ def check_gpus(options: PerfOptions, cases: list[SelectedCase], visible: int, fo
     if not explicit and len(gpu) < len(cases):
         return
     where = _where(options, "gpus", options.gpus) if explicit else "the selected GPU cases"
-    raise PreflightError(f"{where}: {asked} CUDA device{'s' if asked != 1 else ''} asked for, {found}; "
-                         "--missing-gpus skip skips the cases that need more (a mixed fleet)")
+    raise PreflightError(
+        f"{where}: {asked} CUDA device{'s' if asked != 1 else ''} asked for, {found}; "
+        "--missing-gpus skip skips the cases that need more (a mixed fleet)"
+    )
 
 
 def check_frameworks(options: PerfOptions, cases: list[SelectedCase], installed) -> None:
@@ -113,8 +117,9 @@ def check_history(options: PerfOptions, installed=lambda name: importlib.util.fi
     if missing:
         raise PreflightError(f"{_named(options, 'perf_history')} needs {', '.join(missing)}: {HISTORY_INSTALL}")
     if not installed("otava"):
-        raise PreflightError(f"{_named(options, 'perf_history')} needs Apache Otava for its change points: "
-                             f"{OTAVA_INSTALL}")
+        raise PreflightError(
+            f"{_named(options, 'perf_history')} needs Apache Otava for its change points: {OTAVA_INSTALL}"
+        )
 
 
 def check_outputs(options: PerfOptions) -> None:
@@ -133,8 +138,10 @@ def check_outputs(options: PerfOptions) -> None:
         _writable_dir(options.baseline_dir, where)
     elif not options.baseline_dir.is_dir() and options.missing_baseline != "pass":
         state = "is not a directory" if options.baseline_dir.exists() else "does not exist"
-        raise PreflightError(f"{where}: {options.baseline_dir} {state}, so nothing could be gated "
-                             "(--save-baseline creates it; --missing-baseline pass measures without baselines)")
+        raise PreflightError(
+            f"{where}: {options.baseline_dir} {state}, so nothing could be gated "
+            "(--save-baseline creates it; --missing-baseline pass measures without baselines)"
+        )
 
 
 def _writable_dir(folder: Path, where: str, for_file: Path | None = None) -> None:
@@ -157,6 +164,8 @@ def oversubscription(options: PerfOptions, cases: list[SelectedCase], threads: i
     workers = max((c.device_count or 1 for c in cases if c.device_kind == "cpu"), default=0)
     if not workers or workers * threads <= cores:
         return None
-    return (f"{workers} CPU workers x {threads} thread{'s' if threads != 1 else ''} want {workers * threads} cores "
-            f"and this node has {cores}: the workers contend for cores, and scaling measures the contention "
-            f"(--threads-per-worker {max(1, cores // workers)} fits)")
+    return (
+        f"{workers} CPU workers x {threads} thread{'s' if threads != 1 else ''} want {workers * threads} cores "
+        f"and this node has {cores}: the workers contend for cores, and scaling measures the contention "
+        f"(--threads-per-worker {max(1, cores // workers)} fits)"
+    )

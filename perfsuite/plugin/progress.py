@@ -28,8 +28,9 @@ def display_for(config: Any) -> ProgressDisplay | None:
     if reporter is None:
         return None
     tty = bool(getattr(reporter, "isatty", False)) and os.environ.get("TERM") != "dumb"
-    return ProgressDisplay(reporter, config.get_terminal_writer(), config.pluginmanager.getplugin("capturemanager"),
-                           tty)
+    return ProgressDisplay(
+        reporter, config.get_terminal_writer(), config.pluginmanager.getplugin("capturemanager"), tty
+    )
 
 
 def text(spec: BurstSpec, state: dict, rate: float | None, width: int | None = None) -> str:

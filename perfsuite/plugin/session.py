@@ -64,8 +64,9 @@ class PerfSession:
             shared = any(r.spec.key() == spec.key() for r in self.results.values())
             # A baseline entry keeps an op profile; --profile asks for one on every burst.
             profile = self.options.save_baseline or self.options.profile
-            result = BurstResult(self._run(spec, profile),
-                                 burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None)
+            result = BurstResult(
+                self._run(spec, profile), burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None
+            )
             if unsupported_reason(result.error):
                 self.unsupported[spec] = result  # not a measurement: kept out of results and reports
                 return result
@@ -96,16 +97,28 @@ class PerfSession:
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="perfsuite-"))
         workdir = self.workdir / f"burst{next(self._run_numbers):04d}"
-        options = LaunchOptions(timeout_s=self.options.burst_timeout, init_timeout_s=self.options.rdzv_timeout,
-                                node_rank=self.options.node_rank,
-                                rdzv_endpoint=self.options.rdzv_endpoint,
-                                worker_hosts=self.options.worker_hosts)
+        options = LaunchOptions(
+            timeout_s=self.options.burst_timeout,
+            init_timeout_s=self.options.rdzv_timeout,
+            node_rank=self.options.node_rank,
+            rdzv_endpoint=self.options.rdzv_endpoint,
+            worker_hosts=self.options.worker_hosts,
+        )
         on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
         if on_progress:
             on_progress({})
         try:
-            return Measurement.of(spec, run_burst(spec, model, workdir, options, on_progress,
-                                                  profile_steps=self.options.profile_steps if profile else 0))
+            return Measurement.of(
+                spec,
+                run_burst(
+                    spec,
+                    model,
+                    workdir,
+                    options,
+                    on_progress,
+                    profile_steps=self.options.profile_steps if profile else 0,
+                ),
+            )
         except BurstError as exc:
             return Measurement(spec, error=str(exc))
         finally:
@@ -136,8 +149,10 @@ class PerfSession:
         if kept:
             self.messages.append(kept)
         for what, keys in sorted(self.entries_lacking.items()):
-            self.messages.append(f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
-                                 f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --save-baseline")
+            self.messages.append(
+                f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
+                f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --save-baseline"
+            )
         if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
             self.messages.append(self._nothing_ran())
             status = pytest.ExitCode.TESTS_FAILED
@@ -186,9 +201,12 @@ class PerfSession:
         from perfsuite.history import document, recorder
         from perfsuite.reporting.perf_json import row
 
-        doc = document.live(self.run_info(command).as_dict(), [row(r) for r in self.results.values()],
-                            save_baseline=self.options.save_baseline,
-                            outcome=document.outcome_of(status, self.interrupted))
+        doc = document.live(
+            self.run_info(command).as_dict(),
+            [row(r) for r in self.results.values()],
+            save_baseline=self.options.save_baseline,
+            outcome=document.outcome_of(status, self.interrupted),
+        )
         self.messages.extend(recorder.record(self.options.perf_history, doc))
 
     def history_series(self, spec: BurstSpec) -> list | None:
@@ -226,8 +244,9 @@ class PerfSession:
                 if r.record.libraries:
                     libraries.setdefault(r.spec.framework, r.record.libraries)
         fingerprints, _ = self._report_fingerprints()
-        return describe_run(self.rootdir, fingerprints, versions, command, self.interrupted, libraries,
-                            dict(self.options.perf_label))
+        return describe_run(
+            self.rootdir, fingerprints, versions, command, self.interrupted, libraries, dict(self.options.perf_label)
+        )
 
     def view(self, command: Sequence[str] = ()) -> RunView:
         fingerprints, errors = self._report_fingerprints()
@@ -238,8 +257,9 @@ class PerfSession:
             messages=tuple(self.messages),
             fingerprints=fingerprints,
             fingerprint_errors=errors,
-            baseline_files={kind: store.baseline_path(self.options.baseline_dir, fp)
-                            for kind, fp in fingerprints.items()},
+            baseline_files={
+                kind: store.baseline_path(self.options.baseline_dir, fp) for kind, fp in fingerprints.items()
+            },
             min_scaling_efficiency=self.options.min_scaling_efficiency,
             scaling_tolerance=self.options.scaling_tolerance,
             trends=self.trends(),
@@ -270,9 +290,13 @@ class PerfSession:
             lo, hi = result.interval or (None, None)
             out[result.id] = Trend(
                 title=f"{result.spec.key()} on {self.fingerprint(result.spec.device_kind).id}",
-                runs=[str(p.date)[:10] for p in past] + ["this run"], images_per_sec=values,
-                ci_low=[p.ci_low for p in past] + [lo], ci_high=[p.ci_high for p in past] + [hi],
-                change_points=found, current=len(values) - 1)
+                runs=[str(p.date)[:10] for p in past] + ["this run"],
+                images_per_sec=values,
+                ci_low=[p.ci_low for p in past] + [lo],
+                ci_high=[p.ci_high for p in past] + [hi],
+                change_points=found,
+                current=len(values) - 1,
+            )
         return out
 
     def _report_fingerprints(self) -> tuple[dict[str, hardware.Fingerprint], dict[str, str]]:
@@ -327,8 +351,9 @@ class PerfSession:
         result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
         result.scaling_interval = stats.scaling_efficiency_ci(result.samples, single.samples, n)
         # Efficiency of each pair of pooled runs (N-device run i against 1-device run i).
-        result.scaling_runs = [stats.scaling_efficiency(a, b, n) for a, b in zip(result.run_medians,
-                                                                                 single.run_medians)]
+        result.scaling_runs = [
+            stats.scaling_efficiency(a, b, n) for a, b in zip(result.run_medians, single.run_medians)
+        ]
 
     # -- saving -----------------------------------------------------------------------
     def entries_to_save(self) -> dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]]:

@@ -68,10 +68,24 @@ class Report:
 
 def ordered(records: list[dict]) -> list[dict]:
     """Table order: each framework x model together, its device counts rising."""
+
     def key(r):
-        return tuple(str(r.get(k)) for k in ("framework", "model", "device_kind", "data_location", "precision",
-                                               "batch_size", "variable_update", "memory_format", "mode",
-                                               "compile")) + (r.get("world_size") or 0,)
+        return tuple(
+            str(r.get(k))
+            for k in (
+                "framework",
+                "model",
+                "device_kind",
+                "data_location",
+                "precision",
+                "batch_size",
+                "variable_update",
+                "memory_format",
+                "mode",
+                "compile",
+            )
+        ) + (r.get("world_size") or 0,)
+
     return sorted(records, key=key)
 
 
@@ -103,6 +117,7 @@ def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
 
 
 # -- optional columns: shown only when some record carries the figure -----------------
+
 
 def _tflops(rec):
     return rec.get("achieved_tflops")
@@ -147,9 +162,18 @@ OPTIONAL = (  # header, getter, cell
 )
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.
-VARYING = (("batch/device", "batch_size"), ("precision", "precision"), ("update", "variable_update"),
-           ("layout", "memory_format"), ("mode", "mode"), ("compile", "compile"), ("XLA", "xla"),
-           ("augment on", "augment_on"), ("image", "image_size"), ("threads", "threads_per_worker"))
+VARYING = (
+    ("batch/device", "batch_size"),
+    ("precision", "precision"),
+    ("update", "variable_update"),
+    ("layout", "memory_format"),
+    ("mode", "mode"),
+    ("compile", "compile"),
+    ("XLA", "xla"),
+    ("augment on", "augment_on"),
+    ("image", "image_size"),
+    ("threads", "threads_per_worker"),
+)
 
 
 VERDICT_COLUMNS = ("verdict", "scaling verdict", "memory verdict")  # cells highlighted by their status
@@ -159,8 +183,18 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     varying = [(h, k) for h, k in VARYING if len({r.get(k) for r in records}) > 1]
     scaling = any(num(r.get("scaling_efficiency")) for r in records)
     optional = [(h, cell) for h, get, cell in OPTIONAL if any(num(get(r)) for r in records)]
-    columns = ["framework", "model", "devices", "data location", *(h for h, _ in varying),
-               "img/s", "95% CI", "baseline", "change", "verdict"]
+    columns = [
+        "framework",
+        "model",
+        "devices",
+        "data location",
+        *(h for h, _ in varying),
+        "img/s",
+        "95% CI",
+        "baseline",
+        "change",
+        "verdict",
+    ]
     if scaling:
         columns += ["scaling eff (95% CI)", "baseline eff", "scaling verdict"]
     trend = any(len(_trend(r)) > 1 for r in records)
@@ -175,10 +209,20 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     columns += [h for h, _ in optional]
     rows = []
     for r in records:
-        cells = [str(r.get("framework")), str(r.get("model")), _devices(r), str(r.get("data_location")),
-                 *(str(r.get(k)) for _, k in varying)]
-        cells += [fmt(r.get("images_per_sec")), _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),
-                  fmt(r.get("baseline_images_per_sec")), fmt(r.get("change"), "+.1%"), _verdict(r, "verdict")]
+        cells = [
+            str(r.get("framework")),
+            str(r.get("model")),
+            _devices(r),
+            str(r.get("data_location")),
+            *(str(r.get(k)) for _, k in varying),
+        ]
+        cells += [
+            fmt(r.get("images_per_sec")),
+            _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),
+            fmt(r.get("baseline_images_per_sec")),
+            fmt(r.get("change"), "+.1%"),
+            _verdict(r, "verdict"),
+        ]
         if scaling:
             eff = fmt(r.get("scaling_efficiency"), ".1%")
             ci = r.get("scaling_ci") or (None, None)
@@ -251,18 +295,26 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
         if r.get("saved"):
             continue  # the new baseline: nothing was gated (a drift above still shows: saving hides it)
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
-            line = (f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
-                    f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"
-                    + (f", p={r['p_value']:.2g}" if num(r.get("p_value")) else "") + ")")
+            line = (
+                f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
+                f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"
+                + (f", p={r['p_value']:.2g}" if num(r.get("p_value")) else "")
+                + ")"
+            )
             if r.get("verdict") == INCONCLUSIVE and r.get("verdict_reason"):
                 line += f": {r['verdict_reason']}"
             out.append((r["verdict"], r["verdict"], line))
         if r.get("scaling_verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
             ci = r.get("scaling_ci") or (None, None)
-            out.append((r["scaling_verdict"], f"scaling {r['scaling_verdict']}",
-                        f"{name}: efficiency {fmt(r.get('scaling_efficiency'), '.1%')}"
-                        f" (95% CI {_interval(ci[0], ci[1], '.1%')}) vs baseline "
-                        f"{fmt(r.get('baseline_scaling_efficiency'), '.1%')}"))
+            out.append(
+                (
+                    r["scaling_verdict"],
+                    f"scaling {r['scaling_verdict']}",
+                    f"{name}: efficiency {fmt(r.get('scaling_efficiency'), '.1%')}"
+                    f" (95% CI {_interval(ci[0], ci[1], '.1%')}) vs baseline "
+                    f"{fmt(r.get('baseline_scaling_efficiency'), '.1%')}",
+                )
+            )
         if r.get("memory_verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
             out.append((r["memory_verdict"], f"memory {r['memory_verdict']}", f"{name}: {_memory_detail(r)}"))
     return sorted(out, key=lambda c: VERDICT_ORDER.index(c[0]))
@@ -273,9 +325,11 @@ def _memory_detail(r: dict) -> str:
     runs = [p for p in r.get("peak_memory_runs") or [] if num(p)]
     tolerance = f", tolerance {r['memory_tolerance']:.0%}" if num(r.get("memory_tolerance")) else ""
     bursts = f", bursts {', '.join(gib(p) for p in runs)}" if len(runs) > 1 else ""
-    return (f"peak {memory_cell(r.get('peak_memory_bytes'))} vs baseline "
-            f"{memory_cell(r.get('baseline_peak_memory_bytes'))} ({fmt(r.get('memory_change'), '+.1%')}"
-            f"{tolerance}{bursts})")
+    return (
+        f"peak {memory_cell(r.get('peak_memory_bytes'))} vs baseline "
+        f"{memory_cell(r.get('baseline_peak_memory_bytes'))} ({fmt(r.get('memory_change'), '+.1%')}"
+        f"{tolerance}{bursts})"
+    )
 
 
 def attributions(records: list[dict], traces: dict[str, str]) -> list[AttributionPart]:
@@ -290,8 +344,16 @@ def attributions(records: list[dict], traces: dict[str, str]) -> list[Attributio
         rows = _movers(found) if found and found.get("status") == ATTRIBUTED else []
         # The table holds every mover, vanished and faster op; what is left is the closing line.
         rest = lines[-1:] if rows else lines[1:]
-        out.append(AttributionPart(label(r), lines[0] if lines else "", rows, [line.strip() for line in rest],
-                                   traces.get(r.get("id")), None if lines else str(note)))
+        out.append(
+            AttributionPart(
+                label(r),
+                lines[0] if lines else "",
+                rows,
+                [line.strip() for line in rest],
+                traces.get(r.get("id")),
+                None if lines else str(note),
+            )
+        )
     return out
 
 
@@ -304,8 +366,16 @@ def _movers(found: dict) -> list[list[str]]:
                 continue
             what = tag or ("new" if m.get("base_ms") is None else None)
             share = _share(m.get("share")) if group == "movers" else "-"
-            out.append([str(m.get("name")) + (f" ({what})" if what else ""), str(m.get("family")),
-                        _ms(m.get("base_ms")), _ms(m.get("now_ms")), _signed_ms(m.get("delta_ms")), share])
+            out.append(
+                [
+                    str(m.get("name")) + (f" ({what})" if what else ""),
+                    str(m.get("family")),
+                    _ms(m.get("base_ms")),
+                    _ms(m.get("now_ms")),
+                    _signed_ms(m.get("delta_ms")),
+                    share,
+                ]
+            )
     return out
 
 
@@ -331,8 +401,15 @@ def counts(rows: list[tuple[str, list[str]]]) -> dict[str, int]:
     return {s: out[s] for s in VERDICT_ORDER if s in out}
 
 
-def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findings_note: str | None = None,
-          plots=(), utilisation=(), traces: dict[str, str] | None = None) -> Report:
+def build(
+    records: list[dict],
+    facts: list[tuple[str, str]],
+    findings=(),
+    findings_note: str | None = None,
+    plots=(),
+    utilisation=(),
+    traces: dict[str, str] | None = None,
+) -> Report:
     """``traces``: burst id -> the report-relative path of its Chrome trace."""
     columns, rows = table(records)
     return Report(
@@ -351,8 +428,14 @@ def build(records: list[dict], facts: list[tuple[str, str]], findings=(), findin
     )
 
 
-_PLURAL = {REGRESSION: "regressions", IMPROVEMENT: "improvements", ERROR: "errors", NO_BASELINE: "without baseline",
-           MEASURED: "measured only", SAVED: "saved"}
+_PLURAL = {
+    REGRESSION: "regressions",
+    IMPROVEMENT: "improvements",
+    ERROR: "errors",
+    NO_BASELINE: "without baseline",
+    MEASURED: "measured only",
+    SAVED: "saved",
+}
 _SINGULAR = {NO_BASELINE: "without baseline", MEASURED: "measured only"}
 
 

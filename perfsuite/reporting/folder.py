@@ -35,6 +35,8 @@ def trace_name(burst_id: str) -> str:
     from perfsuite.reporting.plots import safe_name
 
     return f"{TRACES}/{safe_name(burst_id)}.json.gz"
+
+
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
@@ -74,9 +76,15 @@ def _draw(records: list[dict], series: dict[str, dict], view: RunView):
     from perfsuite.reporting.trend import trend_png
 
     try:
-        trends = [Plot(f"trend-{draw.safe_name(rec['id'])}.png", f"{content.label(rec)}: history",
-                       trend_png(view.trends[rec["id"]]))
-                  for rec in records if rec["id"] in view.trends]
+        trends = [
+            Plot(
+                f"trend-{draw.safe_name(rec['id'])}.png",
+                f"{content.label(rec)}: history",
+                trend_png(view.trends[rec["id"]]),
+            )
+            for rec in records
+            if rec["id"] in view.trends
+        ]
         return draw.render(records) + trends, draw.utilisation_plots(records, series), []
     except Exception as exc:  # noqa: BLE001 - a plotting fault must not cost the report
         return [], {}, [f"--perf-report: plots left out: {type(exc).__name__}: {exc}"]
@@ -140,8 +148,12 @@ def _findings(results: list[BurstResult], view: RunView) -> tuple[list[tuple[str
     from perfsuite.analysis.diagnosis import diagnose
 
     try:
-        found = diagnose(results, min_scaling_efficiency=view.min_scaling_efficiency,
-                         scaling_tolerance=view.scaling_tolerance, healthy=True)
+        found = diagnose(
+            results,
+            min_scaling_efficiency=view.min_scaling_efficiency,
+            scaling_tolerance=view.scaling_tolerance,
+            healthy=True,
+        )
     except Exception as exc:  # noqa: BLE001 - a report without findings beats no report
         return [], f"findings unavailable: {type(exc).__name__}: {exc}"
     rows = [(f.kind, f.text) for f in found]

@@ -12,8 +12,12 @@ def facts(view: RunView, records: list[dict]) -> list[tuple[str, str]]:
     run = view.run
     out = [("date", run.date), ("host", run.host)]
     if run.interrupted:
-        out.append(("interrupted", "yes: the run was stopped; only the bursts that finished are shown, "
-                                   "and no baseline was saved"))
+        out.append(
+            (
+                "interrupted",
+                "yes: the run was stopped; only the bursts that finished are shown, and no baseline was saved",
+            )
+        )
     for kind in sorted(set(view.fingerprints) | set(view.fingerprint_errors)):
         fp = view.fingerprints.get(kind)
         if fp is None:

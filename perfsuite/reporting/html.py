@@ -56,16 +56,32 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 pre { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f4f4f4;
       padding: 6px 10px; border-radius: 3px; overflow-x: auto; }
 """
-_TEXT_COLUMNS = {"framework", "model", "devices", "data location", "precision", "update", "verdict",
-                 "scaling verdict", "memory verdict", "op", "family"}
+_TEXT_COLUMNS = {
+    "framework",
+    "model",
+    "devices",
+    "data location",
+    "precision",
+    "update",
+    "verdict",
+    "scaling verdict",
+    "memory verdict",
+    "op",
+    "family",
+}
 
 
 def document(report: Report, images: dict[str, bytes]) -> str:
     """``images``: file name -> PNG bytes of the utilisation plots, embedded like the main plots."""
     status = report.status
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{escape(report.title)}</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>{escape(report.title)}</h1>", '<dl class="facts">']
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{escape(report.title)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{escape(report.title)}</h1>",
+        '<dl class="facts">',
+    ]
     for what, value in report.facts:
         shown = f"<code>{escape(value)}</code>" if what == "command" else escape(value)
         out.append(f"<dt>{escape(what)}</dt><dd>{shown}</dd>")
@@ -128,25 +144,29 @@ def _attribution(part: AttributionPart) -> list[str]:
         out += [f"<th>{escape(c)}</th>" for c in ATTRIBUTION_COLUMNS]
         out.append("</tr></thead><tbody>")
         for cells in part.rows:
-            tds = (f"<td>{escape(c)}</td>" if column in _TEXT_COLUMNS else f'<td class="n">{escape(c)}</td>'
-                   for column, c in zip(ATTRIBUTION_COLUMNS, cells))
+            tds = (
+                f"<td>{escape(c)}</td>" if column in _TEXT_COLUMNS else f'<td class="n">{escape(c)}</td>'
+                for column, c in zip(ATTRIBUTION_COLUMNS, cells)
+            )
             out.append(f"<tr>{''.join(tds)}</tr>")
         out.append("</tbody></table></div>")
     if part.lines:
         out.append(f"<pre>{escape(chr(10).join(part.lines))}</pre>")
     if part.trace:
-        out.append(f'<p>Trace of the profiled steps: <a href="{escape(part.trace)}">{escape(part.trace)}</a>; '
-                   f"it opens in {escape(TRACE_VIEWERS)}.</p>")
+        out.append(
+            f'<p>Trace of the profiled steps: <a href="{escape(part.trace)}">{escape(part.trace)}</a>; '
+            f"it opens in {escape(TRACE_VIEWERS)}.</p>"
+        )
     return out
 
 
 def _figure(png: bytes, caption: str, extra: str = "") -> str:
     uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
     tail = f" · {extra}" if extra else ""
-    return (f'<figure><img src="{uri}" alt="{escape(caption)}">'
-            f"<figcaption>{escape(caption)}{tail}</figcaption></figure>")
+    return f'<figure><img src="{uri}" alt="{escape(caption)}"><figcaption>{escape(caption)}{tail}</figcaption></figure>'
 
 
 def _cls(status: str) -> str:
-    return {REGRESSION: "regression", ERROR: "error", INCONCLUSIVE: "inconclusive",
-            IMPROVEMENT: "improvement"}.get(status, "pass" if status == "pass" else "other")
+    return {REGRESSION: "regression", ERROR: "error", INCONCLUSIVE: "inconclusive", IMPROVEMENT: "improvement"}.get(
+        status, "pass" if status == "pass" else "other"
+    )

@@ -87,8 +87,14 @@ def row(result: BurstResult) -> dict:
         "samples": result.samples,
         "window_seconds": list(rec.window_seconds) if rec else [],
         "per_rank": [
-            {"rank": r.rank, "host": r.host, "device": r.device, "images_per_sec": r.images_per_sec,
-             "peak_memory_bytes": r.peak_memory_bytes, "utilisation": r.utilisation}
+            {
+                "rank": r.rank,
+                "host": r.host,
+                "device": r.device,
+                "images_per_sec": r.images_per_sec,
+                "peak_memory_bytes": r.peak_memory_bytes,
+                "utilisation": r.utilisation,
+            }
             for r in (rec.per_rank if rec else ())
         ],
         "scaling_efficiency": result.scaling_efficiency,
@@ -123,15 +129,24 @@ def row(result: BurstResult) -> dict:
         "baseline_scaling_efficiency": base.get("scaling_efficiency"),
         # The entry's saved img/s, oldest first, ending with the one compared against.
         "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
-                          + [base.get("images_per_sec")] if base else [],
+        + [base.get("images_per_sec")]
+        if base
+        else [],
         "baseline_file": result.baseline_file,
         # With --perf-history: the runs the drift check read, and the drift it found.
         "drift_runs": result.drift_runs,
-        "drift": None if result.drift is None else {
-            "change": result.drift.change, "before": result.drift.before, "now": result.drift.now,
+        "drift": None
+        if result.drift is None
+        else {
+            "change": result.drift.change,
+            "before": result.drift.before,
+            "now": result.drift.now,
             "message": result.drift_message,
-            "change_points": [{"runs_ago": result.drift_runs - 1 - p.index, "change": p.change, "p_value": p.p_value}
-                              for p in result.drift.points]},
+            "change_points": [
+                {"runs_ago": result.drift_runs - 1 - p.index, "change": p.change, "p_value": p.p_value}
+                for p in result.drift.points
+            ],
+        },
         "saved": result.saved,
         "error": result.error,
         "tests": result.tests,

@@ -19,8 +19,13 @@ TEXT = {AMBER: "#b26a00"}  # amber words on white need a darker shade
 COLORS = ("#1f77b4", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#393b79")
 MAX_CORE_LINES = 16  # more cores than this make a per-core plot unreadable
 # Dimensions that split one framework x model into separate series.
-SERIES_DIMS = (("batch_size", "batch {}/device"), ("precision", "{}"), ("image_size", "image {}"),
-               ("threads_per_worker", "{} threads/worker"), ("device_kind", "{}"))
+SERIES_DIMS = (
+    ("batch_size", "batch {}/device"),
+    ("precision", "{}"),
+    ("image_size", "image {}"),
+    ("threads_per_worker", "{} threads/worker"),
+    ("device_kind", "{}"),
+)
 
 
 def render(records: list[dict]) -> list[Plot]:
@@ -52,6 +57,7 @@ def safe_name(text: str) -> str:
 
 
 # -- helpers ------------------------------------------------------------------------
+
 
 def _figure(width: float, height: float):
     from matplotlib.figure import Figure
@@ -113,6 +119,7 @@ def _legend_flags(recs: list[dict]) -> list[tuple[str, str]]:
 
 # -- scaling curve ------------------------------------------------------------------
 
+
 def _series(recs: list[dict]) -> list[tuple[str, list[dict]]]:
     """Curves of one framework x model: one per data location, variable update and other
     varying dimension; the 1-device burst starts every curve that shares its dimensions."""
@@ -168,34 +175,89 @@ def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
         first = pts[0]
         if (first.get("world_size") or 1) == 1 and len(pts) > 1:
             top = xs_all[-1]
-            ax.plot([1, top], [first["images_per_sec"], top * first["images_per_sec"]], color=color,
-                    linestyle="--", linewidth=1.2, alpha=0.7, zorder=2)
+            ax.plot(
+                [1, top],
+                [first["images_per_sec"], top * first["images_per_sec"]],
+                color=color,
+                linestyle="--",
+                linewidth=1.2,
+                alpha=0.7,
+                zorder=2,
+            )
         base = [(x, p["baseline_images_per_sec"]) for x, p in zip(xs, pts) if num(p.get("baseline_images_per_sec"))]
         if base:
-            ax.plot(*zip(*base), linestyle="none", marker="o", markersize=11, markerfacecolor="none",
-                    markeredgecolor=color, markeredgewidth=1.5, zorder=4)
+            ax.plot(
+                *zip(*base),
+                linestyle="none",
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor=color,
+                markeredgewidth=1.5,
+                zorder=4,
+            )
         for x, p in zip(xs, pts):
             y = p["images_per_sec"]
             if num(p.get("scaling_efficiency")) and len(series) == 1:  # several curves: the table has them
                 last = x == xs_all[-1]  # the rightmost label goes left, clear of the legend
-                ax.annotate(f"{p['scaling_efficiency']:.0%} of ideal", (x, y), textcoords="offset points",
-                            xytext=(-9 if last else 9, -6), ha="right" if last else "left", va="top", fontsize=8,
-                            color=GREY)
+                ax.annotate(
+                    f"{p['scaling_efficiency']:.0%} of ideal",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(-9 if last else 9, -6),
+                    ha="right" if last else "left",
+                    va="top",
+                    fontsize=8,
+                    color=GREY,
+                )
             marked = flag(p)
             if marked:
                 _, colour, words = marked
-                ax.plot([x], [y], linestyle="none", marker="o", markersize=16, markerfacecolor="none",
-                        markeredgecolor=colour, markeredgewidth=2.5, zorder=5)
-                ax.annotate(words, (x, y), textcoords="offset points", xytext=(-14, 10), ha="right", va="bottom",
-                            fontsize=8, color=TEXT.get(colour, colour), fontweight="bold", zorder=6,
-                            bbox=dict(boxstyle="round,pad=0.25", facecolor="white", edgecolor=colour, alpha=0.9))
-    style = [Line2D([], [], color=GREY, marker="o", linestyle="none", label="measured median\n(bars: 95% CI)"),
-             Line2D([], [], color=GREY, linestyle="--", label="ideal linear scaling\nfrom 1 device"),
-             Line2D([], [], color=GREY, linestyle="none", marker="o", markersize=10, markerfacecolor="none",
-                    label="baseline")]
+                ax.plot(
+                    [x],
+                    [y],
+                    linestyle="none",
+                    marker="o",
+                    markersize=16,
+                    markerfacecolor="none",
+                    markeredgecolor=colour,
+                    markeredgewidth=2.5,
+                    zorder=5,
+                )
+                ax.annotate(
+                    words,
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(-14, 10),
+                    ha="right",
+                    va="bottom",
+                    fontsize=8,
+                    color=TEXT.get(colour, colour),
+                    fontweight="bold",
+                    zorder=6,
+                    bbox=dict(boxstyle="round,pad=0.25", facecolor="white", edgecolor=colour, alpha=0.9),
+                )
+    style = [
+        Line2D([], [], color=GREY, marker="o", linestyle="none", label="measured median\n(bars: 95% CI)"),
+        Line2D([], [], color=GREY, linestyle="--", label="ideal linear scaling\nfrom 1 device"),
+        Line2D(
+            [], [], color=GREY, linestyle="none", marker="o", markersize=10, markerfacecolor="none", label="baseline"
+        ),
+    ]
     for status, colour in _legend_flags(recs):
-        style.append(Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
-                            markeredgecolor=colour, markeredgewidth=2.5, label=status))
+        style.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor=colour,
+                markeredgewidth=2.5,
+                label=status,
+            )
+        )
     if len(series) > 1:
         style = handles + style
     if wide:
@@ -220,6 +282,7 @@ def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
 
 
 # -- data locations -----------------------------------------------------------------
+
 
 def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     from matplotlib.lines import Line2D
@@ -249,8 +312,16 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
             lo, hi = _err(rec)
             marked = flag(rec)
             colour = marked[1] if marked else "none"
-            ax.bar(x, y, width * 0.9, color=color, edgecolor=colour, linewidth=2.5 if marked else 0,
-                   hatch="//" if marked and marked[0] == REGRESSION else None, zorder=2)
+            ax.bar(
+                x,
+                y,
+                width * 0.9,
+                color=color,
+                edgecolor=colour,
+                linewidth=2.5 if marked else 0,
+                hatch="//" if marked and marked[0] == REGRESSION else None,
+                zorder=2,
+            )
             ax.errorbar([x], [y], yerr=[[lo], [hi]], color="black", capsize=3, linewidth=1, zorder=3)
             above = y + hi
             base = rec.get("baseline_images_per_sec")
@@ -259,8 +330,17 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
                 above = max(above, base)
             top = max(top, above)
             if marked:
-                ax.annotate(marked[2], (x, above), textcoords="offset points", xytext=(0, 4),
-                            ha="center", va="bottom", fontsize=8, color=TEXT.get(colour, colour), fontweight="bold")
+                ax.annotate(
+                    marked[2],
+                    (x, above),
+                    textcoords="offset points",
+                    xytext=(0, 4),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    color=TEXT.get(colour, colour),
+                    fontweight="bold",
+                )
     ax.set_xticks(range(len(counts)), [str(n) for n in counts])
     ax.set_xlim(-0.6, len(counts) - 0.4)
     ax.set_ylim(0, top * 1.2 if top > 0 else 1)  # room for the verdict words above the bars
@@ -271,17 +351,25 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax.set_title(f"{fw} {model}: throughput by data location" + (f"\n{common}" if common else ""), fontsize=11)
     handles = [Patch(color=COLORS[j % len(COLORS)], label=f"data location {name}") for j, name in enumerate(names)]
     handles.append(Line2D([], [], color="black", linewidth=2.5, label="baseline"))
-    handles.append(Line2D([], [], color="black", marker="|", linestyle="none", markersize=10,
-                          label="95% CI of the median"))
+    handles.append(
+        Line2D([], [], color="black", marker="|", linestyle="none", markersize=10, label="95% CI of the median")
+    )
     for status, colour in _legend_flags(recs):
-        handles.append(Patch(facecolor="white", edgecolor=colour, hatch="//" if status == REGRESSION else None,
-                             linewidth=2, label=status))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=colour,
+                hatch="//" if status == REGRESSION else None,
+                linewidth=2,
+                label=status,
+            )
+        )
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    return Plot(f"data-locations-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: data locations",
-                _png(fig))
+    return Plot(f"data-locations-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: data locations", _png(fig))
 
 
 # -- utilisation over a burst -------------------------------------------------------
+
 
 def _usable_series(s: dict) -> bool:
     t = s.get("t") or []
@@ -308,13 +396,24 @@ def utilisation_plot(rec: dict, s: dict) -> bytes:
     cores = max((len(c) for c in per_core), default=0)
     if 0 < cores <= MAX_CORE_LINES:  # one faint line per core: is one core saturated while others idle?
         for k in range(cores):
-            line(s.get("t"), [c[k] if k < len(c) else None for c in per_core], color=COLORS[0], linewidth=0.7,
-                 alpha=0.35, label="each core" if k == 0 else None)
+            line(
+                s.get("t"),
+                [c[k] if k < len(c) else None for c in per_core],
+                color=COLORS[0],
+                linewidth=0.7,
+                alpha=0.35,
+                label="each core" if k == 0 else None,
+            )
     line(s.get("t"), s.get("cpu_percent"), color=COLORS[0], linewidth=1.8, label="CPU, mean over cores")
     for i, g in enumerate(gpus):
         name = f"GPU {g.get('index', i)}" + (f" (rank {g['rank']})" if "rank" in g else "")
-        line(g.get("t") or s.get("t"), g.get("util_percent"), color=COLORS[(i + 1) % len(COLORS)],
-             linewidth=1.6, label=f"{name} utilisation")
+        line(
+            g.get("t") or s.get("t"),
+            g.get("util_percent"),
+            color=COLORS[(i + 1) % len(COLORS)],
+            linewidth=1.6,
+            label=f"{name} utilisation",
+        )
     ax.set_ylim(0, 105)
     ax.set_xlim(0, max(end, 1e-3))
     ax.set_xlabel("seconds since the first sample")

@@ -18,8 +18,20 @@ from perfsuite.reporting.view import RunView
 # CPU% / GPU%: mean host and device busy share over the timed windows (the evidence
 # behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak;
 # peak mem: the fullest device's peak (its verdict joins the throughput one when it is not a pass).
-HEADER = ("test", "img/s", "95% CI", "baseline", "change", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU",
-          "peak mem", "verdict")
+HEADER = (
+    "test",
+    "img/s",
+    "95% CI",
+    "baseline",
+    "change",
+    "scaling eff",
+    "CPU%",
+    "GPU%",
+    "TFLOP/s",
+    "MFU",
+    "peak mem",
+    "verdict",
+)
 MEMORY_SHOWN = (stats.REGRESSION, stats.INCONCLUSIVE, stats.IMPROVEMENT)  # a passing peak adds nothing
 
 
@@ -79,8 +91,13 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
 def _evidence(r: BurstResult) -> tuple[str, ...]:
     """CPU%, GPU%, TFLOP/s, MFU and peak mem cells, read as the report reads them; "-" where missing."""
     rec = results_row(r)
-    return (fmt(cpu_mean(rec), ".0f"), fmt(gpu_mean(rec), ".0f"), fmt(rec.get("achieved_tflops"), ".3g"),
-            fmt(rec.get("mfu"), ".1%"), memory_cell(peak_memory(rec)))
+    return (
+        fmt(cpu_mean(rec), ".0f"),
+        fmt(gpu_mean(rec), ".0f"),
+        fmt(rec.get("achieved_tflops"), ".3g"),
+        fmt(rec.get("mfu"), ".1%"),
+        memory_cell(peak_memory(rec)),
+    )
 
 
 def _short_id(nodeid: str) -> str:
@@ -114,8 +131,9 @@ def terminal_summary(tr, view: RunView) -> None:
 def diagnosis_lines(view: RunView) -> list[str]:
     """One "diagnosis: ..." line per finding; a fault here must not cost the summary."""
     try:
-        findings = diagnose(view.results, min_scaling_efficiency=view.min_scaling_efficiency,
-                            scaling_tolerance=view.scaling_tolerance)
+        findings = diagnose(
+            view.results, min_scaling_efficiency=view.min_scaling_efficiency, scaling_tolerance=view.scaling_tolerance
+        )
     except Exception as exc:  # noqa: BLE001 - the diagnosis is advice, the table is the verdict
         return [f"diagnosis unavailable: {type(exc).__name__}: {exc}"]
     return [f"diagnosis: {f.text}" for f in findings]

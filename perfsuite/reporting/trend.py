@@ -38,17 +38,37 @@ def trend_png(trend: Trend) -> bytes:
     ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color="#1f77b4", label="img/s (median)")
     known = [(x, lo, hi) for x, lo, hi in zip(xs, trend.ci_low, trend.ci_high) if lo is not None and hi is not None]
     if known:
-        ax.vlines([k[0] for k in known], [k[1] for k in known], [k[2] for k in known], color="#1f77b4",
-                  alpha=0.35, linewidth=2, label="95% interval")
+        ax.vlines(
+            [k[0] for k in known],
+            [k[1] for k in known],
+            [k[2] for k in known],
+            color="#1f77b4",
+            alpha=0.35,
+            linewidth=2,
+            label="95% interval",
+        )
     for i, (index, change) in enumerate(trend.change_points):
         colour = "#c62828" if change < 0 else "#2e7d32"
-        ax.axvline(index - 0.5, color=colour, linestyle="--", linewidth=1,
-                   label="change point" if i == 0 else None)
-        ax.annotate(f"{change:+.1%}", (index - 0.5, 1.0), xycoords=("data", "axes fraction"),
-                    textcoords="offset points", xytext=(3, -12), color=colour, fontsize=8)
+        ax.axvline(index - 0.5, color=colour, linestyle="--", linewidth=1, label="change point" if i == 0 else None)
+        ax.annotate(
+            f"{change:+.1%}",
+            (index - 0.5, 1.0),
+            xycoords=("data", "axes fraction"),
+            textcoords="offset points",
+            xytext=(3, -12),
+            color=colour,
+            fontsize=8,
+        )
     if trend.current is not None and 0 <= trend.current < n:
-        ax.plot([trend.current], [ys[trend.current]], marker="o", markersize=7, color="#f9a825", linestyle="none",
-                label="this run")
+        ax.plot(
+            [trend.current],
+            [ys[trend.current]],
+            marker="o",
+            markersize=7,
+            color="#f9a825",
+            linestyle="none",
+            label="this run",
+        )
     step = max(1, -(-n // MAX_TICKS))
     ticks = xs[::step]
     ax.set_xticks(ticks, [str(trend.runs[t]) for t in ticks], rotation=30, ha="right", fontsize=7)

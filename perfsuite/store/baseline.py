@@ -28,8 +28,15 @@ from perfsuite.common.numbers import finite
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 20
-HISTORY_FIELDS = ("images_per_sec", "ci_low", "ci_high", "scaling_efficiency", "peak_memory_bytes", "date",
-                  "git_commit")
+HISTORY_FIELDS = (
+    "images_per_sec",
+    "ci_low",
+    "ci_high",
+    "scaling_efficiency",
+    "peak_memory_bytes",
+    "date",
+    "git_commit",
+)
 LOCK_TIMEOUT_S = 60.0
 # Left out of an entry rather than stored as null: older entries lack them too.
 OPTIONAL_FIELDS = ("peak_memory_bytes", "op_profile")
@@ -83,10 +90,7 @@ def _parse(path: Path, data: Any) -> BaselineFile:
     if type(schema) is not int:  # bool is an int, and True must not pass as 1
         raise BaselineError(f"{path}: 'schema' must be an integer, found {_json_type(schema)}")
     if schema != SCHEMA_VERSION:
-        raise BaselineError(
-            f"{path}: schema {schema} is not supported"
-            f" (this perfsuite reads schema {SCHEMA_VERSION})"
-        )
+        raise BaselineError(f"{path}: schema {schema} is not supported (this perfsuite reads schema {SCHEMA_VERSION})")
     for name in ("fingerprint", "entries"):
         if not isinstance(data.get(name), dict):
             raise BaselineError(f"{path}: {name!r} must be an object")
@@ -120,9 +124,7 @@ def save_entries(
     path = Path(path)
     for key, entry in entries.items():
         if not isinstance(key, str) or not isinstance(entry, dict):
-            raise TypeError(
-                f"entries must map str keys to dicts, got {key!r}: {type(entry).__name__}"
-            )
+            raise TypeError(f"entries must map str keys to dicts, got {key!r}: {type(entry).__name__}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -162,8 +164,11 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
     for hand_set in ("tolerance", "memory_tolerance"):
         if old and hand_set in old:
             entry[hand_set] = old[hand_set]  # a hand-set per-entry tolerance survives a refresh
-    return {k: v for k, v in entry.items()
-            if (v is not None or k not in OPTIONAL_FIELDS) and (not isinstance(v, float) or finite(v))}
+    return {
+        k: v
+        for k, v in entry.items()
+        if (v is not None or k not in OPTIONAL_FIELDS) and (not isinstance(v, float) or finite(v))
+    }
 
 
 def remove_entries(path: Path, select: Callable[[str, dict[str, Any]], bool]) -> tuple[list[str], BaselineFile]:
@@ -217,9 +222,7 @@ def _locked(path: Path) -> Iterator[None]:
     try:
         lock.acquire()
     except filelock.Timeout as e:
-        raise BaselineError(
-            f"{path}: timed out after {LOCK_TIMEOUT_S:g} s waiting for {lock_path}"
-        ) from e
+        raise BaselineError(f"{path}: timed out after {LOCK_TIMEOUT_S:g} s waiting for {lock_path}") from e
     except OSError as e:  # the lock file itself could not be created or locked
         raise BaselineError(f"{path}: cannot lock {lock_path}: {e.strerror or e}") from e
     try:

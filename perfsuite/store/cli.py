@@ -89,22 +89,31 @@ def summarize(bf: store.BaselineFile) -> dict[str, Any]:
         medians = _numbers(entry.get("run_medians"))
         history = _history_ips(entry)
         oldest = history[0] if history else None
-        rows.append({
-            "key": key,
-            "images_per_sec": ips,
-            "ci_low": _num(entry.get("ci_low")),
-            "ci_high": _num(entry.get("ci_high")),
-            "run_spread": stats.run_spread(medians) if len(medians) >= 2 else None,
-            "scaling_efficiency": _num(entry.get("scaling_efficiency")),
-            "tolerance": entry.get("tolerance"),
-            "date": entry.get("date"),
-            "git_commit": entry.get("git_commit"),
-            "history_points": len(entry["history"]) if isinstance(entry.get("history"), list) else 0,
-            "history_images_per_sec": history,
-            "change_since_oldest": ips / oldest - 1 if ips is not None and oldest else None,
-        })
-    return {"file": str(bf.path), "schema": store.SCHEMA_VERSION, "fingerprint": bf.fingerprint,
-            "fingerprint_id": fp_id, "hardware": description, "frameworks": bf.frameworks, "entries": rows}
+        rows.append(
+            {
+                "key": key,
+                "images_per_sec": ips,
+                "ci_low": _num(entry.get("ci_low")),
+                "ci_high": _num(entry.get("ci_high")),
+                "run_spread": stats.run_spread(medians) if len(medians) >= 2 else None,
+                "scaling_efficiency": _num(entry.get("scaling_efficiency")),
+                "tolerance": entry.get("tolerance"),
+                "date": entry.get("date"),
+                "git_commit": entry.get("git_commit"),
+                "history_points": len(entry["history"]) if isinstance(entry.get("history"), list) else 0,
+                "history_images_per_sec": history,
+                "change_since_oldest": ips / oldest - 1 if ips is not None and oldest else None,
+            }
+        )
+    return {
+        "file": str(bf.path),
+        "schema": store.SCHEMA_VERSION,
+        "fingerprint": bf.fingerprint,
+        "fingerprint_id": fp_id,
+        "hardware": description,
+        "frameworks": bf.frameworks,
+        "entries": rows,
+    }
 
 
 def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) -> dict[str, Any]:
@@ -123,15 +132,28 @@ def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) 
             flags.append("slower" if change < 0 else "faster")
         if points is not None and abs(points) > threshold:
             flags.append("scaling down" if points < 0 else "scaling up")
-        both.append({"key": key, "old_images_per_sec": ips_a, "new_images_per_sec": ips_b, "change": change,
-                     "old_scaling_efficiency": eff_a, "new_scaling_efficiency": eff_b,
-                     "scaling_change_points": points, "beyond_threshold": flags})
+        both.append(
+            {
+                "key": key,
+                "old_images_per_sec": ips_a,
+                "new_images_per_sec": ips_b,
+                "change": change,
+                "old_scaling_efficiency": eff_a,
+                "new_scaling_efficiency": eff_b,
+                "scaling_change_points": points,
+                "beyond_threshold": flags,
+            }
+        )
     return {
-        "old": str(old.path), "new": str(new.path), "threshold": threshold,
-        "old_hardware": old_hw, "new_hardware": new_hw,
+        "old": str(old.path),
+        "new": str(new.path),
+        "threshold": threshold,
+        "old_hardware": old_hw,
+        "new_hardware": new_hw,
         "same_hardware": old_id is not None and old_id == new_id,
         "same_fingerprint": old.fingerprint == new.fingerprint,
-        "old_frameworks": old.frameworks, "new_frameworks": new.frameworks,
+        "old_frameworks": old.frameworks,
+        "new_frameworks": new.frameworks,
         "both": both,
         "only_old": sorted(set(old.entries) - set(new.entries)),
         "only_new": sorted(set(new.entries) - set(old.entries)),
@@ -171,8 +193,6 @@ def _fmt(value: float | None, spec: str) -> str:
     return fixed(value, int(spec[1:-1])) if spec.endswith("g") else format(value, spec)
 
 
-
-
 def _tolerance(value: Any) -> str:
     if value is None:
         return "-"
@@ -208,9 +228,19 @@ def _show(args: argparse.Namespace) -> int:
             trend = " > ".join([*recent, _fmt(e["images_per_sec"], ".4g")])
             if e["change_since_oldest"] is not None:
                 trend += f" ({e['change_since_oldest']:+.1%} since oldest)"
-        rows.append((e["key"], _fmt(e["images_per_sec"], ".4g"), ci, _fmt(e["run_spread"], ".1%"),
-                     _fmt(e["scaling_efficiency"], ".1%"), _tolerance(e["tolerance"]),
-                     when.strftime("%Y-%m-%d") if when else "-", str(e["history_points"]), trend))
+        rows.append(
+            (
+                e["key"],
+                _fmt(e["images_per_sec"], ".4g"),
+                ci,
+                _fmt(e["run_spread"], ".1%"),
+                _fmt(e["scaling_efficiency"], ".1%"),
+                _tolerance(e["tolerance"]),
+                when.strftime("%Y-%m-%d") if when else "-",
+                str(e["history_points"]),
+                trend,
+            )
+        )
     print()
     for line in columns(header, rows):
         print(line)
@@ -231,14 +261,29 @@ def _diff(args: argparse.Namespace) -> int:
     if d["old_frameworks"] != d["new_frameworks"]:
         print(f"note: framework versions {_versions(d['old_frameworks'])} -> {_versions(d['new_frameworks'])}")
     if d["both"]:
-        header = ("key", "old img/s", "new img/s", "change", "old eff", "new eff", "eff change",
-                  f"beyond ±{args.threshold * 100:g}%")
-        rows = [(e["key"], _fmt(e["old_images_per_sec"], ".4g"), _fmt(e["new_images_per_sec"], ".4g"),
-                 _fmt(e["change"], "+.1%"), _fmt(e["old_scaling_efficiency"], ".1%"),
-                 _fmt(e["new_scaling_efficiency"], ".1%"),
-                 "-" if e["scaling_change_points"] is None else f"{e['scaling_change_points'] * 100:+.1f} pp",
-                 ", ".join(e["beyond_threshold"]) or "-")
-                for e in d["both"]]
+        header = (
+            "key",
+            "old img/s",
+            "new img/s",
+            "change",
+            "old eff",
+            "new eff",
+            "eff change",
+            f"beyond ±{args.threshold * 100:g}%",
+        )
+        rows = [
+            (
+                e["key"],
+                _fmt(e["old_images_per_sec"], ".4g"),
+                _fmt(e["new_images_per_sec"], ".4g"),
+                _fmt(e["change"], "+.1%"),
+                _fmt(e["old_scaling_efficiency"], ".1%"),
+                _fmt(e["new_scaling_efficiency"], ".1%"),
+                "-" if e["scaling_change_points"] is None else f"{e['scaling_change_points'] * 100:+.1f} pp",
+                ", ".join(e["beyond_threshold"]) or "-",
+            )
+            for e in d["both"]
+        ]
         print()
         for line in columns(header, rows):
             print(line)
@@ -248,8 +293,10 @@ def _diff(args: argparse.Namespace) -> int:
             for key in d[side]:
                 print(f"  {key}")
     flagged = sum(1 for e in d["both"] if e["beyond_threshold"])
-    print(f"\n{len(d['both'])} in both ({flagged} beyond ±{args.threshold * 100:g}% or {args.threshold * 100:g} pp), "
-          f"{len(d['only_old'])} only in old, {len(d['only_new'])} only in new")
+    print(
+        f"\n{len(d['both'])} in both ({flagged} beyond ±{args.threshold * 100:g}% or {args.threshold * 100:g} pp), "
+        f"{len(d['only_old'])} only in old, {len(d['only_new'])} only in new"
+    )
     return 0
 
 
@@ -297,9 +344,12 @@ def _non_negative(text: str) -> float:
 
 def add_parser(sub: Any) -> None:
     """Add ``baseline`` and its commands to the subparsers of ``python -m perfsuite``."""
-    p = sub.add_parser("baseline", help="show, compare or prune baseline files",
-                       description="Look after baseline files between runs.",
-                       epilog="exit codes: 0 done, 1 a file cannot be used, 2 bad arguments")
+    p = sub.add_parser(
+        "baseline",
+        help="show, compare or prune baseline files",
+        description="Look after baseline files between runs.",
+        epilog="exit codes: 0 done, 1 a file cannot be used, 2 bad arguments",
+    )
     cmds = p.add_subparsers(dest="baseline_command", required=True, metavar="{show,diff,prune}")
     show = cmds.add_parser("show", help="fingerprint and one row per entry")
     show.add_argument("file", type=Path, metavar="FILE")
@@ -309,18 +359,31 @@ def add_parser(sub: Any) -> None:
     diff.add_argument("old", type=Path, metavar="OLD")
     diff.add_argument("new", type=Path, metavar="NEW")
     diff.add_argument("--json", action="store_true", help="machine-readable output")
-    diff.add_argument("--threshold", type=_non_negative, default=0.05, metavar="FRACTION",
-                      help="mark throughput changes beyond this fraction and scaling efficiency changes "
-                           "beyond this many points (default: 0.05 = 5%% / 5 pp)")
+    diff.add_argument(
+        "--threshold",
+        type=_non_negative,
+        default=0.05,
+        metavar="FRACTION",
+        help="mark throughput changes beyond this fraction and scaling efficiency changes "
+        "beyond this many points (default: 0.05 = 5%% / 5 pp)",
+    )
     diff.set_defaults(run=run, action=_diff)
-    prune = cmds.add_parser("prune", help="drop old or unwanted entries (atomic, under the plugin's lock)",
-                            description="Drop the entries every given criterion selects: any --key pattern "
-                                        "matches and, with --older-than, the last save is older.")
+    prune = cmds.add_parser(
+        "prune",
+        help="drop old or unwanted entries (atomic, under the plugin's lock)",
+        description="Drop the entries every given criterion selects: any --key pattern "
+        "matches and, with --older-than, the last save is older.",
+    )
     prune.add_argument("file", type=Path, metavar="FILE")
-    prune.add_argument("--older-than", type=_non_negative, metavar="DAYS",
-                       help="entries last saved more than DAYS days ago")
-    prune.add_argument("--key", action="append", metavar="PATTERN",
-                       help="entries whose key matches this fnmatch pattern ('*' spans '/'); repeatable")
+    prune.add_argument(
+        "--older-than", type=_non_negative, metavar="DAYS", help="entries last saved more than DAYS days ago"
+    )
+    prune.add_argument(
+        "--key",
+        action="append",
+        metavar="PATTERN",
+        help="entries whose key matches this fnmatch pattern ('*' spans '/'); repeatable",
+    )
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, change nothing")
     prune.set_defaults(run=run, action=_prune)
 

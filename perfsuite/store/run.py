@@ -42,10 +42,15 @@ class RunInfo:
         return out
 
 
-def describe_run(rootdir, fingerprints: dict[str, Fingerprint], framework_versions: dict[str, str],
-                 command: Sequence[str] = (), interrupted: bool = False,
-                 libraries: Mapping[str, Mapping[str, str]] | None = None,
-                 labels: Mapping[str, str] | None = None) -> RunInfo:
+def describe_run(
+    rootdir,
+    fingerprints: dict[str, Fingerprint],
+    framework_versions: dict[str, str],
+    command: Sequence[str] = (),
+    interrupted: bool = False,
+    libraries: Mapping[str, Mapping[str, str]] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> RunInfo:
     """``libraries``: framework -> {"cudnn": ..., "nccl": ...} as its bursts reported them."""
     gpu = fingerprints.get("gpu")
     libraries = libraries or {}

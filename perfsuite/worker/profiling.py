@@ -38,8 +38,15 @@ def compact(tool: str, tables: list[StepTable], step_ms: list[float]) -> OpProfi
     ranked = sorted(keys, key=lambda k: (-means[k], k))
     kept = [k for k in ranked[:MAX_OPS] if means[k] > 0 and means[k] >= MIN_SHARE * total]
     dropped = [k for k in ranked if k not in set(kept)]
-    ops = tuple(OpTime(name, kind, tuple(ms for ms, _ in per_op[(name, kind)]),
-                       sum(c for _, c in per_op[(name, kind)]) / len(tables)) for name, kind in kept)
+    ops = tuple(
+        OpTime(
+            name,
+            kind,
+            tuple(ms for ms, _ in per_op[(name, kind)]),
+            sum(c for _, c in per_op[(name, kind)]) / len(tables),
+        )
+        for name, kind in kept
+    )
     other = tuple(sum(t.get(k, (0.0, 0.0))[0] for k in dropped) for t in tables)
     floor = max((means[k] for k in dropped), default=0.0)
     return OpProfile(tool, tuple(step_ms), ops, floor, other)
@@ -54,8 +61,11 @@ class ProfileOutcome:
     profile_error: str | None = None
 
     def fields(self) -> dict:
-        return {"op_profile": self.op_profile, "profile_seconds": self.profile_seconds,
-                "profile_error": self.profile_error}
+        return {
+            "op_profile": self.op_profile,
+            "profile_seconds": self.profile_seconds,
+            "profile_error": self.profile_error,
+        }
 
 
 def after_windows(job: Job, run_steps: Callable[[str], Callable[[], OpProfile] | None]) -> ProfileOutcome:

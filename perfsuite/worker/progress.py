@@ -14,8 +14,12 @@ from perfsuite.contract.burst_files import write_progress
 MIN_WRITE_INTERVAL_S = 0.5
 
 
-def progress_writer(path: str | None, images_per_window: int, clock: Callable[[], float] = time.monotonic,
-                    write: Callable[[Path, dict], None] = write_progress):
+def progress_writer(
+    path: str | None,
+    images_per_window: int,
+    clock: Callable[[], float] = time.monotonic,
+    write: Callable[[Path, dict], None] = write_progress,
+):
     """``on_step`` callback: k/n and the last window's img/s, at most every MIN_WRITE_INTERVAL_S."""
     if path is None:
         return None
@@ -31,7 +35,15 @@ def progress_writer(path: str | None, images_per_window: int, clock: Callable[[]
         if now - last["written"] < MIN_WRITE_INTERVAL_S and done < total:
             return
         last["written"] = now
-        write(target, {"step": done, "steps": total, "images_per_sec": last["rate"], "windows": last["windows"],
-                       "t": time.time()})
+        write(
+            target,
+            {
+                "step": done,
+                "steps": total,
+                "images_per_sec": last["rate"],
+                "windows": last["windows"],
+                "t": time.time(),
+            },
+        )
 
     return report

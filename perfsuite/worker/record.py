@@ -44,8 +44,9 @@ def host_peak_memory() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def rank_entry(rank: int, device_name: str, timings: WindowTimings, images_per_window: int,
-               peak_memory_bytes: int) -> RankEntry:
+def rank_entry(
+    rank: int, device_name: str, timings: WindowTimings, images_per_window: int, peak_memory_bytes: int
+) -> RankEntry:
     """One rank's figures; ``images_per_window`` is what this rank (or process) trained per window."""
     return RankEntry(
         rank=rank,
@@ -61,12 +62,26 @@ def rank_entry(rank: int, device_name: str, timings: WindowTimings, images_per_w
     )
 
 
-def build_record(job: Job, info: ModelInfo, timings: WindowTimings, ranks: list[RankEntry], images_per_window: int,
-                 *, framework_version: str, device_name: str, precision_dtype: str,
-                 fp32_math: str | None, input_workers: int | None = None, fp32_matmul: str | None = None,
-                 compute_capability: str | None = None, libraries: dict[str, str] | None = None,
-                 op_profile: dict | None = None, profile_seconds: float | None = None,
-                 profile_error: str | None = None, compile_seconds: float | None = None) -> WorkerRecord:
+def build_record(
+    job: Job,
+    info: ModelInfo,
+    timings: WindowTimings,
+    ranks: list[RankEntry],
+    images_per_window: int,
+    *,
+    framework_version: str,
+    device_name: str,
+    precision_dtype: str,
+    fp32_math: str | None,
+    input_workers: int | None = None,
+    fp32_matmul: str | None = None,
+    compute_capability: str | None = None,
+    libraries: dict[str, str] | None = None,
+    op_profile: dict | None = None,
+    profile_seconds: float | None = None,
+    profile_error: str | None = None,
+    compile_seconds: float | None = None,
+) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])

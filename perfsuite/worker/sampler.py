@@ -35,8 +35,9 @@ MIN_TAIL_S = 0.02
 # --- CUDA ordinals to NVML devices ---------------------------------------------------
 
 
-def nvml_indices(cuda_indices: Sequence[int], visible: str | None,
-                 nvml_uuids: Sequence[str | None]) -> list[int | None]:
+def nvml_indices(
+    cuda_indices: Sequence[int], visible: str | None, nvml_uuids: Sequence[str | None]
+) -> list[int | None]:
     """Position in ``nvml_uuids`` of each CUDA ordinal (``cuda:<i>``), or None where there is none.
 
     ``visible`` is CUDA_VISIBLE_DEVICES (None: unset), whose entries are indices or
@@ -48,9 +49,12 @@ def nvml_indices(cuda_indices: Sequence[int], visible: str | None,
     """
     from perfsuite.common.hardware import GpuInfo, visible_devices
 
-    devices = tuple(GpuInfo(index=i, name="", memory_total_bytes=0, uuid=u,
-                            mig_profile="mig" if (u or "").startswith("MIG-") else None)
-                    for i, u in enumerate(nvml_uuids))
+    devices = tuple(
+        GpuInfo(
+            index=i, name="", memory_total_bytes=0, uuid=u, mig_profile="mig" if (u or "").startswith("MIG-") else None
+        )
+        for i, u in enumerate(nvml_uuids)
+    )
     chosen = [d.index for d in visible_devices(devices, visible)]
     return [chosen[i] if 0 <= i < len(chosen) else None for i in cuda_indices]
 
@@ -217,11 +221,13 @@ class Sampler:
             self._gpus.append({"index": cuda, "nvml_index": nvml_index, "name": names[nvml_index]})
             self._handles.append(handles[nvml_index])
         if missing:
-            self._gpu_error = (f"no NVML device for CUDA device {', '.join(missing)} "
-                               f"(CUDA_VISIBLE_DEVICES={self._visible!r})")
+            self._gpu_error = (
+                f"no NVML device for CUDA device {', '.join(missing)} (CUDA_VISIBLE_DEVICES={self._visible!r})"
+            )
         if len(set(names)) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-            self._gpu_warning = ("mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: "
-                                 "CUDA ordinals may not match NVML indices")
+            self._gpu_warning = (
+                "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA ordinals may not match NVML indices"
+            )
 
     def _close_gpus(self) -> None:
         if self._nvml_up:
@@ -276,13 +282,15 @@ class Sampler:
         }
         for i, meta in enumerate(self._gpus):
             series = {name: [r[3][i][m] if i < len(r[3]) else None for r in rows] for m, name in enumerate(GPU_METRICS)}
-            out["gpus"].append({
-                **meta,
-                "util_percent": stats_of(series["util_percent"]),
-                "memory_used_bytes": stats_of(series["memory_used_bytes"], peak=True),
-                "power_watts": stats_of(series["power_watts"]),
-                "sm_clock_mhz": stats_of(series["sm_clock_mhz"]),
-            })
+            out["gpus"].append(
+                {
+                    **meta,
+                    "util_percent": stats_of(series["util_percent"]),
+                    "memory_used_bytes": stats_of(series["memory_used_bytes"], peak=True),
+                    "power_watts": stats_of(series["power_watts"]),
+                    "sm_clock_mhz": stats_of(series["sm_clock_mhz"]),
+                }
+            )
             out["series"]["gpus"].append({"index": meta["index"], "t": t, **series})
         if self._gpu_error:
             out["gpu_error"] = self._gpu_error
@@ -316,6 +324,3 @@ def _allowed_cpus(count: int) -> list[int] | None:
     if not cpus or len(cpus) == count or cpus[-1] >= count:
         return None  # all of them, or numbering that psutil's list cannot be indexed by
     return cpus
-
-
-

@@ -39,12 +39,14 @@ def googlenet(num_classes: int = 1000, image_size: int | None = None) -> keras.M
 
     def inception(x, name):
         n1x1, n3x3red, n3x3, n5x5red, n5x5, pool_proj = INCEPTION[name]
-        return concat([
-            conv(x, n1x1, 1),
-            conv(conv(x, n3x3red, 1), n3x3, 3),
-            conv(conv(x, n5x5red, 1), n5x5, 3),  # see above
-            conv(layers.MaxPooling2D(3, strides=1, padding="same")(x), pool_proj, 1),
-        ])
+        return concat(
+            [
+                conv(x, n1x1, 1),
+                conv(conv(x, n3x3red, 1), n3x3, 3),
+                conv(conv(x, n5x5red, 1), n5x5, 3),  # see above
+                conv(layers.MaxPooling2D(3, strides=1, padding="same")(x), pool_proj, 1),
+            ]
+        )
 
     inputs = input_layer(image_size or 224)
     x = pool(conv(inputs, 64, 7, strides=2))  # 224 -> 112 -> 56

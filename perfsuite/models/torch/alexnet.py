@@ -31,15 +31,22 @@ def alexnet(num_classes: int = 1000) -> torch.nn.Module:
         return nn.MaxPool2d(3, stride=2)  # overlapping pooling
 
     model = nn.Sequential(
-        *conv(3, 64, 11, stride=4, padding=2), pool(),  # 224 -> 55 -> 27
-        *conv(64, 192, 5, padding=2), pool(),  # 27 -> 13
+        *conv(3, 64, 11, stride=4, padding=2),
+        pool(),  # 224 -> 55 -> 27
+        *conv(64, 192, 5, padding=2),
+        pool(),  # 27 -> 13
         *conv(192, 384, 3, padding=1),
         *conv(384, 256, 3, padding=1),
-        *conv(256, 256, 3, padding=1), pool(),  # 13 -> 6
+        *conv(256, 256, 3, padding=1),
+        pool(),  # 13 -> 6
         nn.AdaptiveAvgPool2d(6),  # lets other input sizes reach the 6x6 classifier
         nn.Flatten(),
-        nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
-        nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+        nn.Dropout(0.5),
+        nn.Linear(256 * 6 * 6, 4096),
+        nn.ReLU(inplace=True),
+        nn.Dropout(0.5),
+        nn.Linear(4096, 4096),
+        nn.ReLU(inplace=True),
         nn.Linear(4096, num_classes),
     )
     return init_weights(model)

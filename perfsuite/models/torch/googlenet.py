@@ -48,9 +48,11 @@ def googlenet(num_classes: int = 1000) -> torch.nn.Module:
         return block, n1x1 + n3x3 + n5x5 + pool_proj
 
     layers = [
-        conv(3, 64, 7, stride=2, padding=3), pool(),  # 224 -> 112 -> 56
+        conv(3, 64, 7, stride=2, padding=3),
+        pool(),  # 224 -> 112 -> 56
         conv(64, 64, 1),
-        conv(64, 192, 3, padding=1), pool(),  # -> 28
+        conv(64, 192, 3, padding=1),
+        pool(),  # -> 28
     ]
     in_ch = 192
     for name in INCEPTION:

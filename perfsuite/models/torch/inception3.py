@@ -75,13 +75,27 @@ def inception3(num_classes: int = 1000) -> torch.nn.Module:
 
     model = nn.Sequential(
         # Table 1 stem: 299 -> 149 -> 147 -> 147 -> 73 -> 73 -> 71 -> 35
-        conv(3, 32, 3, stride=2), conv(32, 32, 3), conv(32, 64, 3, padding=1), nn.MaxPool2d(3, stride=2),
-        conv(64, 80, 1), conv(80, 192, 3), nn.MaxPool2d(3, stride=2),
-        block_35(192, 32), block_35(256, 64), block_35(288, 64),  # -> 288 channels
+        conv(3, 32, 3, stride=2),
+        conv(32, 32, 3),
+        conv(32, 64, 3, padding=1),
+        nn.MaxPool2d(3, stride=2),
+        conv(64, 80, 1),
+        conv(80, 192, 3),
+        nn.MaxPool2d(3, stride=2),
+        block_35(192, 32),
+        block_35(256, 64),
+        block_35(288, 64),  # -> 288 channels
         reduce_35(288),  # -> 768
-        block_17(768, 128), block_17(768, 160), block_17(768, 160), block_17(768, 192),
+        block_17(768, 128),
+        block_17(768, 160),
+        block_17(768, 160),
+        block_17(768, 192),
         reduce_17(768),  # -> 1280
-        block_8(1280), block_8(2048),  # -> 2048
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(2048, num_classes),
+        block_8(1280),
+        block_8(2048),  # -> 2048
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(2048, num_classes),
     )
     return init_weights(model)

@@ -34,7 +34,9 @@ def inception4(num_classes: int = 1000) -> torch.nn.Module:
 
     def stem():  # figure 3: 299x299x3 -> 35x35x384
         return seq(
-            conv(3, 32, 3, stride=2), conv(32, 32, 3), conv(32, 64, 3, padding=1),
+            conv(3, 32, 3, stride=2),
+            conv(32, 32, 3),
+            conv(32, 64, 3, padding=1),
             Concat(nn.MaxPool2d(3, stride=2), conv(64, 96, 3, stride=2)),  # -> 160
             Concat(
                 seq(conv(160, 64, 1), conv(64, 96, 3)),
@@ -65,7 +67,10 @@ def inception4(num_classes: int = 1000) -> torch.nn.Module:
             seq(conv(1024, 192, 1), conv_1x7(192, 224), conv_7x1(224, 256)),
             seq(
                 conv(1024, 192, 1),
-                conv_7x1(192, 192), conv_1x7(192, 224), conv_7x1(224, 224), conv_1x7(224, 256),
+                conv_7x1(192, 192),
+                conv_1x7(192, 224),
+                conv_7x1(224, 224),
+                conv_1x7(224, 256),
             ),
             avg_proj(1024, 128),
         )
@@ -86,7 +91,8 @@ def inception4(num_classes: int = 1000) -> torch.nn.Module:
             seq(conv(1536, 384, 1), split_1x3_3x1(384)),
             seq(
                 conv(1536, 384, 1),
-                conv(384, 448, (3, 1), padding=(1, 0)), conv(448, 512, (1, 3), padding=(0, 1)),
+                conv(384, 448, (3, 1), padding=(1, 0)),
+                conv(448, 512, (1, 3), padding=(0, 1)),
                 split_1x3_3x1(512),
             ),
             avg_proj(1536, 256),
@@ -94,9 +100,13 @@ def inception4(num_classes: int = 1000) -> torch.nn.Module:
 
     model = nn.Sequential(
         stem(),
-        *[inception_a() for _ in range(4)], reduction_a(),
-        *[inception_b() for _ in range(7)], reduction_b(),
+        *[inception_a() for _ in range(4)],
+        reduction_a(),
+        *[inception_b() for _ in range(7)],
+        reduction_b(),
         *[inception_c() for _ in range(3)],
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1536, num_classes),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(1536, num_classes),
     )
     return init_weights(model)

@@ -36,9 +36,7 @@ def _build(blocks_per_stage, num_classes):
         )
         shortcut = None
         if stride != 1 or in_ch != out_ch:  # projection shortcut (option B)
-            shortcut = nn.Sequential(
-                nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch)
-            )
+            shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch))
         return Residual(body, shortcut)
 
     layers = [ConvBNReLU(3, 64, 7, stride=2, padding=3), nn.MaxPool2d(3, stride=2, padding=1)]

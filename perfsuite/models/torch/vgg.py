@@ -39,8 +39,12 @@ def vgg16(num_classes: int = 1000) -> torch.nn.Module:
         *layers,
         nn.AdaptiveAvgPool2d(7),  # as torchvision; the identity at 224
         nn.Flatten(),
-        nn.Linear(512 * 7 * 7, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
-        nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
+        nn.Linear(512 * 7 * 7, 4096),
+        nn.ReLU(inplace=True),
+        nn.Dropout(0.5),
+        nn.Linear(4096, 4096),
+        nn.ReLU(inplace=True),
+        nn.Dropout(0.5),
         nn.Linear(4096, num_classes),
     )
     return init_weights(model)

@@ -74,6 +74,7 @@ def run(job: Job) -> WorkerRecord | None:
     def reset_peaks() -> None:
         for gpu in gpus:
             tf.config.experimental.reset_memory_stats(gpu)
+
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
     sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
     timings = run_windows(
@@ -108,8 +109,9 @@ def run(job: Job) -> WorkerRecord | None:
         peak, device_name = host_peak_memory(), "cpu"
         fp32 = {"fp32_math": None}
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    profiled = after_windows(job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader,
-                                                                   bool(gpus)))
+    profiled = after_windows(
+        job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
+    )
     images_per_window = global_batch * spec.steps_per_window
     mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -122,7 +124,11 @@ def run(job: Job) -> WorkerRecord | None:
         if not leader:
             return None
     return build_record(
-        job, info, timings, ranks, images_per_window,
+        job,
+        info,
+        timings,
+        ranks,
+        images_per_window,
         framework_version=tf.__version__,
         device_name=device_name,
         precision_dtype=precision.dtype,
@@ -144,8 +150,10 @@ def _check_layout(spec, model) -> None:
         return
     channels = shape[0] if spec.layout == "channels_first" else shape[-1]
     if len(shape) == 3 and channels != 3:
-        raise Unsupported(f"the tf model {spec.model!r} builds no {spec.layout} layout: its input shape is "
-                          f"{shape}, not channels on axis {1 if spec.layout == 'channels_first' else -1}")
+        raise Unsupported(
+            f"the tf model {spec.model!r} builds no {spec.layout} layout: its input shape is "
+            f"{shape}, not channels on axis {1 if spec.layout == 'channels_first' else -1}"
+        )
 
 
 def _libraries() -> dict[str, str]:
@@ -155,8 +163,9 @@ def _libraries() -> dict[str, str]:
     info = tf.sysconfig.get_build_info()
     if not info.get("is_cuda_build"):
         return {}
-    return {name: str(info[key]) for name, key in (("cuda", "cuda_version"), ("cudnn", "cudnn_version"))
-            if info.get(key)}
+    return {
+        name: str(info[key]) for name, key in (("cuda", "cuda_version"), ("cudnn", "cudnn_version")) if info.get(key)
+    }
 
 
 def finish(clean: bool) -> None:

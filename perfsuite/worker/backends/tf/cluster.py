@@ -53,7 +53,10 @@ def _slurm_cluster(spec: BurstSpec):
     gpus = spec.devices if spec.device_kind == "cuda" else 1
     try:
         resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs={"worker": spec.nodes}, port_base=SLURM_PORT, gpus_per_node=gpus, gpus_per_task=gpus,
+            jobs={"worker": spec.nodes},
+            port_base=SLURM_PORT,
+            gpus_per_node=gpus,
+            gpus_per_task=gpus,
             auto_set_gpu=False,
         )
         cluster = resolver.cluster_spec()

@@ -43,8 +43,10 @@ def precision_policy(spec: BurstSpec) -> Precision:
 def _gpus_have_bf16() -> bool:
     """bf16 tensor cores from compute capability 8.0 (Ampere) on: the rule the torch backend
     applies too, so both frameworks run the same arithmetic under amp."""
-    caps = [tf.config.experimental.get_device_details(g).get("compute_capability")
-            for g in tf.config.list_physical_devices("GPU")]
+    caps = [
+        tf.config.experimental.get_device_details(g).get("compute_capability")
+        for g in tf.config.list_physical_devices("GPU")
+    ]
     return bool(caps) and all(c is not None and tuple(c) >= (8, 0) for c in caps)
 
 

@@ -27,8 +27,9 @@ from perfsuite.worker.profiling import StepTable, compact
 _IDLE = ("IDLE",)
 
 
-def run_profiled_steps(step: Callable[[], object], sync: Callable[[], None], steps: int, trace_path: str | None,
-                       enabled: bool, gpu: bool) -> Callable[[], OpProfile] | None:
+def run_profiled_steps(
+    step: Callable[[], object], sync: Callable[[], None], steps: int, trace_path: str | None, enabled: bool, gpu: bool
+) -> Callable[[], OpProfile] | None:
     """Run ``steps + 1`` training steps (every worker of a multi-node run the same), each in a
     profiler session of its own when ``enabled``; the first session is the profiler's warm-up.
 
@@ -38,8 +39,9 @@ def run_profiled_steps(step: Callable[[], object], sync: Callable[[], None], ste
     folder = tempfile.mkdtemp(prefix="perfsuite-tfprof-") if enabled else None
     walls: list[float] = []
     errors: list[BaseException] = []
-    options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0,
-                                                       device_tracer_level=1 if gpu else 0)
+    options = tf.profiler.experimental.ProfilerOptions(
+        host_tracer_level=2, python_tracer_level=0, device_tracer_level=1 if gpu else 0
+    )
     for i in range(steps + 1):
         on = enabled and not errors
         if on:
@@ -106,8 +108,10 @@ def step_table(op_stats: bytes) -> StepTable:
         on_device = str(cells[at["host_or_device"]]).lower() == "device"
         kind = kind_of(op_type, on_device)
         ms, calls = out.get((op_type, kind), (0.0, 0.0))
-        out[(op_type, kind)] = (ms + float(cells[at["total_self_time"]] or 0) / 1000,
-                                calls + float(cells[at["occurrences"]] or 0))
+        out[(op_type, kind)] = (
+            ms + float(cells[at["total_self_time"]] or 0) / 1000,
+            calls + float(cells[at["occurrences"]] or 0),
+        )
     return out
 
 

@@ -56,9 +56,7 @@ def make_strategy(spec: BurstSpec, devices: list[str], join_file: str | None = N
     if len(devices) == 1:
         return tf.distribute.OneDeviceStrategy(devices[0])
     if spec.variable_update == "parameter_server":
-        return tf.distribute.experimental.CentralStorageStrategy(
-            compute_devices=devices, parameter_device="/cpu:0"
-        )
+        return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, parameter_device="/cpu:0")
     # independent: mirrored copies that the step updates each with its own replica's
     # gradients (perfsuite.worker.backends.tf.train), so no all-reduce ever runs.
     on_gpu = spec.device_kind == "cuda"

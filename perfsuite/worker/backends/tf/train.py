@@ -132,22 +132,25 @@ def _apply_independently(optimizer: keras.optimizers.Optimizer, grads: list, var
         for g, v in zip(grads, variables):
             m = optimizer.momentums[optimizer._get_variable_index(v)].value
             # The variable first, from the momentum before its update (each device reads its own copy).
-            strategy.extended.update(v.value, lambda vv, g, mv: vv.assign_add(velocity(mv, g)), args=(g, m),
-                                     group=False)
+            strategy.extended.update(
+                v.value, lambda vv, g, mv: vv.assign_add(velocity(mv, g)), args=(g, m), group=False
+            )
             strategy.extended.update(m, lambda mv, g: mv.assign(velocity(mv, g)), args=(g,), group=False)
 
     tf.distribute.get_replica_context().merge_call(merge, args=(grads,))
 
 
-def _infer_step(spec: BurstSpec, strategy: tf.distribute.Strategy, model: keras.Model, feed: Feed,
-                global_batch: int) -> Callable[[], tf.Tensor]:
+def _infer_step(
+    spec: BurstSpec, strategy: tf.distribute.Strategy, model: keras.Model, feed: Feed, global_batch: int
+) -> Callable[[], tf.Tensor]:
     """Forward passes only (``training=False``: batch norm uses its moving statistics), the
     loss computed for the record; with XLA the forward pass is what is compiled."""
 
     def forward(images, labels, weights, state):
         logits, _ = model.stateless_call(weights, state, images, training=False)
-        per_example = keras.losses.sparse_categorical_crossentropy(labels, tf.cast(logits, tf.float32),
-                                                                   from_logits=True)
+        per_example = keras.losses.sparse_categorical_crossentropy(
+            labels, tf.cast(logits, tf.float32), from_logits=True
+        )
         return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
 
     if spec.xla:

@@ -73,7 +73,6 @@ def run(job: Job) -> WorkerRecord | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-
     progress = job.progress_file if leader else None
     timings = run_windows(
         step,
@@ -95,8 +94,9 @@ def run(job: Job) -> WorkerRecord | None:
     else:
         peak, device_name = host_peak_memory(), "cpu"
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    profiled = after_windows(job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace,
-                                                                   leader))
+    profiled = after_windows(
+        job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
+    )
     images_per_window = spec.batch_size * spec.steps_per_window
     mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
@@ -106,7 +106,11 @@ def run(job: Job) -> WorkerRecord | None:
     if not leader:
         return None
     return build_record(
-        job, info, timings, ranks, images_per_window,
+        job,
+        info,
+        timings,
+        ranks,
+        images_per_window,
         framework_version=torch.__version__,
         device_name=device_name,
         precision_dtype=precision_policy(spec, device).dtype,
@@ -116,7 +120,6 @@ def run(job: Job) -> WorkerRecord | None:
         compile_seconds=timings.compile_seconds,
         **profiled.fields(),
     )
-
 
 
 def _libraries() -> dict[str, str]:

@@ -20,8 +20,14 @@ from perfsuite.worker.profiling import StepTable, compact
 _MARKERS = ("ProfilerStep", "[memory]", "[OutOfMemory]")
 
 
-def run_profiled_steps(step: Callable[[], object], sync: Callable[[], None], steps: int, device: torch.device,
-                       trace_path: str | None, enabled: bool) -> Callable[[], OpProfile] | None:
+def run_profiled_steps(
+    step: Callable[[], object],
+    sync: Callable[[], None],
+    steps: int,
+    device: torch.device,
+    trace_path: str | None,
+    enabled: bool,
+) -> Callable[[], OpProfile] | None:
     """Run ``2 * steps`` training steps, every second one recorded when ``enabled``.
 
     Returns a callable that builds the profile (for ``perfsuite.worker.profiling.take``)
@@ -44,8 +50,9 @@ def run_profiled_steps(step: Callable[[], object], sync: Callable[[], None], ste
     if enabled:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         try:
-            prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=steps),
-                           on_trace_ready=ready)
+            prof = profile(
+                activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=steps), on_trace_ready=ready
+            )
             prof.start()
         except Exception as exc:  # noqa: BLE001 - e.g. CUPTI unavailable: the steps still run
             errors.append(exc)
@@ -73,7 +80,7 @@ def run_profiled_steps(step: Callable[[], object], sync: Callable[[], None], ste
     def build() -> OpProfile:
         if errors:
             raise errors[0]
-        return compact("torch.profiler", tables, walls[:len(tables)])
+        return compact("torch.profiler", tables, walls[: len(tables)])
 
     return build
 

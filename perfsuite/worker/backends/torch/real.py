@@ -83,9 +83,7 @@ def build_dataset(
         augment = JpegDeviceAugment(spec.image_size, device, seed) if on_device else None
         classes = len(synsets)
     if classes > num_classes:
-        raise ValueError(
-            f"dataset at {root} has {classes} classes but the model has only {num_classes} outputs"
-        )
+        raise ValueError(f"dataset at {root} has {classes} classes but the model has only {num_classes} outputs")
     return dataset, augment
 
 
@@ -342,7 +340,5 @@ class JpegDeviceAugment:
         theta[:, 1, 1] = h / side
         theta[:, 1, 2] = (2 * top + h) / side - 1
         grid = F.affine_grid(theta, [n, c, self.size, self.size], align_corners=False)
-        crops = F.grid_sample(
-            images.float(), grid, mode="bilinear", padding_mode="border", align_corners=False
-        )
+        crops = F.grid_sample(images.float(), grid, mode="bilinear", padding_mode="border", align_corners=False)
         return (crops - self.mean) / self.std

@@ -38,12 +38,15 @@ def precision_policy(spec: BurstSpec, device: torch.device) -> Precision:
         return Precision(contextlib.nullcontext, None, "float32")
     capable = device.type != "cuda" or torch.cuda.get_device_capability(device) >= BF16_MIN_CAPABILITY
     if spec.precision == "bf16" and not capable:
-        raise Unsupported(f"bf16 needs compute capability 8.0 or later; this GPU is "
-                          f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+        raise Unsupported(
+            f"bf16 needs compute capability 8.0 or later; this GPU is "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}"
+        )
     if spec.precision == "fp16" or (spec.precision == "amp" and not capable):
         # fp16 needs loss scaling to keep small gradients from flushing to zero.
-        return Precision(lambda: torch.autocast(device.type, dtype=torch.float16),
-                         torch.amp.GradScaler(device.type), "float16")
+        return Precision(
+            lambda: torch.autocast(device.type, dtype=torch.float16), torch.amp.GradScaler(device.type), "float16"
+        )
     return Precision(lambda: torch.autocast(device.type, dtype=torch.bfloat16), None, "bfloat16")
 
 
@@ -53,8 +56,10 @@ def set_tf32(spec: BurstSpec, device: torch.device) -> None:
     if device.type != "cuda":
         return
     if spec.precision == "tf32" and torch.cuda.get_device_capability(device) < BF16_MIN_CAPABILITY:
-        raise Unsupported(f"tf32 needs compute capability 8.0 or later; this GPU is "
-                          f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}")
+        raise Unsupported(
+            f"tf32 needs compute capability 8.0 or later; this GPU is "
+            f"{'.'.join(map(str, torch.cuda.get_device_capability(device)))}"
+        )
     allowed = spec.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = allowed
     torch.backends.cuda.matmul.allow_tf32 = allowed
@@ -89,7 +94,7 @@ def _coalesced(tensors: list[torch.Tensor], collective: Callable[[torch.Tensor],
         if copy_back:
             offset = 0
             for t in bucket:
-                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+                t.copy_(flat[offset : offset + t.numel()].view(t.shape))
                 offset += t.numel()
 
 
@@ -144,9 +149,7 @@ def make_step(
 
     net: nn.Module = model
     if distributed and spec.variable_update == "replicated":
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if spec.compile:
         net = torch.compile(net)  # inductor; the first (untimed) step compiles
     if spec.mode == "infer":
