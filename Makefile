@@ -40,6 +40,7 @@ test: setup lint
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) $(PERF_REPORT)

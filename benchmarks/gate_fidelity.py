@@ -67,15 +67,15 @@ def main() -> int:
     p.add_argument(
         "pytest_args",
         nargs="*",
-        default=["-m", "cpu", "--framework", "torch", "--model", "cifar10", "-k", "throughput"],
+        default=["-m", "cpu", "--perf-framework", "torch", "--perf-model", "cifar10", "-k", "throughput"],
         help="arguments selecting the suite slice (after --)",
     )
     a = p.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        common = [*a.pytest_args, "--baseline-dir", str(tmp / "baselines")]
-        base = pytest_run([*common, "--save-baseline"], tmp / "base.json")
+        common = [*a.pytest_args, "--perf-baseline-dir", str(tmp / "baselines")]
+        base = pytest_run([*common, "--perf-save-baseline"], tmp / "base.json")
         if not base:
             print("saving the baseline produced no results", file=sys.stderr)
             return 1

@@ -87,7 +87,7 @@ def postgres_db(postgres_url):
 @pytest.fixture(scope="session")
 def saved_tiny(request, tmp_path_factory) -> Path:
     """A project folder in which the tiny suite (1 and 2 CPU workers) was saved with
-    --save-baseline (1 burst per entry: pooling is tested with fake bursts); its output is in
+    --perf-save-baseline (1 burst per entry: pooling is tested with fake bursts); its output is in
     save.out and its records in
     saved.json. Made once per test run, even across pytest-xdist workers."""
     import filelock
@@ -108,10 +108,10 @@ def saved_tiny(request, tmp_path_factory) -> Path:
                     "-m",
                     "pytest",
                     *FAST,
-                    "--save-baseline",
-                    "--baseline-runs",
+                    "--perf-save-baseline",
+                    "--perf-baseline-runs",
                     "1",
-                    "--baseline-dir",
+                    "--perf-baseline-dir",
                     "baselines",
                     "--perf-json",
                     "saved.json",

@@ -40,7 +40,18 @@ perfsuite.plugin.session.run_burst = fake_run_burst
 """
 
 # One CPU worker, cifar10 in torch: the case the faked-burst tests gate.
-FAKE_ARGS = ["--framework", "torch", "--model", "cifar10", "-m", "cpu", "--cpu-workers", "1", "-p", "no:cacheprovider"]
+FAKE_ARGS = [
+    "--perf-framework",
+    "torch",
+    "--perf-model",
+    "cifar10",
+    "-m",
+    "cpu",
+    "--perf-cpu-workers",
+    "1",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 def faked_project(pytester):
@@ -63,19 +74,19 @@ def free_port() -> int:
 
 TINY_STEP_MS = "20"  # a sleep-dominated step: the tiny model's timings barely depend on load
 FAST = [
-    "--framework",
+    "--perf-framework",
     "torch",
-    "--model",
+    "--perf-model",
     "tiny",
     "-m",
     "cpu",
-    "--steps",
+    "--perf-steps",
     "10",
-    "--windows",
+    "--perf-windows",
     "5",
-    "--warmup-steps",
+    "--perf-warmup-steps",
     "1",
-    "--max-windows",
+    "--perf-max-windows",
     "5",
     "-p",
     "no:cacheprovider",

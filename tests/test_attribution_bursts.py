@@ -18,21 +18,21 @@ from suite_files import needs
 MODELS = (Path(__file__).parent / "attribution_models.py").read_text()
 THROUGHPUT = "from perfsuite.suite.test_throughput import test_throughput\n"
 ARGS = [
-    "--model",
+    "--perf-model",
     "opmix",
     "-m",
     "cpu",
-    "--cpu-workers",
+    "--perf-cpu-workers",
     "1",
-    "--threads-per-worker",
+    "--perf-threads-per-worker",
     "1",
-    "--steps",
+    "--perf-steps",
     "10",
-    "--windows",
+    "--perf-windows",
     "5",
-    "--warmup-steps",
+    "--perf-warmup-steps",
     "2",
-    "--max-windows",
+    "--perf-max-windows",
     "5",
     "-p",
     "no:cacheprovider",
@@ -57,7 +57,14 @@ def saved(pytester, monkeypatch):
 
     def save(framework: str) -> dict:
         result = pytester.runpytest_subprocess(
-            *ARGS, "--framework", framework, "--save-baseline", "--baseline-runs", "1", "--perf-json", "saved.json"
+            *ARGS,
+            "--perf-framework",
+            framework,
+            "--perf-save-baseline",
+            "--perf-baseline-runs",
+            "1",
+            "--perf-json",
+            "saved.json",
         )
         result.assert_outcomes(passed=1)
         (path,) = (pytester.path / "baselines").glob("*.json")
@@ -72,14 +79,14 @@ def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, mo
     entry = saved(framework)
     profile = entry["op_profile"]
     assert profile["tool"] == ("torch.profiler" if framework == "torch" else "tensorflow.profiler")
-    assert len(profile["step_ms"]) == 3 and profile["ops"]  # --profile-steps' default
+    assert len(profile["step_ms"]) == 3 and profile["ops"]  # --perf-profile-steps' default
     (row,) = json.loads((pytester.path / "saved.json").read_text())["results"]
     assert row["profile_seconds"] > 0 and row["profile_error"] is None
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MATMUL", "1024")
     result = pytester.runpytest_subprocess(
         *ARGS,
-        "--framework",
+        "--perf-framework",
         framework,
         "--perf-report",
         "report",
@@ -114,7 +121,7 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
     # A throughput tolerance no shared machine's noise reaches: this test is about memory.
     result = pytester.runpytest_subprocess(
         *ARGS,
-        "--framework",
+        "--perf-framework",
         framework,
         "--perf-tolerance",
         "0.9",
@@ -140,7 +147,7 @@ def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
     saved("torch")
     # A throughput tolerance no shared machine's noise reaches: the verdict is not the point.
     result = pytester.runpytest_subprocess(
-        *ARGS, "--framework", "torch", "--profile", "--perf-tolerance", "0.9", "--perf-report", "report"
+        *ARGS, "--perf-framework", "torch", "--perf-profile", "--perf-tolerance", "0.9", "--perf-report", "report"
     )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((pytester.path / "report" / "results.json").read_text())["results"]

@@ -12,19 +12,19 @@ from perfsuite.worker.measure import stable_within
 pytest_plugins = ["pytester"]
 pytestmark = [needs("torch"), needs("pytest_benchmark")]
 
-# The adaptive length stays on here (no --max-windows): it is what some tests are about.
+# The adaptive length stays on here (no --perf-max-windows): it is what some tests are about.
 FAST = [
-    "--framework",
+    "--perf-framework",
     "torch",
-    "--model",
+    "--perf-model",
     "tiny",
     "-m",
     "cpu",
-    "--steps",
+    "--perf-steps",
     "10",
-    "--windows",
+    "--perf-windows",
     "5",
-    "--warmup-steps",
+    "--perf-warmup-steps",
     "1",
     "-p",
     "no:cacheprovider",
@@ -77,9 +77,9 @@ def test_an_unchanged_run_passes_and_ci_tools_read_its_bursts(suite, saved_tiny)
         "r.json",
         "--perf-tolerance",
         "0.5",
-        "--scaling-tolerance",
+        "--perf-scaling-tolerance",
         "0.5",
-        "--max-windows",
+        "--perf-max-windows",
         "5",
     )
     result.assert_outcomes(passed=4)
@@ -117,7 +117,15 @@ def test_an_unchanged_run_passes_and_ci_tools_read_its_bursts(suite, saved_tiny)
 def test_a_noisy_burst_is_lengthened_up_to_its_cap(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_JITTER", "3")
     result = run(
-        suite, "--cpu-workers", "1", "--missing-baseline", "pass", "--max-windows", "8", "--perf-json", "r.json"
+        suite,
+        "--perf-cpu-workers",
+        "1",
+        "--perf-missing-baseline",
+        "pass",
+        "--perf-max-windows",
+        "8",
+        "--perf-json",
+        "r.json",
     )
     result.assert_outcomes(passed=1)
     (record,) = json.loads((suite.path / "r.json").read_text())["results"]
@@ -127,7 +135,7 @@ def test_a_noisy_burst_is_lengthened_up_to_its_cap(suite, monkeypatch):
 
 
 def test_a_bad_max_windows_is_a_usage_error(suite):
-    result = run(suite, "--max-windows", "0")
+    result = run(suite, "--perf-max-windows", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert len([x for x in result.stderr.lines if x.startswith("ERROR:")]) == 1
 
@@ -135,7 +143,7 @@ def test_a_bad_max_windows_is_a_usage_error(suite):
 MARKED = """
 import pytest
 
-@pytest.mark.perf(tolerance=0.001)
+@pytest.mark.perfsuite(tolerance=0.001)
 def test_strict(perf, burst_spec):
     perf.assert_throughput(burst_spec)
 
@@ -150,13 +158,13 @@ def test_a_stricter_marker_gets_a_longer_burst(pytester, monkeypatch):
     pytester.makepyfile(test_marked=MARKED)
     result = run(
         pytester,
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
         "--perf-tolerance",
         "0.9",
-        "--max-windows",
+        "--perf-max-windows",
         "7",
         "--perf-json",
         "r.json",

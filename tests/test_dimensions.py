@@ -49,8 +49,8 @@ def test_each_new_dimension_has_its_own_key_part_and_reads_back():
     assert spec.label.endswith("(bf16, independent, channels_last, torch.compile, inference)")
     near = nearest_key(spec.replace(compile=False).key(), [key])
     assert near[1] == ["compile"]
-    assert "leave out --compile to match it" not in describe_difference(spec.replace(compile=False).key(), *near)
-    assert "--compile matches it" in describe_difference(spec.replace(compile=False).key(), *near)
+    assert "leave out --perf-compile to match it" not in describe_difference(spec.replace(compile=False).key(), *near)
+    assert "--perf-compile matches it" in describe_difference(spec.replace(compile=False).key(), *near)
     with pytest.raises(ValueError, match="mode must be one of"):
         BurstSpec(framework="torch", model="x", mode="eval")
 
@@ -86,15 +86,18 @@ def faked(pytester):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--compile", "--framework", "tf"], ["--compile: applies to --framework torch only", "measures tf"]),
-        (["--xla", "--framework", "torch"], ["--xla: applies to --framework tf only"]),
-        (["--memory-format", "nhwc"], ["--memory-format", "channels_last, channels_first"]),
-        (["--mode", "eval"], ["--mode", "train, infer"]),
-        (["--min-input-efficiency", "1.5"], ["--min-input-efficiency", "<= 1"]),
+        (
+            ["--perf-compile", "--perf-framework", "tf"],
+            ["--perf-compile: applies to --perf-framework torch only", "measures tf"],
+        ),
+        (["--perf-xla", "--perf-framework", "torch"], ["--perf-xla: applies to --perf-framework tf only"]),
+        (["--perf-memory-format", "nhwc"], ["--perf-memory-format", "channels_last, channels_first"]),
+        (["--perf-mode", "eval"], ["--perf-mode", "train, infer"]),
+        (["--perf-min-input-efficiency", "1.5"], ["--perf-min-input-efficiency", "<= 1"]),
     ],
 )
 def test_bad_combinations_are_one_line(faked, args, words):
-    result = faked.runpytest_inprocess(*[a for a in FAKE_ARGS if a not in ("--framework", "torch")], *args, "--co")
+    result = faked.runpytest_inprocess(*[a for a in FAKE_ARGS if a not in ("--perf-framework", "torch")], *args, "--co")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     (line,) = [x for x in result.stderr.lines if x.startswith("ERROR:")]
     for word in words:
@@ -103,37 +106,37 @@ def test_bad_combinations_are_one_line(faked, args, words):
 
 def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
     result = faked.runpytest_inprocess(
-        "--framework",
+        "--perf-framework",
         "torch",
-        "--framework",
+        "--perf-framework",
         "tf",
-        "--model",
+        "--perf-model",
         "cifar10",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "2",
-        "--precision",
+        "--perf-precision",
         "fp32",
-        "--precision",
+        "--perf-precision",
         "tf32",
-        "--memory-format",
+        "--perf-memory-format",
         "channels_first",
-        "--mode",
+        "--perf-mode",
         "train",
-        "--mode",
+        "--perf-mode",
         "infer",
-        "--data-location",
+        "--perf-data-location",
         "device",
-        "--data-location",
+        "--perf-data-location",
         "real",
-        "--augment-on",
+        "--perf-augment-on",
         "cpu",
-        "--augment-on",
+        "--perf-augment-on",
         "device",
-        "--variable-update",
+        "--perf-variable-update",
         "replicated",
-        "--variable-update",
+        "--perf-variable-update",
         "independent",
         "--co",
         "-q",
@@ -146,17 +149,17 @@ def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
     assert all("-real" in i for i in ids if "augment" in i)  # only `real` has a place to augment
     assert len(ids) == len(set(ids))
     listed = faked.runpytest_inprocess(
-        "--framework",
+        "--perf-framework",
         "tf",
-        "--model",
+        "--perf-model",
         "cifar10",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--precision",
+        "--perf-precision",
         "tf32",
-        "--memory-format",
+        "--perf-memory-format",
         "channels_first",
         "-rs",
         "test_suite.py::test_throughput",
@@ -164,32 +167,34 @@ def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
     out = listed.stdout.str()
     assert "tf32 needs GPU tensor cores" in out
     listed = faked.runpytest_inprocess(
-        "--framework",
+        "--perf-framework",
         "tf",
-        "--model",
+        "--perf-model",
         "cifar10",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--memory-format",
+        "--perf-memory-format",
         "channels_first",
         "-rs",
         "test_suite.py::test_throughput",
     )
-    assert "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --xla" in listed.stdout.str()
+    assert (
+        "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --perf-xla" in listed.stdout.str()
+    )
     listed = faked.runpytest_inprocess(
-        "--framework",
+        "--perf-framework",
         "tf",
-        "--model",
+        "--perf-model",
         "cifar10",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--memory-format",
+        "--perf-memory-format",
         "channels_first",
-        "--xla",
+        "--perf-xla",
         "-rs",
         "test_suite.py::test_throughput",
     )
@@ -210,17 +215,17 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE_HOST", "60")
     args = [
         *FAKE_ARGS,
-        "--data-location",
+        "--perf-data-location",
         "device",
-        "--data-location",
+        "--perf-data-location",
         "host",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
         "--perf-json",
         "out.json",
         "test_suite.py::test_throughput",
     ]
-    result = faked.runpytest_subprocess(*args, "--min-input-efficiency", "0.9")
+    result = faked.runpytest_subprocess(*args, "--perf-min-input-efficiency", "0.9")
     result.assert_outcomes(passed=1, failed=1)
     assert (
         "input efficiency: torch cifar10 on 1 CPU worker, batch 64/device, data location host: 60 img/s is "
@@ -228,22 +233,22 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
     ) in result.stdout.str()
     rows = {r["data_location"]: r for r in json.loads(faked.path.joinpath("out.json").read_text())["results"]}
     assert rows["host"]["input_efficiency"] == pytest.approx(0.6)
-    faked.runpytest_subprocess(*args, "--min-input-efficiency", "0.5").assert_outcomes(passed=2)
+    faked.runpytest_subprocess(*args, "--perf-min-input-efficiency", "0.5").assert_outcomes(passed=2)
 
 
 def test_the_independent_twin_states_the_communication_overhead(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE_REPLICATED", "80")
     args = [
         *FAKE_ARGS,
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "2",
-        "--variable-update",
+        "--perf-variable-update",
         "independent",
-        "--variable-update",
+        "--perf-variable-update",
         "replicated",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
-        "--min-scaling-efficiency",
+        "--perf-min-scaling-efficiency",
         "1.05",
         "--perf-report",
         "report",

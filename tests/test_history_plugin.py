@@ -39,14 +39,14 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
         "pool=a",
         "--perf-label",
         "note=x=y, z",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
         "--perf-json",
         "r.json",
     )
     first.assert_outcomes(passed=1)
     assert "perf history: run 1 (1 burst) written to sqlite:///" in first.stdout.str()
-    saved = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--save-baseline")
+    saved = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--perf-save-baseline")
     saved.assert_outcomes(passed=1)
 
     engine = _history(faked)
@@ -65,7 +65,7 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
 
 
 def test_a_failed_run_is_kept_too(faked, monkeypatch):
-    faked.runpytest_subprocess(*FAKE, "--save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
     faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db").assert_outcomes(failed=1)
     (run,) = db.runs(_history(faked))
@@ -80,7 +80,7 @@ def test_without_a_history_nothing_new_is_written(faked, tmp_path, monkeypatch):
 
     before = files()
     # pytest-benchmark makes its .benchmarks folder on its own: left out, to see perfsuite's files.
-    faked.runpytest_subprocess(*FAKE, "--missing-baseline", "pass", "-p", "no:benchmark").assert_outcomes(passed=1)
+    faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", "pass", "-p", "no:benchmark").assert_outcomes(passed=1)
     assert files() - before == {"bursts.log"}
     assert not (tmp_path / "cache" / "history-spool").exists()
 
@@ -98,7 +98,7 @@ def test_labels_need_a_history_and_a_form(faked):
 def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
     url = "postgresql://perf:secret@127.0.0.1:1/nightly"  # nothing listens on port 1
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", url, "--missing-baseline", "pass")
+    result = faked.runpytest_subprocess(*FAKE, "--perf-history", url, "--perf-missing-baseline", "pass")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()
@@ -117,7 +117,7 @@ def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path,
 def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 9) -> None:
     """``nights`` flat nights, then ``drift_nights`` each 3% slower than the one before; tonight
     (the fake burst, 100 img/s) is the next 3% down."""
-    first = faked.runpytest_subprocess(*FAKE, "--missing-baseline", "pass", "--perf-json", "probe.json")
+    first = faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
     first.assert_outcomes(passed=1)
     probe = json.loads((faked.path / "probe.json").read_text())
     (row,) = probe["results"]
@@ -131,14 +131,14 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
     engine.dispose()
     # Yesterday's level as the baseline: tonight is 3% below it, inside the 10% tolerance.
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", f"{levels[-1]:.3f}")
-    faked.runpytest_subprocess(*FAKE, "--save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
 
 
 def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
     result = faked.runpytest_subprocess(
-        *FAKE, "--perf-history", "perf.db", "--drift", "fail", "--perf-json", "r.json", "--perf-report", "report"
+        *FAKE, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json", "--perf-report", "report"
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
@@ -166,7 +166,9 @@ def test_drift_warns_by_default(faked, monkeypatch):
 
 def test_a_flat_history_is_no_drift(faked, monkeypatch):
     _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--drift", "fail", "--perf-json", "r.json")
+    result = faked.runpytest_subprocess(
+        *FAKE, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
+    )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["drift"] is None and row["drift_runs"] == 31
@@ -208,8 +210,8 @@ def test_history_options_from_the_table(tmp_path):
 @pytest.mark.parametrize(
     "cli, message",
     [
-        ({"drift_window": "2"}, "--drift-window: must be >= 3"),
-        ({"drift": "error"}, "--drift: 'error' is not one of warn, fail"),
+        ({"drift_window": "2"}, "--perf-drift-window: must be >= 3"),
+        ({"drift": "error"}, "--perf-drift: 'error' is not one of warn, fail"),
         ({"perf_history": "sqlite://"}, "a SQLite URL needs a file"),
     ],
 )

@@ -13,7 +13,9 @@ pytest_plugins = ["pytester"]
 def faked(pytester, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1000")
     project = faked_project(pytester)
-    project.runpytest_subprocess(*FAKE_ARGS, "--save-baseline", "--baseline-runs", "1").assert_outcomes(passed=1)
+    project.runpytest_subprocess(*FAKE_ARGS, "--perf-save-baseline", "--perf-baseline-runs", "1").assert_outcomes(
+        passed=1
+    )
     return project
 
 
@@ -45,7 +47,7 @@ def test_growth_beyond_the_default_tolerance_fails_as_memory_after_a_rerun(faked
 @pytest.mark.parametrize("where", ["command line", "[tool.perfsuite]"])
 def test_a_wider_tolerance_passes(faked, monkeypatch, where):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")
-    args = ["--memory-tolerance", "0.5"]
+    args = ["--perf-memory-tolerance", "0.5"]
     if where == "[tool.perfsuite]":
         faked.makepyprojecttoml("[tool.perfsuite]\nmemory_tolerance = 0.5\nbaseline_dir = 'baselines'\n")
         args = []
@@ -58,7 +60,7 @@ def test_the_marker_and_a_hand_set_entry_tolerance_win(faked, monkeypatch):
         test_marked="""
 import pytest
 
-@pytest.mark.perf(memory_tolerance=0.5)
+@pytest.mark.perfsuite(memory_tolerance=0.5)
 def test_marked(perf, burst_spec):
     perf.assert_throughput(burst_spec)
 """
@@ -69,7 +71,7 @@ def test_marked(perf, burst_spec):
     for found in data["entries"].values():
         found["memory_tolerance"] = 0.5
     path.write_text(json.dumps(data))
-    faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py", "--save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py", "--perf-save-baseline").assert_outcomes(passed=1)
     assert entry(faked)["memory_tolerance"] == 0.5  # survives a refresh
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1900")  # +38% on the refreshed 1380 MiB: within 50%
     faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py").assert_outcomes(passed=1)
@@ -81,7 +83,7 @@ def test_less_memory_warns_and_an_old_entry_without_a_peak_is_not_gated(faked, m
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "500")
     result = faked.runpytest_subprocess(*FAKE_ARGS, "-W", "always")
     result.assert_outcomes(passed=1)
-    assert "less memory than baseline, refresh it with --save-baseline" in result.stdout.str()
+    assert "less memory than baseline, refresh it with --perf-save-baseline" in result.stdout.str()
     (path,) = (faked.path / "baselines").glob("*.json")
     data = json.loads(path.read_text())
     for found in data["entries"].values():
@@ -96,10 +98,10 @@ def test_less_memory_warns_and_an_old_entry_without_a_peak_is_not_gated(faked, m
 
 @pytest.mark.parametrize("value", ["-0.1", "ten", "11"])
 def test_a_bad_memory_tolerance_is_one_line(faked, value):
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "--memory-tolerance", value)
+    result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-memory-tolerance", value)
     assert result.ret == 4
-    (line,) = [x for x in result.stderr.str().splitlines() if "--memory-tolerance" in x]
-    assert line.startswith("ERROR: --memory-tolerance")
+    (line,) = [x for x in result.stderr.str().splitlines() if "--perf-memory-tolerance" in x]
+    assert line.startswith("ERROR: --perf-memory-tolerance")
 
 
 def test_entries_saved_without_peak_memory_or_an_op_profile_are_counted(faked):
@@ -112,7 +114,7 @@ def test_entries_saved_without_peak_memory_or_an_op_profile_are_counted(faked):
     result = faked.runpytest_subprocess(*FAKE_ARGS)
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
-    assert "1 baseline entry has no op profile to compare with: refresh it with --save-baseline" in out
+    assert "1 baseline entry has no op profile to compare with: refresh it with --perf-save-baseline" in out
     assert "1 baseline entry has no peak memory to compare with" in out
 
 

@@ -20,27 +20,27 @@ def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
         "no:cacheprovider",
         "-q",
         "-rs",
-        "--framework",
+        "--perf-framework",
         "torch",
-        "--model",
+        "--perf-model",
         "tiny",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--steps",
+        "--perf-steps",
         "10",
-        "--windows",
+        "--perf-windows",
         "5",
-        "--warmup-steps",
+        "--perf-warmup-steps",
         "1",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
-        "--nnodes",
+        "--perf-nnodes",
         "2",
-        "--node-rank",
+        "--perf-node-rank",
         str(rank),
-        "--rdzv-endpoint",
+        "--perf-rdzv-endpoint",
         f"127.0.0.1:{port}",
         "--perf-json",
         f"node{rank}.json",
@@ -72,7 +72,7 @@ def test_two_nodes_on_loopback(project):
 
 
 def test_missing_node_fails_within_its_timeout(project):
-    node = _node(project, 0, free_port(), "--rdzv-timeout", "4", "-k", "throughput")
+    node = _node(project, 0, free_port(), "--perf-rdzv-timeout", "4", "-k", "throughput")
     out = node.communicate(timeout=120)[0]
     assert node.returncode == 1, out
     assert "rendezvous at 127.0.0.1:" in out and "timed out after 4 s" in out

@@ -52,13 +52,13 @@ def test_missing_baseline_skips_by_default_with_advice(faked):
     result = faked.runpytest_subprocess(*FAKE, "-rs")
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.OK  # measured, nothing to compare: not a failure
-    assert "run with --save-baseline" in result.stdout.str()
+    assert "run with --perf-save-baseline" in result.stdout.str()
     assert "no baseline" in result.stdout.str()  # the summary still shows the measurement
 
 
 @pytest.mark.parametrize("policy, outcome", [("fail", {"failed": 1}), ("pass", {"passed": 1})])
 def test_missing_baseline_policies(faked, policy, outcome):
-    faked.runpytest_subprocess(*FAKE, "--missing-baseline", policy).assert_outcomes(**outcome)
+    faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", policy).assert_outcomes(**outcome)
 
 
 # -- against the shared saved baseline ---------------------------------------------------------
@@ -78,7 +78,7 @@ def test_a_save_run_pools_its_bursts_into_each_entry(saved_tiny):
             assert entry[field] is not None, field
         record = records[key]
         assert record["saved"] is True
-        assert entry["runs"] == record["runs"] == len(entry["run_medians"]) == 1  # --baseline-runs 1
+        assert entry["runs"] == record["runs"] == len(entry["run_medians"]) == 1  # --perf-baseline-runs 1
         assert len(entry["samples"]) == sum(record["windows_run"])
     two = next(v for k, v in data["entries"].items() if "/cpu2/" in k)
     assert two["scaling_efficiency"] is not None and len(two["scaling_efficiency_runs"]) == 1
@@ -86,7 +86,9 @@ def test_a_save_run_pools_its_bursts_into_each_entry(saved_tiny):
 
 
 def test_a_save_pools_baseline_runs_bursts_into_each_entry(faked):
-    saved = faked.runpytest_subprocess(*FAKE, "--cpu-workers", "2", "--save-baseline", "--baseline-runs", "3")
+    saved = faked.runpytest_subprocess(
+        *FAKE, "--perf-cpu-workers", "2", "--perf-save-baseline", "--perf-baseline-runs", "3"
+    )
     saved.assert_outcomes(passed=3)
     assert "saved (3 runs)" in saved.stdout.str()
     (path,) = baseline_files(faked)
@@ -99,16 +101,16 @@ def test_a_save_pools_baseline_runs_bursts_into_each_entry(faked):
 
 
 def test_a_scaling_floor_fails_the_scaling_test_alone(faked):
-    faked.runpytest_subprocess(*FAKE, "--cpu-workers", "2", "--save-baseline").assert_outcomes(passed=3)
+    faked.runpytest_subprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-save-baseline").assert_outcomes(passed=3)
     # An absolute floor no 2-device run can reach (the fake bursts scale perfectly).
-    result = faked.runpytest_subprocess(*FAKE, "--cpu-workers", "2", "--min-scaling-efficiency", "1.9")
+    result = faked.runpytest_subprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-min-scaling-efficiency", "1.9")
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()
     assert "scaling regression" in out and "floor 190%" in out
 
 
 def test_a_slowdown_fails_as_a_confirmed_regression(faked, monkeypatch):
-    faked.runpytest_subprocess(*FAKE, "--save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     (path,) = baseline_files(faked)
     before = path.read_bytes()
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
@@ -151,8 +153,8 @@ def test_corrupt_baseline_is_a_usage_error_and_is_never_overwritten(suite):
     path = _saved_file(suite)
     path.write_bytes(b'{"schema": 1, "entries": {tru')
     before = path.read_bytes()
-    for extra in ([], ["--save-baseline"]):
-        result = run(suite, "--cpu-workers", "1", *extra)
+    for extra in ([], ["--perf-save-baseline"]):
+        result = run(suite, "--perf-cpu-workers", "1", *extra)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         errors = [x for x in result.stderr.lines if x.startswith("ERROR:")]
         assert len(errors) == 1 and path.name in errors[0]
@@ -164,7 +166,7 @@ def test_wrong_schema_is_named(suite):
     data = json.loads(path.read_text())
     data["schema"] = 99
     path.write_text(json.dumps(data))
-    result = run(suite, "--cpu-workers", "1")
+    result = run(suite, "--perf-cpu-workers", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "schema 99" in result.stderr.str()
 
@@ -174,7 +176,7 @@ def test_wrong_schema_is_named(suite):
 
 def test_crash_fails_that_test_as_an_error_not_a_regression_and_the_session_goes_on(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")
-    result = run(suite, "--missing-baseline", "pass", "--save-baseline", "--junitxml", "junit.xml")
+    result = run(suite, "--perf-missing-baseline", "pass", "--perf-save-baseline", "--junitxml", "junit.xml")
     result.assert_outcomes(failed=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
@@ -194,14 +196,14 @@ def test_crash_fails_that_test_as_an_error_not_a_regression_and_the_session_goes
 
 def test_non_finite_loss_fails(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_NAN", "1")
-    result = run(suite, "--cpu-workers", "1", "--missing-baseline", "pass")
+    result = run(suite, "--perf-cpu-workers", "1", "--perf-missing-baseline", "pass")
     result.assert_outcomes(failed=1)
     assert "loss is not finite" in result.stdout.str()
 
 
 def test_timeout_fails_within_bound(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "3000")
-    result = run(suite, "--cpu-workers", "1", "--burst-timeout", "4")
+    result = run(suite, "--perf-cpu-workers", "1", "--perf-burst-timeout", "4")
     result.assert_outcomes(failed=1)
     assert "burst timed out after 4 s" in result.stdout.str()
 

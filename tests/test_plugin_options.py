@@ -31,68 +31,74 @@ def test_help_shows_one_option_group(pytester):
     out = result.stdout.str()
     assert "perfsuite: training bursts gated against baselines" in out
     for flag in (
-        "--gpus",
-        "--cpu-workers",
-        "--framework",
-        "--model",
-        "--data-location",
-        "--variable-update",
-        "--batch-size",
-        "--precision",
-        "--steps",
-        "--warmup-steps",
-        "--baseline-dir",
-        "--save-baseline",
+        "--perf-gpus",
+        "--perf-cpu-workers",
+        "--perf-framework",
+        "--perf-model",
+        "--perf-data-location",
+        "--perf-variable-update",
+        "--perf-batch-size",
+        "--perf-precision",
+        "--perf-steps",
+        "--perf-warmup-steps",
+        "--perf-baseline-dir",
+        "--perf-save-baseline",
         "--perf-tolerance",
-        "--missing-baseline",
-        "--min-scaling-efficiency",
+        "--perf-missing-baseline",
+        "--perf-min-scaling-efficiency",
         "--perf-json",
-        "--nnodes",
-        "--node-rank",
-        "--rdzv-endpoint",
-        "--worker-hosts",
+        "--perf-nnodes",
+        "--perf-node-rank",
+        "--perf-rdzv-endpoint",
+        "--perf-worker-hosts",
         "--perf-history",
         "--perf-label",
-        "--drift-window",
-        "--drift",
+        "--perf-drift-window",
+        "--perf-drift",
     ):
         assert flag in out, flag
 
 
-def test_markers_registered(pytester):
+def test_gate_marker_registered(pytester):
+    # The case markers (gpu, cpu, ...) are registered where a perf suite runs: test_good_neighbour.py.
     out = pytester.runpytest("--markers").stdout.str()
-    for name in ("gpu", "cpu", "multinode", "torch", "tf", "slow", "perf"):
-        assert f"@pytest.mark.{name}" in out
+    assert "@pytest.mark.perfsuite(tolerance=None, memory_tolerance=None, min_devices=1)" in out
 
 
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--gpus", "0"], ["--gpus", ">= 1"]),
-        (["--gpus", "four"], ["--gpus", "integer", "four"]),
-        (["--cpu-workers", "-2"], ["--cpu-workers", ">= 1"]),
-        (["--model", "resnet51"], ["--model", "resnet51", "resnet50"]),
-        (["--framework", "jax"], ["--framework", "jax", "torch, tf"]),
-        (["--data-location", "disk"], ["--data-location", "disk", "device, host, python, real"]),
-        (["--variable-update", "gossip"], ["--variable-update", "replicated, parameter_server"]),
-        (["--precision", "fp8"], ["--precision", "fp32, tf32, fp16, bf16, amp"]),
-        (["--batch-size", "0"], ["--batch-size", ">= 1"]),
-        (["--steps", "1.5"], ["--steps", "integer"]),
-        (["--warmup-steps", "-1"], ["--warmup-steps", ">= 0"]),
+        (["--perf-gpus", "0"], ["--perf-gpus", ">= 1"]),
+        (["--perf-gpus", "four"], ["--perf-gpus", "integer", "four"]),
+        (["--perf-cpu-workers", "-2"], ["--perf-cpu-workers", ">= 1"]),
+        (["--perf-model", "resnet51"], ["--perf-model", "resnet51", "resnet50"]),
+        (["--perf-framework", "jax"], ["--perf-framework", "jax", "torch, tf"]),
+        (["--perf-data-location", "disk"], ["--perf-data-location", "disk", "device, host, python, real"]),
+        (["--perf-variable-update", "gossip"], ["--perf-variable-update", "replicated, parameter_server"]),
+        (["--perf-precision", "fp8"], ["--perf-precision", "fp32, tf32, fp16, bf16, amp"]),
+        (["--perf-batch-size", "0"], ["--perf-batch-size", ">= 1"]),
+        (["--perf-steps", "1.5"], ["--perf-steps", "integer"]),
+        (["--perf-warmup-steps", "-1"], ["--perf-warmup-steps", ">= 0"]),
         (["--perf-tolerance", "nan"], ["--perf-tolerance", "number"]),
         (["--perf-tolerance", "1.5"], ["--perf-tolerance", "<= 0.99"]),
-        (["--missing-baseline", "ignore"], ["--missing-baseline", "skip, fail, pass"]),
-        (["--min-scaling-efficiency", "-0.1"], ["--min-scaling-efficiency", ">= 0"]),
-        (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], ["node rank 2", "--nnodes 2"]),
-        (["--nnodes", "2"], ["--nnodes > 1 needs --rdzv-endpoint"]),
-        (["--rdzv-endpoint", "host"], ["--rdzv-endpoint", "HOST:PORT"]),
-        (["--rdzv-endpoint", "host:99999"], ["--rdzv-endpoint", "1-65535"]),
-        (["--nnodes", "2", "--worker-hosts", "a:1"], ["--worker-hosts", "1 hosts", "--nnodes is 2"]),
-        (["--steps", "3", "--windows", "5"], ["--steps", "5 windows need at least 5 steps", "got 3"]),
-        (["--steps", "3"], ["--steps", "5 windows need at least 5 steps", "got 3"]),
-        (["--windows", "2"], ["--windows", "at least 5 windows, got 2", "cannot reach p < 0.01"]),
+        (["--perf-missing-baseline", "ignore"], ["--perf-missing-baseline", "skip, fail, pass"]),
+        (["--perf-min-scaling-efficiency", "-0.1"], ["--perf-min-scaling-efficiency", ">= 0"]),
+        (
+            ["--perf-nnodes", "2", "--perf-node-rank", "2", "--perf-rdzv-endpoint", "h:1"],
+            ["node rank 2", "--perf-nnodes 2"],
+        ),
+        (["--perf-nnodes", "2"], ["--perf-nnodes > 1 needs --perf-rdzv-endpoint"]),
+        (["--perf-rdzv-endpoint", "host"], ["--perf-rdzv-endpoint", "HOST:PORT"]),
+        (["--perf-rdzv-endpoint", "host:99999"], ["--perf-rdzv-endpoint", "1-65535"]),
+        (
+            ["--perf-nnodes", "2", "--perf-worker-hosts", "a:1"],
+            ["--perf-worker-hosts", "1 hosts", "--perf-nnodes is 2"],
+        ),
+        (["--perf-steps", "3", "--perf-windows", "5"], ["--perf-steps", "5 windows need at least 5 steps", "got 3"]),
+        (["--perf-steps", "3"], ["--perf-steps", "5 windows need at least 5 steps", "got 3"]),
+        (["--perf-windows", "2"], ["--perf-windows", "at least 5 windows, got 2", "cannot reach p < 0.01"]),
         (["--perf-tolerance", "10"], ["--perf-tolerance", "<= 0.99", "a fraction: 0.10 means 10%"]),
-        (["--missing-gpus", "maybe"], ["--missing-gpus", "fail, skip"]),
+        (["--perf-missing-gpus", "maybe"], ["--perf-missing-gpus", "fail, skip"]),
     ],
 )
 def test_bad_option_is_one_line_usage_error(suite, args, words):
@@ -110,7 +116,7 @@ def test_pyproject_table_sets_defaults_and_cli_wins(suite):
     ids = suite.runpytest("--co", "-q", "-m", "cpu").stdout.str()
     assert "test_throughput[torch-cifar10-cpu4-device]" in ids
     assert "resnet50" not in ids
-    ids = suite.runpytest("--co", "-q", "-m", "cpu", "--cpu-workers", "2").stdout.str()
+    ids = suite.runpytest("--co", "-q", "-m", "cpu", "--perf-cpu-workers", "2").stdout.str()
     assert "cpu4" not in ids and "test_throughput[torch-cifar10-cpu2-device]" in ids
 
 
@@ -130,7 +136,16 @@ def test_pyproject_bad_value_names_the_key(suite):
 
 def test_device_sweep_and_scaling_cases(suite):
     out = suite.runpytest(
-        "--co", "-q", "--framework", "torch", "--model", "cifar10", "--gpus", "6", "--cpu-workers", "3"
+        "--co",
+        "-q",
+        "--perf-framework",
+        "torch",
+        "--perf-model",
+        "cifar10",
+        "--perf-gpus",
+        "6",
+        "--perf-cpu-workers",
+        "3",
     ).stdout.str()
     for n in (1, 2, 4, 6):
         assert f"test_throughput[torch-cifar10-gpu{n}-device]" in out
@@ -147,19 +162,19 @@ def test_repeatable_dimensions_multiply(suite):
         "-q",
         "-m",
         "cpu",
-        "--framework",
+        "--perf-framework",
         "torch",
-        "--model",
+        "--perf-model",
         "cifar10",
-        "--data-location",
+        "--perf-data-location",
         "device",
-        "--data-location",
+        "--perf-data-location",
         "host",
-        "--variable-update",
+        "--perf-variable-update",
         "replicated,parameter_server",
-        "--precision",
+        "--perf-precision",
         "amp",
-        "--batch-size",
+        "--perf-batch-size",
         "16",
     ).stdout.str()
     assert "test_throughput[torch-cifar10-cpu1-host-amp-bs16]" in out
@@ -169,14 +184,14 @@ def test_repeatable_dimensions_multiply(suite):
 
 
 def test_markers_select_framework_and_device_kind(suite):
-    out = suite.runpytest("--co", "-q", "-m", "torch and cpu", "--model", "cifar10").stdout.str()
+    out = suite.runpytest("--co", "-q", "-m", "torch and cpu", "--perf-model", "cifar10").stdout.str()
     assert "gpu" not in out.split("collected")[0]
     assert "test_throughput[torch-cifar10-cpu1-device]" in out
 
 
 def test_plain_device_count_fixture_is_swept(pytester):
     pytester.makepyfile("def test_n(device_count, device_kind):\n    assert device_count >= 1\n")
-    out = pytester.runpytest("--co", "-q", "--cpu-workers", "4", "--gpus", "2").stdout.str()
+    out = pytester.runpytest("--co", "-q", "--perf-cpu-workers", "4", "--perf-gpus", "2").stdout.str()
     for case in ("gpu1", "gpu2", "cpu1", "cpu2", "cpu4"):
         assert f"test_n[{case}]" in out
 

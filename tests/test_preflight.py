@@ -16,7 +16,7 @@ from suite_files import FAKE_BURSTS, SUITE, TINY
 
 pytest_plugins = ["pytester"]
 
-TORCH_CIFAR = ["--framework", "torch", "--model", "cifar10", "-p", "no:cacheprovider"]
+TORCH_CIFAR = ["--perf-framework", "torch", "--perf-model", "cifar10", "-p", "no:cacheprovider"]
 
 
 @pytest.fixture
@@ -47,11 +47,11 @@ needs_no_gpu = pytest.mark.skipif(
 
 @needs_no_gpu
 def test_gpus_asked_for_but_absent_fail_up_front_and_say_what_was_found(suite):
-    result = suite.runpytest_subprocess("-m", "gpu", "--gpus", "4", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-m", "gpu", "--perf-gpus", "4", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = error_line(result)
-    assert line.startswith("ERROR: --gpus 4: 4 CUDA devices asked for, 0 visible (")
-    assert "CUDA_VISIBLE_DEVICES" in line and "--missing-gpus skip" in line
+    assert line.startswith("ERROR: --perf-gpus 4: 4 CUDA devices asked for, 0 visible (")
+    assert "CUDA_VISIBLE_DEVICES" in line and "--perf-missing-gpus skip" in line
     assert bursts_run(suite) == []
 
 
@@ -67,7 +67,7 @@ def test_a_selection_of_gpu_cases_fails_without_gpus_too(suite, monkeypatch):
 
 @needs_no_gpu
 def test_a_mixed_fleet_skips_but_a_run_that_measured_nothing_fails(suite):
-    result = suite.runpytest_subprocess("-m", "gpu", "--gpus", "4", "--missing-gpus", "skip", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-m", "gpu", "--perf-gpus", "4", "--perf-missing-gpus", "skip", *TORCH_CIFAR)
     result.assert_outcomes(skipped=5)  # throughput on 1, 2, 4 GPUs; scaling on 2, 4
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["no burst ran: 5 selected cases, all skipped: needs 2 CUDA devices, found 0 (2)*"])
@@ -75,7 +75,7 @@ def test_a_mixed_fleet_skips_but_a_run_that_measured_nothing_fails(suite):
 
 @needs_no_gpu
 def test_a_plain_run_on_a_cpu_node_measures_its_cpu_cases(suite):
-    result = suite.runpytest_subprocess("--missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("--perf-missing-baseline", "pass", *TORCH_CIFAR)
     result.assert_outcomes(passed=3, skipped=1)  # the 1-GPU case alone is skipped
     assert result.ret == pytest.ExitCode.OK
     assert len(bursts_run(suite)) == 2
@@ -91,7 +91,7 @@ def test_a_framework_asked_for_but_missing_fails_with_the_install_line(suite, mo
     result = suite.runpytest_inprocess("-m", "cpu", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = error_line(result)
-    assert '--framework torch: torch is not installed; pip install -e ".[torch]"' in line
+    assert '--perf-framework torch: torch is not installed; pip install -e ".[torch]"' in line
     assert "not published on PyPI" in line
 
 
@@ -99,7 +99,7 @@ def test_a_missing_framework_among_the_defaults_is_skipped_with_the_install_line
     import perfsuite.plugin.cases
 
     monkeypatch.setattr(perfsuite.plugin.cases, "framework_installed", lambda fw: fw == "torch")
-    result = suite.runpytest_inprocess("-m", "cpu", "--model", "cifar10", "--missing-baseline", "pass", "-rs")
+    result = suite.runpytest_inprocess("-m", "cpu", "--perf-model", "cifar10", "--perf-missing-baseline", "pass", "-rs")
     result.assert_outcomes(passed=3, skipped=3)
     assert 'tensorflow is not installed: pip install -e ".[tf]" (run in the perfsuite checkout' in result.stdout.str()
 
@@ -145,7 +145,7 @@ def test_a_fresh_environment_with_the_plugin_alone_fails_with_one_line(tmp_path)
     )
     assert check.stdout.split() == ["None", "None", "True"], check.stdout + check.stderr
     proc = subprocess.run(
-        [python, "-m", "pytest", "tests_perf", "-m", "cpu", "--model", "cifar10", "-p", "no:cacheprovider"],
+        [python, "-m", "pytest", "tests_perf", "-m", "cpu", "--perf-model", "cifar10", "-p", "no:cacheprovider"],
         cwd=root,
         capture_output=True,
         text=True,
@@ -163,7 +163,7 @@ def test_a_fresh_environment_with_the_plugin_alone_fails_with_one_line(tmp_path)
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed")
 def test_pytest_xdist_is_refused_with_one_line(suite):
-    result = suite.runpytest_subprocess("-n", "2", "-m", "cpu", "--missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-n", "2", "-m", "cpu", "--perf-missing-baseline", "pass", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "pytest-xdist (-n)" in error_line(result)
     assert bursts_run(suite) == []
@@ -178,8 +178,14 @@ def test_pytest_xdist_is_refused_with_one_line(suite):
         (["--perf-report", "/proc/perfsuite-report"], "--perf-report: cannot write /proc/perfsuite-report"),
         (["--perf-json", "/proc/perfsuite/r.json"], "--perf-json: cannot write /proc/perfsuite/r.json"),
         (["--perf-json", "."], "is a directory, not a file"),
-        (["--baseline-dir", "/nonexistent-perfsuite"], "--baseline-dir: /nonexistent-perfsuite does not exist"),
-        (["--save-baseline", "--baseline-dir", "/proc/perfsuite"], "--baseline-dir: cannot write /proc/perfsuite"),
+        (
+            ["--perf-baseline-dir", "/nonexistent-perfsuite"],
+            "--perf-baseline-dir: /nonexistent-perfsuite does not exist",
+        ),
+        (
+            ["--perf-save-baseline", "--perf-baseline-dir", "/proc/perfsuite"],
+            "--perf-baseline-dir: cannot write /proc/perfsuite",
+        ),
     ],
     ids=["report", "json", "json-dir", "gating", "saving"],
 )
@@ -192,7 +198,7 @@ def test_output_paths_are_checked_before_any_burst(suite, args, words):
 
 def test_results_line_names_a_file_only_once_written(suite):
     result = suite.runpytest_subprocess(
-        "-m", "cpu", "--missing-baseline", "pass", "--perf-json", "out/r.json", *TORCH_CIFAR
+        "-m", "cpu", "--perf-missing-baseline", "pass", "--perf-json", "out/r.json", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK
     assert "results: " in result.stdout.str() and (suite.path / "out" / "r.json").exists()
@@ -208,7 +214,9 @@ def test_short(perf, burst_spec):
 
 def test_a_burst_too_short_for_a_verdict_fails_the_test(suite):
     suite.makepyfile(test_suite=SHORT)
-    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "-m", "cpu", "--perf-cpu-workers", "1", "--perf-missing-baseline", "pass", *TORCH_CIFAR
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*2 windows cannot fail the gate: a verdict needs at least 5*"])
     assert bursts_run(suite) == []
@@ -233,11 +241,11 @@ def test_the_shipped_suite_runs_from_a_folder_with_a_conftest_alone(pytester):
         "perfsuite.suite",
         "-m",
         "cpu",
-        "--framework",
+        "--perf-framework",
         "torch",
-        "--model",
+        "--perf-model",
         "tiny",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
     )
     result.assert_outcomes(passed=3)
@@ -247,12 +255,12 @@ def test_a_model_registered_in_a_subfolder_conftest_is_known(pytester):
     sub = pytester.mkpydir("perf")
     (sub / "conftest.py").write_text(MYNET)
     (sub / "test_suite.py").write_text(SUITE)
-    result = pytester.runpytest_subprocess("--co", "-q", "--model", "mynet", "-m", "cpu")
+    result = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet", "-m", "cpu")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     assert "test_throughput[torch-mynet-cpu1-device]" in result.stdout.str()
-    unknown = pytester.runpytest_subprocess("--co", "-q", "--model", "mynet2", "-m", "cpu")
+    unknown = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet2", "-m", "cpu")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--model: unknown model 'mynet2' (known: " in error_line(unknown) and "mynet," in error_line(unknown)
+    assert "--perf-model: unknown model 'mynet2' (known: " in error_line(unknown) and "mynet," in error_line(unknown)
 
 
 def test_the_models_command_lists_a_conftests_models(pytester):
@@ -286,7 +294,7 @@ def test_the_models_command_lists_a_conftests_models(pytester):
 def test_a_bad_registration_is_one_line(pytester):
     pytester.makeconftest(MYNET.replace("num_classes=4)\ndef", "num_classes=4, flops='lots')\ndef"))
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_subprocess("--co", "-q", "--model", "mynet")
+    result = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet")
     assert result.ret != pytest.ExitCode.OK
     assert "model 'mynet': flops must be a positive number, got 'lots'" in result.stdout.str() + result.stderr.str()
     assert "TypeError" not in result.stdout.str() + result.stderr.str()
@@ -306,13 +314,15 @@ def test_a_model_without_params_or_flops_gets_them_measured(saved_tiny):
 
 def test_large_figures_print_in_fixed_point(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "10370")
-    result = suite.runpytest_subprocess("-m", "cpu", "--cpu-workers", "1", "--missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess(
+        "-m", "cpu", "--perf-cpu-workers", "1", "--perf-missing-baseline", "pass", *TORCH_CIFAR
+    )
     out = result.stdout.str()
     assert " 10370 " in out and "e+0" not in out
 
 
 def test_a_save_run_says_saved_names_the_folder_and_leaves_no_lock_file(suite):
-    result = suite.runpytest_subprocess("-m", "cpu", "--save-baseline", *TORCH_CIFAR)
+    result = suite.runpytest_subprocess("-m", "cpu", "--perf-save-baseline", *TORCH_CIFAR)
     result.assert_outcomes(passed=3)
     out = result.stdout.str()
     assert "saved (3 runs)" in out and "no baseline" not in out
@@ -325,29 +335,29 @@ def test_a_key_mismatch_names_the_nearest_entry_and_the_field_that_differs(suite
     saved = suite.runpytest_subprocess(
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--threads-per-worker",
+        "--perf-threads-per-worker",
         "1",
-        "--save-baseline",
-        "--baseline-runs",
+        "--perf-save-baseline",
+        "--perf-baseline-runs",
         "1",
         *TORCH_CIFAR,
     )
     saved.assert_outcomes(passed=1)
     result = suite.runpytest_subprocess(
-        "-m", "cpu", "--cpu-workers", "1", "--threads-per-worker", "2", "-rs", *TORCH_CIFAR
+        "-m", "cpu", "--perf-cpu-workers", "1", "--perf-threads-per-worker", "2", "-rs", *TORCH_CIFAR
     )
     result.assert_outcomes(skipped=1)
     assert (
         "the nearest entry, torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1, differs in threads "
-        "per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)"
+        "per CPU worker (2 here, 1 there: --perf-threads-per-worker 1 matches it)"
     ) in result.stdout.str()
 
 
 def test_oversubscribed_cores_are_warned_about(suite):
     result = suite.runpytest_subprocess(
-        "--co", "-m", "cpu", "--cpu-workers", "2", "--threads-per-worker", "1000", *TORCH_CIFAR
+        "--co", "-m", "cpu", "--perf-cpu-workers", "2", "--perf-threads-per-worker", "1000", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK
     assert "2 CPU workers x 1000 threads want 2000 cores and this node has" in result.stdout.str()
@@ -356,7 +366,7 @@ def test_oversubscribed_cores_are_warned_about(suite):
 @pytest.mark.skipif(importlib.util.find_spec("pytest_benchmark") is None, reason="needs pytest-benchmark")
 def test_pytest_benchmark_shows_no_second_table_of_the_bursts(suite):
     result = suite.runpytest_subprocess(
-        "-m", "cpu", "--missing-baseline", "pass", "--benchmark-json", "b.json", *TORCH_CIFAR
+        "-m", "cpu", "--perf-missing-baseline", "pass", "--benchmark-json", "b.json", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK
     assert "benchmark 'perfsuite" not in result.stdout.str()

@@ -132,7 +132,7 @@ def test_dataset_kind():
     assert datasets.dataset_kind(224) == "jpeg"
 
 
-# --- the cache and --data-dir ---------------------------------------------------------------
+# --- the cache and --perf-data-dir ---------------------------------------------------------------
 
 
 def test_ensure_dataset_generates_once_then_reuses(tmp_path, monkeypatch):

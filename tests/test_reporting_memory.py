@@ -101,7 +101,7 @@ def perf(tmp_path, trace):
             verdict=stats.PASS,
             peaks=(GIB // 2,),
             base_peak=GIB // 2,
-            note="the baseline entry has no op profile: refresh it with --save-baseline",
+            note="the baseline entry has no op profile: refresh it with --perf-save-baseline",
         ),
     ):
         perf.results[r.spec] = r

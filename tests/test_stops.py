@@ -93,30 +93,30 @@ def start(project: Path, workers: int, *extra: str, only: str = "") -> subproces
         "-p",
         "no:cacheprovider",
         "-q",
-        "--framework",
+        "--perf-framework",
         "torch",
-        "--model",
+        "--perf-model",
         "tiny",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         str(workers),
         "-k",
         select,
-        "--steps",
+        "--perf-steps",
         "20000",
-        "--windows",
+        "--perf-windows",
         "5",
-        "--max-windows",
+        "--perf-max-windows",
         "5",
-        "--warmup-steps",
+        "--perf-warmup-steps",
         "1",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
-        "--save-baseline",
-        "--baseline-runs",
+        "--perf-save-baseline",
+        "--perf-baseline-runs",
         "1",
-        "--baseline-dir",
+        "--perf-baseline-dir",
         "baselines",
         "--perf-json",
         "results.json",
@@ -240,7 +240,7 @@ def test_sigkill_to_pytest_leaves_no_orphans(project, ranks):
 
 def test_maxfail_leaves_nothing_running(project, monkeypatch):
     monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")
-    proc = start(project, 1, "-x", "--keep-burst-dirs")
+    proc = start(project, 1, "-x", "--perf-keep-burst-dirs")
     out = proc.communicate(timeout=120)[0]
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, out
     assert "1 failed" in out and "stopping after 1 failures" in out

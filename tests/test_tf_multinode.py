@@ -43,27 +43,27 @@ def _node(tmp: Path, rank: int, hosts: str, *extra: str) -> subprocess.Popen:
         "no:cacheprovider",
         "-q",
         "-rs",
-        "--framework",
+        "--perf-framework",
         "tf",
-        "--model",
+        "--perf-model",
         "tinytf",
         "-m",
         "cpu",
-        "--cpu-workers",
+        "--perf-cpu-workers",
         "1",
-        "--steps",
+        "--perf-steps",
         "10",
-        "--windows",
+        "--perf-windows",
         "5",
-        "--warmup-steps",
+        "--perf-warmup-steps",
         "1",
-        "--missing-baseline",
+        "--perf-missing-baseline",
         "pass",
-        "--nnodes",
+        "--perf-nnodes",
         "2",
-        "--node-rank",
+        "--perf-node-rank",
         str(rank),
-        "--worker-hosts",
+        "--perf-worker-hosts",
         hosts,
         "--perf-json",
         f"node{rank}.json",
@@ -100,7 +100,7 @@ def test_two_nodes_on_loopback(project):
 
 
 def test_missing_node_fails_within_its_timeout(project):
-    node = _node(project, 0, _hosts(), "--rdzv-timeout", "4")
+    node = _node(project, 0, _hosts(), "--perf-rdzv-timeout", "4")
     out = node.communicate(timeout=120)[0]
     assert node.returncode == 1, out
     assert "timed out after 4 s" in out and "not all 2 nodes joined" in out
@@ -126,12 +126,12 @@ def test_a_cluster_needs_its_hosts(monkeypatch):
     monkeypatch.delenv("SLURM_STEP_NODELIST", raising=False)
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["x:1", "y:2"]}, "task": {"type": "worker", "index": 0}}')
     torch_only = resolve(lambda dest: {"nnodes": "2", "rdzv_endpoint": "h:29500"}.get(dest), {}, "", Path.cwd())
-    assert "needs --worker-hosts" in cluster_gap(torch_only, "tf")
+    assert "needs --perf-worker-hosts" in cluster_gap(torch_only, "tf")
     assert cluster_gap(torch_only, "torch") is None
     assert "TF_CONFIG" not in launch.worker_env(SPEC, 0, ())
     case = cases.Case("tf", "cifar10", "cpu", 1, "device", "replicated", "fp32", None, nodes=2)
-    assert "needs --worker-hosts" in cases.skip_reason(case, gpu_count=0, options=torch_only)
-    with pytest.raises(OptionError, match="lists 1 hosts but --nnodes is 2"):
+    assert "needs --perf-worker-hosts" in cases.skip_reason(case, gpu_count=0, options=torch_only)
+    with pytest.raises(OptionError, match="lists 1 hosts but --perf-nnodes is 2"):
         resolve(lambda dest: {"nnodes": "2", "worker_hosts": "a:1"}.get(dest), {}, "", Path.cwd())
 
 
@@ -140,7 +140,7 @@ def test_slurm_allows_nodes_without_endpoints(monkeypatch):
         return {"nnodes": "2"}.get(dest)
 
     monkeypatch.delenv("SLURM_STEP_NODELIST", raising=False)
-    with pytest.raises(OptionError, match="needs --rdzv-endpoint"):
+    with pytest.raises(OptionError, match="needs --perf-rdzv-endpoint"):
         resolve(cli, {}, "", Path.cwd())
     monkeypatch.setenv("SLURM_STEP_NODELIST", "node[0-1]")
     assert resolve(cli, {}, "", Path.cwd()).nnodes == 2
@@ -155,7 +155,7 @@ def test_unsupported_multinode_cases_are_skipped_with_a_reason(monkeypatch):
         return cases.Case("tf", "cifar10", kind, count, "device", update, "fp32", None, nodes=2)
 
     assert "parameter_server" in cases.skip_reason(case(1, "parameter_server", "cuda"), gpu_count=1)
-    assert "--cpu-workers 1" in cases.skip_reason(case(2, "replicated"), gpu_count=0)
+    assert "--perf-cpu-workers 1" in cases.skip_reason(case(2, "replicated"), gpu_count=0)
     assert cases.skip_reason(case(1, "replicated"), gpu_count=0) is None
     assert cases.skip_reason(case(2, "replicated", "cuda"), gpu_count=2) is None
 

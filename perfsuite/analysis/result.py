@@ -117,17 +117,17 @@ class BurstResult:
     scaling_runs: list[float] = field(default_factory=list)  # per pair of pooled runs
     baseline: dict | None = None  # the baseline entry compared against
     baseline_file: str | None = None
-    saved: bool = False  # merged into its baseline file by --save-baseline
+    saved: bool = False  # merged into its baseline file by --perf-save-baseline
     # With --perf-history: the runs of this key's series the drift check read (tonight
     # included), and the drift it found.
     drift_runs: int | None = None
     drift: Drift | None = None
     drift_message: str | None = None  # the sentence the gate reported it with
     memory_verdict: MemoryVerdict | None = None  # peak memory against the baseline entry's
-    # A regressed (or --profile) burst's op profile against its baseline entry's, or why there is none.
+    # A regressed (or --perf-profile) burst's op profile against its baseline entry's, or why there is none.
     attribution: Attribution | None = None
     attribution_note: str | None = None
-    input_efficiency: float | None = None  # throughput over the device data location's (--min-input-efficiency)
+    input_efficiency: float | None = None  # throughput over the device data location's (--perf-min-input-efficiency)
     communication_overhead: float | None = None  # 1 - throughput / the independent twin's, where both ran
 
     @property

@@ -25,7 +25,7 @@ INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no baseline"
 
 ERROR = "error"  # a burst that failed: never a measurement, never a regression
-SAVED = "saved"  # merged into the baseline file by --save-baseline: the new reference, not gated
+SAVED = "saved"  # merged into the baseline file by --perf-save-baseline: the new reference, not gated
 MEASURED = "measured"  # measured but not gated
 # The one order of statuses, worst first: a row, a report and a run take the worst of theirs.
 VERDICT_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, SAVED, MEASURED)

@@ -33,6 +33,6 @@ def multinode_gap(framework: str, device_kind: str, devices: int, variable_updat
     if device_kind == "cpu" and devices > 1:
         return (
             "the tf backend runs one CPU replica per node across nodes "
-            "(MultiWorkerMirroredStrategy drives a node's CPU as one device): use --cpu-workers 1"
+            "(MultiWorkerMirroredStrategy drives a node's CPU as one device): use --perf-cpu-workers 1"
         )
     return None

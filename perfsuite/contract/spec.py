@@ -228,21 +228,21 @@ class BurstSpec:
 
 # Field name -> (words for people, the option that sets it). Position fields come first.
 KEY_FIELDS = {
-    "framework": ("framework", "--framework"),
-    "model": ("model", "--model"),
-    "devices": ("device count", "--gpus / --cpu-workers"),
-    "nodes": ("nodes", "--nnodes"),
-    "data_location": ("data location", "--data-location"),
-    "batch_size": ("batch per device", "--batch-size"),
+    "framework": ("framework", "--perf-framework"),
+    "model": ("model", "--perf-model"),
+    "devices": ("device count", "--perf-gpus / --perf-cpu-workers"),
+    "nodes": ("nodes", "--perf-nnodes"),
+    "data_location": ("data location", "--perf-data-location"),
+    "batch_size": ("batch per device", "--perf-batch-size"),
     "image_size": ("image size", None),
-    "precision": ("precision", "--precision"),
-    "variable_update": ("variable update", "--variable-update"),
-    "augment_on": ("augmentation place", "--augment-on"),
-    "xla": ("XLA", "--xla"),
-    "memory_format": ("memory format", "--memory-format"),
-    "compile": ("torch.compile", "--compile"),
-    "mode": ("mode", "--mode"),
-    "threads": ("threads per CPU worker", "--threads-per-worker"),
+    "precision": ("precision", "--perf-precision"),
+    "variable_update": ("variable update", "--perf-variable-update"),
+    "augment_on": ("augmentation place", "--perf-augment-on"),
+    "xla": ("XLA", "--perf-xla"),
+    "memory_format": ("memory format", "--perf-memory-format"),
+    "compile": ("torch.compile", "--perf-compile"),
+    "mode": ("mode", "--perf-mode"),
+    "threads": ("threads per CPU worker", "--perf-threads-per-worker"),
 }
 _PREFIXED = (
     ("nodes", "nodes"),
@@ -307,7 +307,7 @@ def nearest_key(key: str, candidates) -> tuple[str, list[str]] | None:
 
 
 def describe_difference(key: str, other: str, fields: list[str]) -> str:
-    """'threads per CPU worker (2 here, 1 there: --threads-per-worker 1 matches it)'."""
+    """'threads per CPU worker (2 here, 1 there: --perf-threads-per-worker 1 matches it)'."""
     mine, theirs = key_fields(key), key_fields(other)
     out = []
     for name in fields:

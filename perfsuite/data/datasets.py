@@ -2,7 +2,7 @@
 
 Framework-free (NumPy and Pillow only) so the torch and TensorFlow backends share it.
 Three formats, laid out exactly as the public originals so a user's own copy can stand in
-for a generated one (``--data-dir``):
+for a generated one (``--perf-data-dir``):
 
 * ``cifar10-bin``: CIFAR-10 binary batches ``data_batch_N.bin``; each record is one label
   byte then 3072 image bytes (1024 R, 1024 G, 1024 B, each 32x32 row-major).
@@ -101,7 +101,7 @@ def dataset_for(framework: str, image_size: int, data_dir: str | os.PathLike | N
 
 def imagenet_dataset(data_dir: str | os.PathLike | None, cache_dir: Path | None = None) -> tuple[str, Path]:
     """(kind, dir) of an ImageNet-style dataset for a TFRecord reader: TFRecord shards,
-    else a JPEG tree, so one ``--data-dir`` can serve torch and TensorFlow alike.
+    else a JPEG tree, so one ``--perf-data-dir`` can serve torch and TensorFlow alike.
     Without ``data_dir``: generated TFRecords in the cache."""
     if data_dir is None:
         return "tfrecord", ensure_dataset("tfrecord", None, cache_dir)

@@ -202,7 +202,10 @@ def precision_gap(case: Case) -> str | None:
 def layout_gap(case: Case, xla: bool = False) -> str | None:
     """TensorFlow's CPU kernels refuse NCHW convolutions and pooling; XLA lays out its own."""
     if case.framework == "tf" and case.device_kind == "cpu" and case.memory_format == "channels_first" and not xla:
-        return "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --xla; without it, on GPUs"
+        return (
+            "TensorFlow runs NCHW (channels_first) convolutions on CPU workers only under --perf-xla; "
+            "without it, on GPUs"
+        )
     return None
 
 

@@ -20,6 +20,7 @@ from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key
+from perfsuite.plugin.markers import gate_marker
 from perfsuite.plugin.session import PerfSession
 from perfsuite.store.baseline import BaselineError
 
@@ -29,8 +30,8 @@ class PerfWarning(UserWarning):
 
 
 def marker_tolerance(item: pytest.Item, name: str = "tolerance") -> float | None:
-    """The tolerance a ``@pytest.mark.perf(tolerance=..., memory_tolerance=...)`` gives this test, if any."""
-    marker = item.get_closest_marker("perf")
+    """The tolerance a ``@pytest.mark.perfsuite(tolerance=..., memory_tolerance=...)`` gives this test, if any."""
+    marker = gate_marker(item)
     value = marker.kwargs.get(name) if marker else None
     return None if value is None else float(value)
 
@@ -131,7 +132,7 @@ class PerfGate:
 
     # -- the input pipeline ------------------------------------------------------------
     def _input_efficiency(self, result: BurstResult) -> str | None:
-        """--min-input-efficiency: a host, python or real case against the device case of the
+        """--perf-min-input-efficiency: a host, python or real case against the device case of the
         same spec, measured in this run (run now if no test asked for it yet)."""
         floor = self.options.min_input_efficiency
         spec = result.spec
@@ -203,7 +204,7 @@ class PerfGate:
             )
         else:
             warnings.warn(
-                PerfWarning(f"less memory than baseline, refresh it with --save-baseline: {line}"), stacklevel=4
+                PerfWarning(f"less memory than baseline, refresh it with --perf-save-baseline: {line}"), stacklevel=4
             )
         return None
 
@@ -218,7 +219,7 @@ class PerfGate:
             return
         if not entry.get("op_profile"):
             result.attribution_note = (
-                "the baseline entry has no op profile: refresh it with --save-baseline to see which ops moved"
+                "the baseline entry has no op profile: refresh it with --perf-save-baseline to see which ops moved"
             )
             return
         try:
@@ -251,7 +252,7 @@ class PerfGate:
     # -- drift --------------------------------------------------------------------------
     def _drift(self, result: BurstResult, tolerance: float) -> str | None:
         """With a history: a drop beyond the tolerance made of change points in the last
-        --drift-window runs, this one included. The sentence that reports it, or None."""
+        --perf-drift-window runs, this one included. The sentence that reports it, or None."""
         past = self.session.history_series(result.spec)
         if past is None or result.images_per_sec is None:
             return None
@@ -373,7 +374,7 @@ class PerfGate:
     def _missing(self, spec: BurstSpec, path, what: str = "throughput") -> None:
         if self.options.save_baseline:
             return
-        message = f"no {what} baseline for {spec.key()} in {path}: run with --save-baseline to add it"
+        message = f"no {what} baseline for {spec.key()} in {path}: run with --perf-save-baseline to add it"
         file = self.session.baseline_file(spec.device_kind)
         near = nearest_key(spec.key(), file.entries) if file else None
         if near is not None and near[1]:
@@ -398,7 +399,9 @@ class PerfGate:
             else:
                 warnings.warn(PerfWarning(message), stacklevel=3)
         elif verdict.status == stats.IMPROVEMENT:
-            warnings.warn(PerfWarning(f"faster than baseline, refresh it with --save-baseline: {detail}"), stacklevel=3)
+            warnings.warn(
+                PerfWarning(f"faster than baseline, refresh it with --perf-save-baseline: {detail}"), stacklevel=3
+            )
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
 

@@ -16,7 +16,7 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import model_names
 from perfsuite.plugin import benchmark as benchmark_json
 from perfsuite.plugin import cases as matrix
-from perfsuite.plugin import preflight, progress
+from perfsuite.plugin import markers, preflight, progress
 from perfsuite.plugin.gate import PerfGate, marker_tolerance
 from perfsuite.plugin.options import OptionError, add_options, read_table, resolve
 from perfsuite.plugin.preflight import PreflightError
@@ -28,16 +28,6 @@ from perfsuite.store.baseline import BaselineError
 
 SESSION = pytest.StashKey[PerfSession]()
 
-MARKERS = (
-    "gpu: a burst on CUDA devices",
-    "cpu: a burst on CPU workers standing in for devices",
-    "multinode: a burst spanning several nodes",
-    "torch: a PyTorch burst",
-    "tf: a TensorFlow burst",
-    "slow: a long burst (big model on CPU workers)",
-    "perf(tolerance=None, memory_tolerance=None, min_devices=1): perfsuite gate settings for one test",
-)
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser.getgroup("perfsuite", "perfsuite: training bursts gated against baselines"))
@@ -45,8 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    for line in MARKERS:
-        config.addinivalue_line("markers", line)
+    markers.register_gate_marker(config)
     inipath = config.inipath
     in_pyproject = inipath is not None and inipath.name == "pyproject.toml"
     pyproject = inipath if in_pyproject else config.rootpath / "pyproject.toml"
@@ -84,11 +73,12 @@ XDIST_REFUSED = (
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = [d for d in matrix.DIMENSIONS if d in metafunc.fixturenames]
-    marker = metafunc.definition.get_closest_marker("perf")
+    marker = markers.gate_marker(metafunc.definition)
     wanted = "burst_spec" in metafunc.fixturenames or marker is not None or "device_count" in metafunc.fixturenames
     if not names or not wanted:
         return
     perf = _session(metafunc.config)
+    markers.register_markers(metafunc.config)  # a perf suite runs here: its case markers are registered
     perf.case_functions.add(metafunc.definition.nodeid)
     gpus = cuda_device_count()
     min_devices = int(marker.kwargs.get("min_devices", 1)) if marker else 1

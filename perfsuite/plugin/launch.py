@@ -4,7 +4,7 @@ A fresh process per burst keeps a crash, an out-of-memory or a hang inside one t
 lets torch and TensorFlow share a pytest session, and hands GPU memory back between
 tests. Several torch ranks go through torchrun (torch.distributed.run), never a
 launcher of our own. A multi-node TensorFlow burst is one worker process per node,
-which finds the others through the TF_CONFIG written here from --worker-hosts.
+which finds the others through the TF_CONFIG written here from --perf-worker-hosts.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ WORKER = "perfsuite.worker"
 
 def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions) -> list[str]:
     if spec.nodes > 1 and spec.framework == "torch":
-        assert options.rdzv_endpoint, "perfsuite.plugin.options refuses a multi-node run without --rdzv-endpoint"
+        assert options.rdzv_endpoint, "perfsuite.plugin.options refuses a multi-node run without --perf-rdzv-endpoint"
     if spec.framework != "torch" or spec.world_size == 1:
         return [sys.executable, "-m", WORKER, str(job), str(out)]
     # torchrun itself, armed to die with pytest (perfsuite.worker.torchrun).
@@ -89,7 +89,7 @@ def rendezvous_id(spec: BurstSpec) -> str:
 def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...] = ()) -> dict[str, str]:
     """The worker's environment: the frameworks' own variables, and the launcher's pid."""
     env = dict(os.environ)
-    # The cluster is --worker-hosts' (or Slurm's), never one left in the environment.
+    # The cluster is --perf-worker-hosts' (or Slurm's), never one left in the environment.
     env.pop("TF_CONFIG", None)
     if spec.framework == "tf" and spec.nodes > 1 and worker_hosts:
         env["TF_CONFIG"] = tf_config(worker_hosts, node_rank)

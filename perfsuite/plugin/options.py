@@ -1,7 +1,8 @@
 """Command-line options and ``[tool.perfsuite]`` keys: declared once, validated once.
 
-Every option is also a key of the ``[tool.perfsuite]`` table in pyproject.toml (dashes
-become underscores; repeatable options take a list). The command line wins over the
+Every option is spelled ``--perf-NAME`` on the command line (``--perf-gpus``,
+``--perf-save-baseline``) and is also the key NAME of the ``[tool.perfsuite]`` table in
+pyproject.toml (dashes become underscores; repeatable options take a list). The command line wins over the
 table, the table over the built-in default. Values are checked here and any mistake
 becomes one ``pytest.UsageError`` line that names the option and what is allowed.
 """
@@ -22,6 +23,7 @@ from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECI
 from perfsuite.history.url import HistoryError, normalise
 from perfsuite.models.registry import FRAMEWORKS
 
+PREFIX = "--perf-"
 MISSING_POLICIES = ("skip", "fail", "pass")
 MISSING_GPU_POLICIES = ("fail", "skip")
 MIN_WINDOWS = MIN_SAMPLES
@@ -37,7 +39,7 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Option:
-    flag: str
+    name: str  # the [tool.perfsuite] key, dashed: "gpus", "perf-tolerance"
     help: str
     kind: str = "str"  # str | int | float | flag | choice | path | endpoint | hosts | history | label
     repeat: bool = False
@@ -48,20 +50,30 @@ class Option:
     metavar: str | None = None
 
     @property
+    def flag(self) -> str:
+        """The plugin's spelling: every option under --perf-, so none can clash with another project's."""
+        return f"--{self.name}" if self.name.startswith("perf-") else f"{PREFIX}{self.name}"
+
+    @property
+    def short(self) -> str | None:
+        """The unprefixed spelling a suite's conftest may offer (add_short_spellings), if any."""
+        return None if self.name.startswith("perf-") else f"--{self.name}"
+
+    @property
     def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+        return self.name.replace("-", "_")
 
 
 OPTIONS: tuple[Option, ...] = (
     Option(
-        "--gpus",
+        "gpus",
         "GPU device counts: sweep 1, 2, 4, ... up to N and N itself (default: all visible)",
         "int",
         minimum=1,
         metavar="N",
     ),
     Option(
-        "--cpu-workers",
+        "cpu-workers",
         "CPU worker counts standing in for devices: the same sweep (default: 2)",
         "int",
         minimum=1,
@@ -69,23 +81,23 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--threads-per-worker",
+        "threads-per-worker",
         "intra-op threads per CPU worker (default: cores // largest worker count)",
         "int",
         minimum=1,
         metavar="N",
     ),
     Option(
-        "--framework",
+        "framework",
         "framework to measure; repeatable (default: torch and tf)",
         "choice",
         repeat=True,
         choices=FRAMEWORKS,
         metavar="{torch,tf}",
     ),
-    Option("--model", "model to measure; repeatable (default: all registered)", "str", repeat=True, metavar="NAME"),
+    Option("model", "model to measure; repeatable (default: all registered)", "str", repeat=True, metavar="NAME"),
     Option(
-        "--data-location",
+        "data-location",
         "where input batches come from; repeatable (default: device)",
         "choice",
         repeat=True,
@@ -94,7 +106,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(DATA_LOCATIONS) + "}",
     ),
     Option(
-        "--augment-on",
+        "augment-on",
         "where the `real` data location decodes and augments images; repeatable (default: cpu)",
         "choice",
         repeat=True,
@@ -103,7 +115,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{cpu,device}",
     ),
     Option(
-        "--min-input-efficiency",
+        "min-input-efficiency",
         "fail a host, python or real case whose throughput is below this fraction of "
         "the device case of the same spec, in the same run (e.g. 0.9)",
         "float",
@@ -112,18 +124,18 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FRACTION",
     ),
     Option(
-        "--data-dir",
+        "data-dir",
         "dataset for the `real` data location (JPEG tree, TFRecords or CIFAR-10 binary); "
         "default: a small generated one in the cache",
         "path",
         metavar="DIR",
     ),
-    Option("--xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
+    Option("xla", "TensorFlow: jit-compile the training step with XLA", "flag", default=False),
     Option(
-        "--compile", "torch: torch.compile the model (inductor); compile time is reported apart", "flag", default=False
+        "compile", "torch: torch.compile the model (inductor); compile time is reported apart", "flag", default=False
     ),
     Option(
-        "--memory-format",
+        "memory-format",
         "activation layout; repeatable: channels_last (NHWC) or channels_first (NCHW) "
         "(default: the framework's, NHWC for TensorFlow, NCHW for torch but NHWC on GPUs above 32x32 images)",
         "choice",
@@ -132,7 +144,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(MEMORY_FORMATS) + "}",
     ),
     Option(
-        "--mode",
+        "mode",
         "train, or infer (forward passes only); repeatable (default: train)",
         "choice",
         repeat=True,
@@ -141,7 +153,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(MODES) + "}",
     ),
     Option(
-        "--variable-update",
+        "variable-update",
         "how gradients meet across devices; repeatable (default: replicated)",
         "choice",
         repeat=True,
@@ -150,7 +162,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(VARIABLE_UPDATES) + "}",
     ),
     Option(
-        "--batch-size",
+        "batch-size",
         "batch size per device; repeatable (default: the model's)",
         "int",
         repeat=True,
@@ -158,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--precision",
+        "precision",
         "numeric precision; repeatable: fp32 (IEEE), tf32, fp16 (with loss scaling), bf16, amp "
         "(bf16 where the device has it, else fp16) (default: fp32)",
         "choice",
@@ -168,7 +180,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(PRECISIONS) + "}",
     ),
     Option(
-        "--steps",
+        "steps",
         "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
         "5 windows of ~25 GFLOP each)",
         "int",
@@ -176,7 +188,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--windows",
+        "windows",
         "timed windows the steps are split into, one throughput sample each; at least 5, or "
         "no drop could be significant (default: 10 on GPUs, 5 on CPU workers)",
         "int",
@@ -184,22 +196,22 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--max-windows",
+        "max-windows",
         "cap on timed windows: a burst whose windows spread wider than the tolerance "
-        "gets more, one at a time, up to N (default: twice --windows; equal to it: fixed length)",
+        "gets more, one at a time, up to N (default: twice --perf-windows; equal to it: fixed length)",
         "int",
         minimum=1,
         metavar="N",
     ),
     Option(
-        "--warmup-steps",
+        "warmup-steps",
         "untimed steps before the windows (default: 20 on GPUs, 2 on CPU workers)",
         "int",
         minimum=0,
         metavar="N",
     ),
     Option(
-        "--burst-timeout",
+        "burst-timeout",
         "seconds a burst may run before it is killed (default: 600)",
         "float",
         minimum=1,
@@ -207,21 +219,22 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
     ),
     Option(
-        "--baseline-dir",
+        "baseline-dir",
         "directory of baseline files, one per hardware fingerprint (default: baselines/)",
         "path",
         default="baselines",
         metavar="DIR",
     ),
     Option(
-        "--save-baseline",
+        "save-baseline",
         "merge this run's measurements into the baseline file instead of gating",
         "flag",
         default=False,
     ),
     Option(
-        "--baseline-runs",
-        "with --save-baseline, bursts pooled into each entry; their spread is the entry's noise floor (default: 3)",
+        "baseline-runs",
+        "with --perf-save-baseline, bursts pooled into each entry; their spread is the entry's noise floor "
+        "(default: 3)",
         "int",
         minimum=1,
         maximum=20,
@@ -229,7 +242,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--perf-tolerance",
+        "perf-tolerance",
         "relative throughput drop tolerated before a regression (default: 0.10)",
         "float",
         minimum=0.0,
@@ -238,7 +251,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FRACTION",
     ),
     Option(
-        "--memory-tolerance",
+        "memory-tolerance",
         "relative peak-memory growth tolerated before a memory regression (default: 0.10)",
         "float",
         minimum=0.0,
@@ -247,14 +260,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FRACTION",
     ),
     Option(
-        "--profile",
+        "profile",
         "profile every burst after its timed windows and show which ops moved against the "
         "baseline's profile (a confirmed regression is profiled anyway)",
         "flag",
         default=False,
     ),
     Option(
-        "--profile-steps",
+        "profile-steps",
         "steps each profile records, after the timed windows (default: 3)",
         "int",
         minimum=1,
@@ -263,7 +276,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--scaling-tolerance",
+        "scaling-tolerance",
         "scaling efficiency drop tolerated, in points (default: 0.10 = 10 pp)",
         "float",
         minimum=0.0,
@@ -272,7 +285,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FRACTION",
     ),
     Option(
-        "--missing-baseline",
+        "missing-baseline",
         "what a test does without a baseline entry (default: skip)",
         "choice",
         choices=MISSING_POLICIES,
@@ -280,8 +293,8 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{skip,fail,pass}",
     ),
     Option(
-        "--missing-gpus",
-        "when GPU cases are asked for (-m gpu, --gpus N) and fewer GPUs are visible: fail "
+        "missing-gpus",
+        "when GPU cases are asked for (-m gpu, --perf-gpus N) and fewer GPUs are visible: fail "
         "the run up front, or skip those cases (a mixed fleet) (default: fail)",
         "choice",
         choices=MISSING_GPU_POLICIES,
@@ -289,7 +302,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{fail,skip}",
     ),
     Option(
-        "--inconclusive",
+        "inconclusive",
         "what a test does when noise leaves the verdict undecided (default: pass, with a warning)",
         "choice",
         choices=INCONCLUSIVE_POLICIES,
@@ -297,7 +310,7 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{pass,fail}",
     ),
     Option(
-        "--min-scaling-efficiency",
+        "min-scaling-efficiency",
         "absolute floor for scaling efficiency, e.g. 0.9",
         "float",
         minimum=0.0,
@@ -305,36 +318,36 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FRACTION",
     ),
     Option(
-        "--keep-burst-dirs",
+        "keep-burst-dirs",
         "keep each burst's folder (job, worker log, result record) for debugging; "
         "removed at the end of the run otherwise",
         "flag",
         default=False,
     ),
-    Option("--perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
+    Option("perf-json", "write every burst's record to this JSON file", "path", metavar="PATH"),
     Option(
-        "--perf-report",
+        "perf-report",
         "write a report folder here: results.json, report.md, a self-contained "
         "report.html, plots and utilisation series",
         "path",
         metavar="DIR",
     ),
     Option(
-        "--perf-history",
+        "perf-history",
         "append every burst of this run to a results history: a SQLite file (a path or "
         "sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB; read back for the drift check",
         "history",
         metavar="URL",
     ),
     Option(
-        "--perf-label",
+        "perf-label",
         "a KEY=VALUE the history keeps with this run (e.g. image=ngc-24.05); repeatable",
         "label",
         repeat=True,
         metavar="KEY=VALUE",
     ),
     Option(
-        "--drift-window",
+        "drift-window",
         "with --perf-history: the last N runs in which a change point whose drop is beyond the "
         "tolerance counts as drift (default: 14)",
         "int",
@@ -343,28 +356,26 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
-        "--drift",
+        "drift",
         "what drift does to a throughput test: warn, or fail it (default: warn)",
         "choice",
         choices=DRIFT_POLICIES,
         default="warn",
         metavar="{warn,fail}",
     ),
-    Option("--nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
+    Option("nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
+    Option("node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0, metavar="R"),
     Option(
-        "--node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0, metavar="R"
-    ),
-    Option(
-        "--rdzv-timeout",
+        "rdzv-timeout",
         "seconds to wait for every node (rendezvous) and for process-group set-up (default: 120)",
         "float",
         minimum=1,
         default=120.0,
         metavar="SECONDS",
     ),
-    Option("--rdzv-endpoint", "rendezvous HOST:PORT for multi-node torch runs", "endpoint", metavar="HOST:PORT"),
+    Option("rdzv-endpoint", "rendezvous HOST:PORT for multi-node torch runs", "endpoint", metavar="HOST:PORT"),
     Option(
-        "--worker-hosts",
+        "worker-hosts",
         "comma-separated HOST:PORT of every node, in rank order, for multi-node TF runs",
         "hosts",
         metavar="H:P,H:P",
@@ -439,17 +450,41 @@ class PerfOptions:
 def add_options(group: Any) -> None:
     """Declare every option on a pytest option group; values stay raw strings until resolve()."""
     for o in OPTIONS:
-        if o.kind == "flag":
-            group.addoption(o.flag, action="store_true", default=None, dest=f"perf_{o.dest}", help=o.help)
-        else:
-            group.addoption(
-                o.flag,
-                action="append" if o.repeat else "store",
-                default=None,
-                dest=f"perf_{o.dest}",
-                metavar=o.metavar,
-                help=o.help,
-            )
+        _add(group, o, o.flag, o.help)
+
+
+def add_short_spellings(parser: Any) -> None:
+    """The unprefixed spellings (``--gpus 4``, ``--save-baseline``) for a suite's own conftest.py.
+
+    They write into the same place as their --perf- twins. The plugin never adds them itself:
+    installed in an environment it loads into every pytest session there, and a foreign
+    project's own ``--model`` or ``--profile`` must keep working beside it.
+    """
+    taken = _spellings(parser)  # e.g. pytest-profiling's --profile: that plugin keeps its own
+    group = parser.getgroup("perfsuite-short", "perfsuite: short spellings offered by this suite's conftest.py")
+    for o in OPTIONS:
+        if o.short is not None and o.short not in taken:
+            _add(group, o, o.short, f"same as {o.flag}")
+
+
+def _spellings(parser: Any) -> set[str]:
+    """Option strings that plugins registered before this conftest already hold."""
+    groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", ())]
+    return {name for g in groups if g is not None for opt in g.options for name in opt.names()}
+
+
+def _add(group: Any, o: Option, spelling: str, help: str) -> None:
+    if o.kind == "flag":
+        group.addoption(spelling, action="store_true", default=None, dest=f"perf_{o.dest}", help=help)
+    else:
+        group.addoption(
+            spelling,
+            action="append" if o.repeat else "store",
+            default=None,
+            dest=f"perf_{o.dest}",
+            metavar=o.metavar,
+            help=help,
+        )
 
 
 def read_table(pyproject: Path | None) -> tuple[dict[str, Any], str]:
@@ -523,7 +558,7 @@ def _convert(o: Option, raw: Any, where: str, base: Path) -> Any:
     if o.repeat:
         items = []
         for item in raw:
-            # "--model a,b" is accepted as well as "--model a --model b".
+            # "--perf-model a,b" is accepted as well as "--perf-model a --perf-model b".
             parts = item.split(",") if isinstance(item, str) else [item]
             items.extend(p.strip() if isinstance(p, str) else p for p in parts)
         out = tuple(dict.fromkeys(_scalar(o, item, where, base) for item in items if item != ""))
@@ -606,9 +641,11 @@ def _endpoint(text: str, where: str) -> None:
 
 def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
     if v["node_rank"] >= v["nnodes"]:
-        raise OptionError(f"{src['node_rank']}: node rank {v['node_rank']} must be below --nnodes {v['nnodes']}")
+        raise OptionError(f"{src['node_rank']}: node rank {v['node_rank']} must be below --perf-nnodes {v['nnodes']}")
     if v["worker_hosts"] and len(v["worker_hosts"]) != v["nnodes"]:
-        raise OptionError(f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --nnodes is {v['nnodes']}")
+        raise OptionError(
+            f"{src['worker_hosts']}: lists {len(v['worker_hosts'])} hosts but --perf-nnodes is {v['nnodes']}"
+        )
     if v["windows"] is not None and v["windows"] < MIN_WINDOWS:
         raise OptionError(
             f"{src['windows']}: a verdict needs at least {MIN_WINDOWS} windows, got {v['windows']} ({WHY_MIN_WINDOWS})"
@@ -628,12 +665,12 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
         if v[flag] and owner not in frameworks:
             raise OptionError(
                 f"{src[flag]}: applies to "
-                f"--framework {owner} only, and this run measures {', '.join(sorted(frameworks))}"
+                f"--perf-framework {owner} only, and this run measures {', '.join(sorted(frameworks))}"
             )
     if v["perf_label"] and v["perf_history"] is None:
         raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
     if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:
-        raise OptionError("--nnodes > 1 needs --rdzv-endpoint (torch) or --worker-hosts (tf)")
+        raise OptionError("--perf-nnodes > 1 needs --perf-rdzv-endpoint (torch) or --perf-worker-hosts (tf)")
 
 
 def cluster_gap(options: PerfOptions, framework: str) -> str | None:
@@ -644,9 +681,9 @@ def cluster_gap(options: PerfOptions, framework: str) -> str | None:
     if options.nnodes < 2:
         return None
     if framework == "torch" and not options.rdzv_endpoint:
-        return "a multi-node torch burst needs --rdzv-endpoint HOST:PORT"
+        return "a multi-node torch burst needs --perf-rdzv-endpoint HOST:PORT"
     if framework == "tf" and not options.worker_hosts and not os.environ.get("SLURM_STEP_NODELIST"):
-        return "a multi-node TensorFlow burst needs --worker-hosts H:P,H:P (or to run under Slurm's srun)"
+        return "a multi-node TensorFlow burst needs --perf-worker-hosts H:P,H:P (or to run under Slurm's srun)"
     return None
 
 

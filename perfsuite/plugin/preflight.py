@@ -17,7 +17,7 @@ from pathlib import Path
 
 from perfsuite.analysis.changes import OTAVA_INSTALL
 from perfsuite.contract.frameworks import SUPPORTED
-from perfsuite.plugin.options import PerfOptions
+from perfsuite.plugin.options import BY_DEST, PerfOptions
 
 INSTALL = {"torch": 'pip install -e ".[torch]"', "tf": 'pip install -e ".[tf]"'}
 NOT_ON_PYPI = "run in the perfsuite checkout; perfsuite is not published on PyPI"
@@ -40,12 +40,12 @@ class SelectedCase:
 def _named(options: PerfOptions, dest: str) -> str:
     """The option as the user set it: '--perf-json', or 'perf_json in [tool.perfsuite] of ...'."""
     source = options.sources.get(dest, "default")
-    return "--" + dest.replace("_", "-") if source == "default" else source
+    return BY_DEST[dest].flag if source == "default" else source
 
 
 def _where(options: PerfOptions, dest: str, value) -> str:
-    """'--gpus 4', or 'gpus in [tool.perfsuite] of pyproject.toml = 4'."""
-    source = options.sources.get(dest, f"--{dest}")
+    """'--perf-gpus 4', or 'gpus in [tool.perfsuite] of pyproject.toml = 4'."""
+    source = options.sources.get(dest, BY_DEST[dest].flag)
     return f"{source} {value}" if source.startswith("--") else f"{source} = {value}"
 
 
@@ -56,11 +56,11 @@ def install_hint(*frameworks: str) -> str:
 
 
 def check_models(options: PerfOptions, known: Iterable[str]) -> None:
-    """Every --model is registered by now: conftests anywhere below the root have been loaded."""
+    """Every --perf-model is registered by now: conftests anywhere below the root have been loaded."""
     known = sorted(set(known))
     for name in options.model:
         if name not in known:
-            where = options.sources.get("model", "--model")
+            where = options.sources.get("model", "--perf-model")
             raise PreflightError(
                 f"{where}: unknown model {name!r} (known: {', '.join(known) or 'none'}; a model of "
                 "your own is registered with perfsuite.register_model in a conftest.py)"
@@ -68,9 +68,9 @@ def check_models(options: PerfOptions, known: Iterable[str]) -> None:
 
 
 def check_gpus(options: PerfOptions, cases: list[SelectedCase], visible: int, found: str) -> None:
-    """GPU cases asked for on a node that shows fewer GPUs fail the run, unless --missing-gpus skip.
+    """GPU cases asked for on a node that shows fewer GPUs fail the run, unless --perf-missing-gpus skip.
 
-    Asked for: an explicit --gpus, or a selection of GPU cases only (``-m gpu``). A plain
+    Asked for: an explicit --perf-gpus, or a selection of GPU cases only (``-m gpu``). A plain
     run that selects CPU and GPU cases on a machine without GPUs runs the CPU ones.
     """
     gpu = [c for c in cases if c.device_kind == "cuda"]
@@ -85,12 +85,12 @@ def check_gpus(options: PerfOptions, cases: list[SelectedCase], visible: int, fo
     where = _where(options, "gpus", options.gpus) if explicit else "the selected GPU cases"
     raise PreflightError(
         f"{where}: {asked} CUDA device{'s' if asked != 1 else ''} asked for, {found}; "
-        "--missing-gpus skip skips the cases that need more (a mixed fleet)"
+        "--perf-missing-gpus skip skips the cases that need more (a mixed fleet)"
     )
 
 
 def check_frameworks(options: PerfOptions, cases: list[SelectedCase], installed) -> None:
-    """A framework asked for (--framework, or the only one selected) that is not installed fails the run."""
+    """A framework asked for (--perf-framework, or the only one selected) that is not installed fails the run."""
     wanted = [fw for fw in SUPPORTED if any(c.framework == fw for c in cases)]
     missing = [fw for fw in wanted if not installed(fw)]
     if not missing:
@@ -140,7 +140,7 @@ def check_outputs(options: PerfOptions) -> None:
         state = "is not a directory" if options.baseline_dir.exists() else "does not exist"
         raise PreflightError(
             f"{where}: {options.baseline_dir} {state}, so nothing could be gated "
-            "(--save-baseline creates it; --missing-baseline pass measures without baselines)"
+            "(--perf-save-baseline creates it; --perf-missing-baseline pass measures without baselines)"
         )
 
 
@@ -167,5 +167,5 @@ def oversubscription(options: PerfOptions, cases: list[SelectedCase], threads: i
     return (
         f"{workers} CPU workers x {threads} thread{'s' if threads != 1 else ''} want {workers * threads} cores "
         f"and this node has {cores}: the workers contend for cores, and scaling measures the contention "
-        f"(--threads-per-worker {max(1, cores // workers)} fits)"
+        f"(--perf-threads-per-worker {max(1, cores // workers)} fits)"
     )

@@ -62,7 +62,7 @@ class PerfSession:
         if result is None:
             # Tests with their own tolerance run their own burst of a key others use.
             shared = any(r.spec.key() == spec.key() for r in self.results.values())
-            # A baseline entry keeps an op profile; --profile asks for one on every burst.
+            # A baseline entry keeps an op profile; --perf-profile asks for one on every burst.
             profile = self.options.save_baseline or self.options.profile
             result = BurstResult(
                 self._run(spec, profile), burst_id=f"{spec.key()}@{spec.stable_within:g}" if shared else None
@@ -126,7 +126,7 @@ class PerfSession:
                 on_progress(None)
 
     def remove_burst_dirs(self) -> str | None:
-        """Remove the bursts' folders unless --keep-burst-dirs; a line for the summary when kept."""
+        """Remove the bursts' folders unless --perf-keep-burst-dirs; a line for the summary when kept."""
         if self.workdir is None or not self.workdir.exists():
             return None
         if self.options.keep_burst_dirs:
@@ -151,7 +151,7 @@ class PerfSession:
         for what, keys in sorted(self.entries_lacking.items()):
             self.messages.append(
                 f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
-                f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --save-baseline"
+                f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --perf-save-baseline"
             )
         if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
             self.messages.append(self._nothing_ran())

@@ -333,7 +333,7 @@ def _memory_detail(r: dict) -> str:
 
 
 def attributions(records: list[dict], traces: dict[str, str]) -> list[AttributionPart]:
-    """One part per burst that has an attribution (regressed or --profile bursts) or a note on why not."""
+    """One part per burst that has an attribution (regressed or --perf-profile bursts) or a note on why not."""
     out = []
     for r in records:
         lines = [str(line) for line in r.get("attribution_lines") or []]

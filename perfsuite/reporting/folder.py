@@ -7,7 +7,7 @@ DIR/*.png           scaling curve (and data-location bars) per framework x model
 DIR/trend-*.png     with --perf-history: each entry's img/s over its runs, change points marked
 DIR/utilisation/    each burst's raw utilisation series (JSON) and its plot
 DIR/traces/         the profiled steps' Chrome trace (Perfetto opens it) of every regressed or
-                    --profile burst that has an attribution
+                    --perf-profile burst that has an attribution
 
 Plots and utilisation files of an earlier report in DIR that this run did not produce
 are removed, so the folder never mixes two runs.

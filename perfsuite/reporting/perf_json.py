@@ -108,7 +108,7 @@ def row(result: BurstResult) -> dict:
         "memory_verdict": memory.status if memory else None,
         "memory_change": memory.change if memory else None,
         "memory_tolerance": memory.tolerance if memory else None,
-        # The op profile taken after the windows (--profile, --save-baseline, a confirming rerun),
+        # The op profile taken after the windows (--perf-profile, --perf-save-baseline, a confirming rerun),
         # what it cost, and what moved against the baseline entry's profile.
         "op_profile": rec.op_profile if rec else None,
         "profile_seconds": rec.profile_seconds if rec else None,

@@ -1,11 +1,11 @@
 """Scaling efficiency = throughput(N) / (N x throughput(1)) for every N >= 2.
 
-Gated against the baseline's efficiency (in points) and --min-scaling-efficiency.
+Gated against the baseline's efficiency (in points) and --perf-min-scaling-efficiency.
 """
 
 import pytest
 
 
-@pytest.mark.perf(min_devices=2)
+@pytest.mark.perfsuite(min_devices=2)
 def test_scaling(perf, burst_spec):
     perf.assert_scaling(burst_spec)

@@ -1,7 +1,7 @@
 """Several nodes: MultiWorkerMirroredStrategy over one TF worker process per node.
 
-The cluster comes from TF_CONFIG (the launcher writes it from ``--worker-hosts``) or,
-under Slurm's srun without ``--worker-hosts``, from SlurmClusterResolver. Every worker
+The cluster comes from TF_CONFIG (the launcher writes it from ``--perf-worker-hosts``) or,
+under Slurm's srun without ``--perf-worker-hosts``, from SlurmClusterResolver. Every worker
 drives all of its node's devices; gradients meet in collective all-reduces (RING over
 gRPC between CPUs, NCCL between GPUs), the same custom training loop as on one node.
 """
@@ -35,10 +35,10 @@ def cluster_resolver(spec: BurstSpec) -> tf.distribute.cluster_resolver.ClusterR
     elif os.environ.get("SLURM_STEP_NODELIST"):
         cluster, task = _slurm_cluster(spec)
     else:
-        raise ValueError("a multi-node TensorFlow burst needs --worker-hosts (or to run under Slurm's srun)")
+        raise ValueError("a multi-node TensorFlow burst needs --perf-worker-hosts (or to run under Slurm's srun)")
     workers = cluster.job_tasks("worker") if "worker" in cluster.jobs else []
     if len(workers) != spec.nodes or set(cluster.jobs) != {"worker"}:
-        raise ValueError(f"the TF cluster {cluster.as_dict()} is not {spec.nodes} workers (--nnodes {spec.nodes})")
+        raise ValueError(f"the TF cluster {cluster.as_dict()} is not {spec.nodes} workers (--perf-nnodes {spec.nodes})")
     if task[0] != "worker" or task[1] is None:
         raise ValueError(f"this process is not one of the TF cluster's workers (task {task})")
     accelerators = {"GPU": spec.devices} if spec.device_kind == "cuda" else {}
@@ -62,7 +62,8 @@ def _slurm_cluster(spec: BurstSpec):
         cluster = resolver.cluster_spec()
     except (RuntimeError, KeyError, ValueError) as exc:
         raise ValueError(
-            f"under Slurm a multi-node TensorFlow burst needs one srun task per node and --nnodes {spec.nodes}: {exc}"
+            "under Slurm a multi-node TensorFlow burst needs one srun task per node and "
+            f"--perf-nnodes {spec.nodes}: {exc}"
         ) from None
     return cluster, (resolver.task_type, resolver.task_id)
 

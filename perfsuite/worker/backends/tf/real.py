@@ -2,7 +2,7 @@
 
 CIFAR-sized models read CIFAR-10 binary batches with ``FixedLengthRecordDataset`` and
 the tutorial's distortions; ImageNet-sized models read TFRecord shards of JPEGs (or,
-when ``--data-dir`` holds only a JPEG tree, the files themselves) with random-resized
+when ``--perf-data-dir`` holds only a JPEG tree, the files themselves) with random-resized
 crop, flip and mean/std normalisation, as tf_cnn_benchmarks does.
 
 Each worker process builds one pipeline (``distribute_datasets_from_function``) over its

@@ -1,0 +1,11 @@
+"""Bisect: find the commit that changed a burst's throughput, by measuring commits between a good and a bad one.
+
+One module per reason: ``repo`` (the commits of a range, what git says about them),
+``worktree`` (a private checkout of one commit), ``selection`` (which burst is measured),
+``measure`` (one setup or one burst through pytest and ``--perf-json``), ``cache`` (bursts
+kept by commit, key and fingerprint), ``state`` (what ``--resume`` and ``bisect-step`` read
+back), ``decide`` (the statistics: the ends' change, a commit like GOOD or like BAD),
+``bench`` (one commit's measurements), ``search`` (which commit next), ``bisection`` (the
+whole run) and ``plot``. Nothing here imports torch or TensorFlow: the bursts run in
+pytest processes of their own, in the commit's worktree.
+"""
