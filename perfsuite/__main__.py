@@ -1,5 +1,5 @@
 import sys
 
-from perfsuite.cli import main
+from perfsuite.commands.main import main
 
 sys.exit(main())

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfsuite.cli import main
+from perfsuite.commands.main import main
 from perfsuite.common.hardware import Fingerprint
 from perfsuite.store import baseline
-from perfsuite.store import cli as baseline_cli
+from perfsuite.store import summary
 from perfsuite.store.baseline import BaselineError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ key_sets = st.sets(st.sampled_from([ONE, TWO, TF, "a", "b/c", "d*e"]), max_size=
 def test_diff_counts_are_symmetric(tmp_path, a, b):
     fa = baseline.BaselineFile(tmp_path / "a.json", CPU.as_dict(), {}, {k: _entry(10.0) for k in a})
     fb = baseline.BaselineFile(tmp_path / "b.json", CPU.as_dict(), {}, {k: _entry(20.0) for k in b})
-    ab, ba = baseline_cli.compare(fa, fb, 0.05), baseline_cli.compare(fb, fa, 0.05)
+    ab, ba = summary.compare(fa, fb, 0.05), summary.compare(fb, fa, 0.05)
     assert ab["only_old"] == ba["only_new"] and ab["only_new"] == ba["only_old"]
     assert [e["key"] for e in ab["both"]] == [e["key"] for e in ba["both"]]
     assert len(ab["both"]) + len(ab["only_old"]) == len(a)
@@ -264,7 +264,7 @@ def test_prune_drops_exactly_the_matched_entries(tmp_path, keys, pats, ages, old
     entries = {k: _entry(1.0 + i, days=age + 0.5) for i, (k, age) in enumerate(zip(sorted(keys), ages))}
     _write(path, entries)
     before = baseline.load(path).entries
-    select = baseline_cli.prune_selector(pats, older, datetime.now(timezone.utc))
+    select = summary.prune_selector(pats, older, datetime.now(timezone.utc))
     removed, left = baseline.remove_entries(path, select)
 
     def matched(k):

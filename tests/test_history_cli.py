@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("sqlalchemy")
 pytest.importorskip("otava")
 
-from perfsuite.cli import main  # noqa: E402
+from perfsuite.commands.main import main  # noqa: E402
 from perfsuite.history import db, spool  # noqa: E402
 from perfsuite.reporting.perf_json import document  # noqa: E402
 from perfsuite.store.run import RunInfo  # noqa: E402

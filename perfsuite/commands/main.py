@@ -6,11 +6,10 @@ import argparse
 import json
 import sys
 
+from perfsuite.commands import CommandError, baseline, history
 from perfsuite.common import hardware
 from perfsuite.common.text import columns
-from perfsuite.history import cli as history_cli
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
-from perfsuite.store import cli as baseline_cli
 
 
 def _fingerprint(args: argparse.Namespace) -> int:
@@ -75,8 +74,8 @@ def parser() -> argparse.ArgumentParser:
     )
     models.add_argument("--json", action="store_true", help="machine-readable output")
     models.set_defaults(run=_models)
-    baseline_cli.add_parser(sub)
-    history_cli.add_parser(sub)
+    baseline.add_parser(sub)
+    history.add_parser(sub)
     return p
 
 
@@ -86,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except BrokenPipeError:
         return 0
+    except CommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - one line, no traceback, for any command
         print(f"error: python -m perfsuite {args.command}: {exc}", file=sys.stderr)
         return 1

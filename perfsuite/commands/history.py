@@ -12,7 +12,6 @@ import difflib
 import fnmatch
 import json
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import tomllib
 
+from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.history import spool
@@ -32,12 +32,6 @@ NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproje
 INSTALL = 'pip install -e ".[history]"'
 
 
-class UsageError(Exception):
-    """Arguments that parse but make no sense, or name nothing; exit code 2."""
-
-
-class Failure(Exception):
-    """A file, the history or what was asked of it cannot be used; exit code 1."""
 
 
 # --- the history's URL -----------------------------------------------------------
@@ -521,21 +515,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    url = history_url(args.history, Path.cwd())
     try:
-        url = history_url(args.history, Path.cwd())
-        try:
-            from perfsuite.history import db
-        except ImportError as exc:
-            raise Failure(f"the history needs SQLAlchemy: {INSTALL} ({exc})") from None
-        try:
-            return args.action(args, url)
-        except BrokenPipeError:
-            raise
-        except db.UNAVAILABLE as exc:
-            raise Failure(db.describe_error(url, exc)) from None
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Failure as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        from perfsuite.history import db
+    except ImportError as exc:
+        raise Failure(f"the history needs SQLAlchemy: {INSTALL} ({exc})") from None
+    try:
+        return args.action(args, url)
+    except db.UNAVAILABLE as exc:
+        raise Failure(db.describe_error(url, exc)) from None
+

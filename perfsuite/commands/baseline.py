@@ -11,22 +11,19 @@ import argparse
 import fnmatch
 import json
 import math
-import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perfsuite.analysis import stats
-from perfsuite.common import hardware
+from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.store import baseline as store
+from perfsuite.store.summary import as_date, as_number, compare, prune_selector, summarize
 
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
 
 
-class UsageError(Exception):
-    """Arguments that parse but make no sense together; exit code 2."""
 
 
 # --- reading ---------------------------------------------------------------------
@@ -39,154 +36,6 @@ def _load(path: Path) -> store.BaselineFile:
     return bf
 
 
-def _num(value: Any) -> float | None:
-    """A finite number, or None: hand-edited files may hold anything."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _date(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)  # the store writes UTC
-
-
-def _hardware(fp: dict[str, Any]) -> tuple[str | None, str]:
-    """(fingerprint id, one-line description); id is None for a fingerprint this version cannot read."""
-    try:
-        parsed = hardware.Fingerprint.from_dict(fp)
-        return parsed.id, f"{parsed.kind}: {hardware.describe(parsed)}"
-    except (TypeError, ValueError, AttributeError):
-        return None, f"unrecognised fingerprint {json.dumps(fp, sort_keys=True)}"
-
-
-def _numbers(values: Any) -> list[float]:
-    if not isinstance(values, list):
-        return []
-    return [v for v in map(_num, values) if v is not None]
-
-
-def _history_ips(entry: dict[str, Any]) -> list[float]:
-    history = entry.get("history")
-    if not isinstance(history, list):
-        return []
-    values = (_num(h.get("images_per_sec")) for h in history if isinstance(h, dict))
-    return [v for v in values if v is not None]
-
-
-def summarize(bf: store.BaselineFile) -> dict[str, Any]:
-    """The figures ``show`` prints, as plain data (also its --json output)."""
-    fp_id, description = _hardware(bf.fingerprint)
-    rows = []
-    for key in sorted(bf.entries):
-        entry = bf.entries[key]
-        ips = _num(entry.get("images_per_sec"))
-        medians = _numbers(entry.get("run_medians"))
-        history = _history_ips(entry)
-        oldest = history[0] if history else None
-        rows.append(
-            {
-                "key": key,
-                "images_per_sec": ips,
-                "ci_low": _num(entry.get("ci_low")),
-                "ci_high": _num(entry.get("ci_high")),
-                "run_spread": stats.run_spread(medians) if len(medians) >= 2 else None,
-                "scaling_efficiency": _num(entry.get("scaling_efficiency")),
-                "tolerance": entry.get("tolerance"),
-                "date": entry.get("date"),
-                "git_commit": entry.get("git_commit"),
-                "history_points": len(entry["history"]) if isinstance(entry.get("history"), list) else 0,
-                "history_images_per_sec": history,
-                "change_since_oldest": ips / oldest - 1 if ips is not None and oldest else None,
-            }
-        )
-    return {
-        "file": str(bf.path),
-        "schema": store.SCHEMA_VERSION,
-        "fingerprint": bf.fingerprint,
-        "fingerprint_id": fp_id,
-        "hardware": description,
-        "frameworks": bf.frameworks,
-        "entries": rows,
-    }
-
-
-def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) -> dict[str, Any]:
-    """Entries matched by key; the figures ``diff`` prints, as plain data (also its --json output)."""
-    old_id, old_hw = _hardware(old.fingerprint)
-    new_id, new_hw = _hardware(new.fingerprint)
-    both = []
-    for key in sorted(set(old.entries) & set(new.entries)):
-        a, b = old.entries[key], new.entries[key]
-        ips_a, ips_b = _num(a.get("images_per_sec")), _num(b.get("images_per_sec"))
-        eff_a, eff_b = _num(a.get("scaling_efficiency")), _num(b.get("scaling_efficiency"))
-        change = ips_b / ips_a - 1 if ips_a and ips_b is not None else None
-        points = eff_b - eff_a if eff_a is not None and eff_b is not None else None
-        flags = []
-        if change is not None and abs(change) > threshold:
-            flags.append("slower" if change < 0 else "faster")
-        if points is not None and abs(points) > threshold:
-            flags.append("scaling down" if points < 0 else "scaling up")
-        both.append(
-            {
-                "key": key,
-                "old_images_per_sec": ips_a,
-                "new_images_per_sec": ips_b,
-                "change": change,
-                "old_scaling_efficiency": eff_a,
-                "new_scaling_efficiency": eff_b,
-                "scaling_change_points": points,
-                "beyond_threshold": flags,
-            }
-        )
-    return {
-        "old": str(old.path),
-        "new": str(new.path),
-        "threshold": threshold,
-        "old_hardware": old_hw,
-        "new_hardware": new_hw,
-        "same_hardware": old_id is not None and old_id == new_id,
-        "same_fingerprint": old.fingerprint == new.fingerprint,
-        "old_frameworks": old.frameworks,
-        "new_frameworks": new.frameworks,
-        "both": both,
-        "only_old": sorted(set(old.entries) - set(new.entries)),
-        "only_new": sorted(set(new.entries) - set(old.entries)),
-    }
-
-
-def prune_selector(patterns: list[str], older_than: float | None, now: datetime):
-    """``select(key, entry)`` for store.remove_entries: every given criterion must hold.
-
-    Several patterns widen the choice (any may match); an age narrows it. An entry
-    without a readable date has no age and is never pruned by age.
-    """
-    cutoff = None
-    if older_than is not None:
-        try:
-            cutoff = now - timedelta(days=older_than)
-        except OverflowError:  # before year 1: nothing is that old
-            cutoff = datetime.min.replace(tzinfo=timezone.utc)
-
-    def select(key: str, entry: dict[str, Any]) -> bool:
-        if patterns and not any(fnmatch.fnmatchcase(key, p) for p in patterns):
-            return False
-        if cutoff is not None:
-            when = _date(entry.get("date"))
-            return when is not None and when < cutoff
-        return True
-
-    return select
-
-
-# --- printing --------------------------------------------------------------------
-
-
 def _fmt(value: float | None, spec: str) -> str:
     if value is None:
         return "-"
@@ -196,7 +45,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def _tolerance(value: Any) -> str:
     if value is None:
         return "-"
-    number = _num(value)
+    number = as_number(value)
     return "invalid" if number is None else f"{number:.1%}"
 
 
@@ -221,7 +70,7 @@ def _show(args: argparse.Namespace) -> int:
     for e in info["entries"]:
         known = e["ci_low"] is not None and e["ci_high"] is not None
         ci = f"{fixed(e['ci_low'])}-{fixed(e['ci_high'])}" if known else "-"
-        when = _date(e["date"])
+        when = as_date(e["date"])
         trend = "-"
         if e["history_images_per_sec"]:
             recent = [fixed(v) for v in e["history_images_per_sec"][-TREND_POINTS:]]
@@ -310,7 +159,7 @@ def _prune(args: argparse.Namespace) -> int:
         if not any(fnmatch.fnmatchcase(k, p) for k in current.entries):
             print(f"note: --key {p!r} matches no entry")
     if args.older_than is not None:
-        undated = sorted(k for k, e in current.entries.items() if _date(e.get("date")) is None)
+        undated = sorted(k for k, e in current.entries.items() if as_date(e.get("date")) is None)
         for key in undated:
             print(f"note: {key} has no readable date; --older-than keeps it")
     if args.dry_run:
@@ -324,7 +173,7 @@ def _prune(args: argparse.Namespace) -> int:
         return 0
     print(f"{verb} {len(gone)} of {total} entries from {args.file}:")
     for key in gone:
-        saved = _date(current.entries.get(key, {}).get("date"))
+        saved = as_date(current.entries.get(key, {}).get("date"))
         print(f"  {key}" + (f"  (saved {saved:%Y-%m-%d})" if saved else ""))
     return 0
 
@@ -391,9 +240,5 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return args.action(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except store.BaselineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise Failure(str(exc)) from None

@@ -1,0 +1,25 @@
+"""``python -m perfsuite``: the command-line tools, one module each (main, baseline, history).
+
+A command that cannot do what it was asked raises one of these; ``main`` prints it as one
+``error:`` line and exits with its code. No traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+
+class CommandError(Exception):
+    """What a command says instead of a result: one line, and the process's exit code."""
+
+    exit_code = 1
+
+
+class UsageError(CommandError):
+    """Arguments that parse but make no sense, or name nothing."""
+
+    exit_code = 2
+
+
+class Failure(CommandError):
+    """A file, the history or what was asked of it cannot be used."""
+
+    exit_code = 1
