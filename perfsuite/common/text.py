@@ -1,6 +1,8 @@
-"""Text helpers: an exception as one line, bytes from C libraries as str."""
+"""Text helpers: an exception as one line, bytes from C libraries as str, passwords masked."""
 
 from __future__ import annotations
+
+import re
 
 
 def one_line(exc: BaseException, limit: int = 2000) -> str:
@@ -28,3 +30,15 @@ def columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[in
         "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
         for r in [header, *rows]
     ]
+
+
+# user:password@ in any URL, and password=... in a URL's query or a libpq connection string.
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]+):\S*@")
+_PASSWORD_PARAM = re.compile(r"(?i)\b(password|passwd|pwd)=[^&\s]*")
+MASK = "***"
+
+
+def redact(value: str) -> str:
+    """``value`` with any password in it masked: run metadata, messages and spool files are
+    written where CI uploads them."""
+    return _PASSWORD_PARAM.sub(rf"\1={MASK}", _URL_PASSWORD.sub(rf"\1:{MASK}@", value))

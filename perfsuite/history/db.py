@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from perfsuite.common.text import redact
 from perfsuite.history import schema
 from perfsuite.history.document import row_fingerprint, utc
 from perfsuite.history.url import HistoryError, engine_url, shown, sqlite_path
@@ -90,7 +91,7 @@ def describe_error(url: str, exc: BaseException) -> str:
     if isinstance(exc, NoHistory):
         return str(exc)  # names the history already
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{shown(url)}: {detail[0] if detail else type(exc).__name__}"
+    return f"{shown(url)}: {redact(detail[0]) if detail else type(exc).__name__}"
 
 
 # -- writing ------------------------------------------------------------------------

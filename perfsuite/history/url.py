@@ -9,6 +9,8 @@ import os
 import re
 from pathlib import Path
 
+from perfsuite.common.text import redact
+
 SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -43,7 +45,7 @@ def normalise(text: str, base: Path) -> str:
 
 def shown(url: str) -> str:
     """The URL with any password masked, for messages and spool files."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return redact(url)
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from perfsuite.common.hardware import Fingerprint
+from perfsuite.common.text import redact
 from perfsuite.store.baseline import git_commit
 
 # NGC containers name their release in the environment; any other image can be named
@@ -29,7 +30,7 @@ class RunInfo:
     frameworks: dict[str, str] = field(default_factory=dict)  # framework -> version the bursts reported
     driver: str | None = None  # NVIDIA driver and CUDA versions, where a GPU was fingerprinted
     cuda: str | None = None
-    command: tuple[str, ...] = ()  # pytest's arguments
+    command: tuple[str, ...] = ()  # pytest's arguments, passwords masked (CI uploads what holds them)
     interrupted: bool = False  # stopped before the end: the results are the bursts that finished
     cudnn: str | None = None  # as the frameworks loaded them ("torch 9.1.0, tf 9.3.0" where they differ)
     nccl: str | None = None
@@ -63,7 +64,7 @@ def describe_run(
         frameworks=dict(sorted(framework_versions.items())),
         driver=gpu.driver if gpu else None,
         cuda=gpu.cuda if gpu else None,
-        command=tuple(str(c) for c in command),
+        command=tuple(redact(str(c)) for c in command),
         interrupted=interrupted,
         cudnn=library_version(libraries, "cudnn") or os.environ.get("CUDNN_VERSION") or None,
         nccl=library_version(libraries, "nccl") or os.environ.get("NCCL_VERSION") or None,
