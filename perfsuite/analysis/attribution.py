@@ -22,6 +22,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfsuite.common.numbers import fixed
 from perfsuite.contract.op_profile import OpProfile
@@ -78,7 +79,7 @@ class Mover:
     def share(self, slowdown_ms: float) -> float | None:
         return self.delta_ms / slowdown_ms if slowdown_ms > 0 else None
 
-    def as_dict(self, slowdown_ms: float) -> dict:
+    def as_dict(self, slowdown_ms: float) -> dict[str, Any]:
         return {
             "name": self.name,
             "kind": self.kind,
@@ -150,7 +151,7 @@ class Attribution:
         out.append(f"  every other op within its noise; {together}")
         return out
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         s = self.slowdown_ms
         return {
             "status": self.status,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perfsuite.analysis.stats import median
 
@@ -63,7 +64,7 @@ def _checked(values: Sequence[float]) -> list[float]:
     return series
 
 
-def _otava_points(series: list[float], max_pvalue: float) -> list:
+def _otava_points(series: list[float], max_pvalue: float) -> list[Any]:
     try:
         from otava.analysis import TTestSignificanceTester, split
     except ImportError as e:
@@ -75,10 +76,10 @@ def _otava_points(series: list[float], max_pvalue: float) -> list:
     # segments that no longer exist: a ramp's weak points then knock one another out and the
     # whole slide can vanish. The merge is redone here on Otava's t-test, neighbours fixed.
     first_pass = max_pvalue * 10 if max_pvalue < 0.05 else (max_pvalue * 2 if max_pvalue < 0.5 else max_pvalue)
-    points = split(series, WINDOW, first_pass)
+    points: list[Any] = split(series, WINDOW, first_pass)
     tester = TTestSignificanceTester(max_pvalue)
 
-    def p_value(point) -> float:
+    def p_value(point: Any) -> float:
         p = float(point.stats.pvalue)
         return 1.0 if math.isnan(p) else p  # two constant segments at one level: no change
 

@@ -17,6 +17,7 @@ from perfsuite.analysis import mfu, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.numbers import finite, fixed
 from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract.spec import BurstSpec
 
 INPUT_BOUND = "input-bound"
 COMMUNICATION_BOUND = "communication-bound"
@@ -80,7 +81,7 @@ def diagnose(
     return out
 
 
-def independent_twin(spec):
+def independent_twin(spec: BurstSpec) -> BurstSpec:
     """The same burst with every device training alone: the compute-only ceiling."""
     return spec.replace(variable_update="independent")
 
@@ -164,8 +165,9 @@ def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, to
         return []
     base = _finite(r.baseline.get("scaling_efficiency")) if isinstance(r.baseline, dict) else None
     why = []
-    if _finite(floor) is not None and eff < floor:
-        why.append(f"floor {floor:.0%}")
+    least = _finite(floor)
+    if least is not None and eff < least:
+        why.append(f"floor {least:.0%}")
     if base is not None and eff < base - (_finite(tolerance) or 0.0):
         why.append(f"baseline {base:.0%}")
     if not why and not (r.scaling_verdict is not None and r.scaling_verdict.status == stats.REGRESSION):
@@ -279,17 +281,17 @@ class Evidence:
     def __init__(self, r: BurstResult) -> None:
         rec = r.record
         util = rec.utilisation if rec is not None and isinstance(rec.utilisation, dict) else {}
-        cpu = util.get("cpu") if isinstance(util.get("cpu"), dict) else {}
+        cpu = _dict(util.get("cpu"))
         self.busy_cores = _finite(cpu.get("busy_cores_mean"))
         cores = _finite(cpu.get("cores"))
         self.cores = int(cores) if cores and cores >= 1 else None
         self.cpu_percent = _finite(cpu.get("percent_mean"))
-        gpus = util.get("gpus") if isinstance(util.get("gpus"), list) else []
-        busy = [_finite(_get(g, "util_percent", "mean")) for g in gpus]
-        busy = [b for b in busy if b is not None]
+        gpus = util.get("gpus")
+        readings = [_finite(_get(g, "util_percent", "mean")) for g in (gpus if isinstance(gpus, list) else [])]
+        busy = [b for b in readings if b is not None]
         self.gpu_busy = sum(busy) / len(busy) if busy else None
         self.gpu_count = len(busy)
-        loaders = util.get("loaders") if isinstance(util.get("loaders"), dict) else {}
+        loaders = _dict(util.get("loaders"))
         processes = _finite(loaders.get("processes"))
         self.loader_processes = int(processes) if processes and processes >= 1 else None
         self.loader_busy = _finite(loaders.get("cores_busy"))
@@ -314,7 +316,7 @@ class Evidence:
     @property
     def loaders_text(self) -> str:
         """A clause: 'its 4 input workers kept 3.9 cores busy'."""
-        return f"its {_plural(self.loader_processes, 'input worker')} kept {self.loader_busy:.1f} cores busy"
+        return f"its {_plural(self.loader_processes or 0, 'input worker')} kept {self.loader_busy:.1f} cores busy"
 
     @property
     def host_text(self) -> str:
@@ -339,8 +341,8 @@ def _step_seconds(r: BurstResult, rec: WorkerRecord | None) -> float | None:
     """
     batch = r.spec.batch_size
     ranks = rec.per_rank if rec is not None else ()
-    per_rank = [_positive(x.images_per_sec) for x in ranks]
-    per_rank = [x for x in per_rank if x is not None]
+    rates = [_positive(x.images_per_sec) for x in ranks]
+    per_rank = [x for x in rates if x is not None]
     if per_rank:
         devices_per_entry = r.spec.devices if r.spec.framework == "tf" else 1
         return batch * devices_per_entry / statistics.median(per_rank)
@@ -376,6 +378,10 @@ def _get(d: Any, *path: str) -> Any:
             return None
         d = d.get(p)
     return d
+
+
+def _dict(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
 
 
 def _finite(x: Any) -> float | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract.spec import BurstSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward (gradients of activations and of weights)
@@ -28,14 +30,16 @@ def flops_per_forward(mode: str) -> int:
 class GpuPeak:
     name: str
     pattern: str  # regular expression searched (case-insensitively) in the CUDA device name
-    tflops: dict  # precision -> dense TFLOP/s; a precision the GPU lacks is absent
+    tflops: dict[str, float]  # precision -> dense TFLOP/s; a precision the GPU lacks is absent
     source: str
 
     def matches(self, device_name: str) -> bool:
         return re.search(self.pattern, device_name, re.IGNORECASE) is not None
 
 
-def _p(fp32=None, tf32=None, fp16=None, bf16=None) -> dict:
+def _p(
+    fp32: float | None = None, tf32: float | None = None, fp16: float | None = None, bf16: float | None = None
+) -> dict[str, float]:
     return {k: v for k, v in (("fp32", fp32), ("tf32", tf32), ("fp16", fp16), ("bf16", bf16)) if v is not None}
 
 
@@ -178,13 +182,19 @@ def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, 
     return entry.tflops.get(precision), entry, precision
 
 
-def fields(record: WorkerRecord | None, spec, images_per_sec: float | None) -> dict:
+def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float | None) -> dict[str, Any]:
     """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision, peak_device.
 
     ``images_per_sec`` is the burst's throughput over all devices; the peak is one
     device's times ``spec.world_size``.
     """
-    out = {"achieved_tflops": None, "peak_tflops": None, "mfu": None, "mfu_precision": None, "peak_device": None}
+    out: dict[str, Any] = {
+        "achieved_tflops": None,
+        "peak_tflops": None,
+        "mfu": None,
+        "mfu_precision": None,
+        "peak_device": None,
+    }
     if not record:
         return out
     flops = record.model.flops
@@ -197,7 +207,7 @@ def fields(record: WorkerRecord | None, spec, images_per_sec: float | None) -> d
     precision = compute_precision(spec.precision, record.precision_dtype, record.fp32_math)
     peak, entry, precision = peak_tflops(record.device_name, precision)
     out["mfu_precision"] = precision
-    if peak is None:
+    if peak is None or entry is None:
         return out
     out["peak_device"] = entry.name
     out["peak_tflops"] = peak * spec.world_size
@@ -206,5 +216,5 @@ def fields(record: WorkerRecord | None, spec, images_per_sec: float | None) -> d
     return out
 
 
-def _positive(x) -> bool:
+def _positive(x: object) -> TypeGuard[float]:
     return finite(x) and x > 0

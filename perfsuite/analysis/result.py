@@ -8,6 +8,7 @@ latest measurement of a spec with what the gate concluded from it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.attribution import Attribution
@@ -16,6 +17,9 @@ from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
+
+if TYPE_CHECKING:
+    from perfsuite.contract.op_profile import OpProfile
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class Measurement:
         return all(finite(x) for x in losses)
 
     @property
-    def op_profile(self):
+    def op_profile(self) -> OpProfile | None:
         """The newest pooled burst's op profile (perfsuite.contract.op_profile.OpProfile), if one was taken."""
         from perfsuite.contract.op_profile import OpProfile
 
@@ -115,7 +119,7 @@ class BurstResult:
     scaling_efficiency: float | None = None  # against the 1-device twin's measurement
     scaling_interval: tuple[float, float] | None = None
     scaling_runs: list[float] = field(default_factory=list)  # per pair of pooled runs
-    baseline: dict | None = None  # the baseline entry compared against
+    baseline: dict[str, Any] | None = None  # the baseline entry compared against
     baseline_file: str | None = None
     saved: bool = False  # merged into its baseline file by --perf-save-baseline
     # With --perf-history: the runs of this key's series the drift check read (tonight
@@ -136,20 +140,61 @@ class BurstResult:
         return self.burst_id or self.spec.key()
 
     # The measurement's figures, read through.
-    spec = property(lambda self: self.measurement.spec)
-    record = property(lambda self: self.measurement.record)
-    error = property(lambda self: self.measurement.error)
-    ok = property(lambda self: self.measurement.ok)
-    remote = property(lambda self: self.measurement.remote)
-    samples = property(lambda self: self.measurement.samples)
-    runs = property(lambda self: self.measurement.runs)
-    run_samples = property(lambda self: self.measurement.run_samples)
-    run_medians = property(lambda self: self.measurement.run_medians)
-    run_peaks = property(lambda self: self.measurement.run_peaks)
-    op_profile = property(lambda self: self.measurement.op_profile)
-    images_per_sec = property(lambda self: self.measurement.images_per_sec)
-    interval = property(lambda self: self.measurement.interval)
-    loss_finite = property(lambda self: self.measurement.loss_finite)
+    @property
+    def spec(self) -> BurstSpec:
+        return self.measurement.spec
+
+    @property
+    def record(self) -> WorkerRecord | None:
+        return self.measurement.record
+
+    @property
+    def error(self) -> str | None:
+        return self.measurement.error
+
+    @property
+    def ok(self) -> bool:
+        return self.measurement.ok
+
+    @property
+    def remote(self) -> RemoteNode | None:
+        return self.measurement.remote
+
+    @property
+    def samples(self) -> list[float]:
+        return self.measurement.samples
+
+    @property
+    def runs(self) -> int:
+        return self.measurement.runs
+
+    @property
+    def run_samples(self) -> tuple[tuple[float, ...], ...]:
+        return self.measurement.run_samples
+
+    @property
+    def run_medians(self) -> list[float]:
+        return self.measurement.run_medians
+
+    @property
+    def run_peaks(self) -> tuple[int, ...]:
+        return self.measurement.run_peaks
+
+    @property
+    def op_profile(self) -> OpProfile | None:
+        return self.measurement.op_profile
+
+    @property
+    def images_per_sec(self) -> float | None:
+        return self.measurement.images_per_sec
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return self.measurement.interval
+
+    @property
+    def loss_finite(self) -> bool:
+        return self.measurement.loss_finite
 
     def measured(self, measurement: Measurement) -> None:
         """A newer measurement of the same spec (a rerun, pooled); the verdicts stay until recomputed."""

@@ -9,7 +9,7 @@ rank tests make no normality assumption and shrug off the odd slow window.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median as _median
 
@@ -31,7 +31,7 @@ MEASURED = "measured"  # measured but not gated
 VERDICT_ORDER = (ERROR, REGRESSION, INCONCLUSIVE, IMPROVEMENT, PASS, NO_BASELINE, SAVED, MEASURED)
 
 
-def worst(statuses) -> str:
+def worst(statuses: Iterable[str]) -> str:
     ranked = [s for s in statuses if s in VERDICT_ORDER]
     return min(ranked, key=VERDICT_ORDER.index) if ranked else MEASURED
 

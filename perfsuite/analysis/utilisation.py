@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 # A core this busy has no headroom left: an input pipeline on it cannot go faster.
 BUSY_CORE_PERCENT = 90.0
@@ -50,14 +51,14 @@ def stats_of(xs: Sequence[float | None], *, peak: bool = False) -> dict[str, flo
 # --- records ------------------------------------------------------------------------
 
 
-def summary(utilisation: dict | None) -> dict | None:
+def summary(utilisation: dict[str, Any] | None) -> dict[str, Any] | None:
     """The utilisation without its time series: what a results row carries."""
     if not isinstance(utilisation, dict):
         return None
     return {k: v for k, v in utilisation.items() if k != "series"}
 
 
-def rank_share(utilisation: dict | None) -> dict | None:
+def rank_share(utilisation: dict[str, Any] | None) -> dict[str, Any] | None:
     """What a rank sends to the leader: everything but the host's per-core series (the bulk)."""
     if not isinstance(utilisation, dict):
         return None
@@ -67,7 +68,7 @@ def rank_share(utilisation: dict | None) -> dict | None:
     return out
 
 
-def merge_ranks(leader: dict | None, ranks: Sequence[dict]) -> dict | None:
+def merge_ranks(leader: dict[str, Any] | None, ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The record's utilisation: the leader's host view plus every rank's GPUs.
 
     ``leader`` is the leader's full sampling; ``ranks`` are per-rank entries with
@@ -78,7 +79,8 @@ def merge_ranks(leader: dict | None, ranks: Sequence[dict]) -> dict | None:
     if not isinstance(leader, dict):
         return None
     out = dict(leader)
-    gpus, series = [], []
+    gpus: list[dict[str, Any]] = []
+    series: list[dict[str, Any]] = []
     errors: dict[str, list[str]] = {}  # message -> ranks, so eight ranks without NVML say it once
     for r in ranks:
         u = r.get("utilisation") if isinstance(r, dict) else None
@@ -86,7 +88,8 @@ def merge_ranks(leader: dict | None, ranks: Sequence[dict]) -> dict | None:
             continue
         tag = {"rank": r.get("rank"), "host": r.get("host")}
         gpus.extend({**g, **tag} for g in u.get("gpus") or [] if isinstance(g, dict))
-        s = u.get("series") if isinstance(u.get("series"), dict) else {}
+        s = u.get("series")
+        s = s if isinstance(s, dict) else {}
         series.extend({**g, **tag} for g in s.get("gpus") or [] if isinstance(g, dict))
         if u.get("gpu_error"):
             errors.setdefault(str(u["gpu_error"]), []).append(str(r.get("rank")))

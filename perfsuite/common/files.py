@@ -11,9 +11,10 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
-def json_safe(obj):
+def json_safe(obj: Any) -> Any:
     """JSON has no NaN or infinity: a non-finite number (a diverged loss, a missing reading) is null."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

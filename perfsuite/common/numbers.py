@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 
-def finite(x) -> bool:
+def finite(x: object) -> TypeGuard[float]:
     """A real, finite number: not a bool, not NaN or infinity, not a string."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from perfsuite.common.files import atomic_write
 from perfsuite.common.text import one_line
@@ -78,13 +79,14 @@ def pid_files(folder: Path) -> list[Path]:
     return sorted(folder.glob(f"*{PID_SUFFIX}"))
 
 
-def write_progress(path: Path, state: dict) -> None:
+def write_progress(path: Path, state: dict[str, Any]) -> None:
     """k/n steps and the last window's rate: {"step", "steps", "images_per_sec", "windows", "t"}."""
     atomic_write(path, json.dumps(state).encode())
 
 
-def read_progress(path: Path) -> dict | None:
+def read_progress(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return state if isinstance(state, dict) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,9 +20,9 @@ class ModelInfo:
     source: str | None  # file of the builder's module, for models registered outside the package
     description: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelInfo:
+    def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
         return cls(**data)

@@ -12,7 +12,9 @@ and ``memcpy`` (host-device copies and memsets).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from perfsuite.contract.job import ContractError
 
@@ -50,7 +52,7 @@ class OpProfile:
     def get(self, name: str, kind: str) -> OpTime | None:
         return next((o for o in self.ops if o.name == name and o.kind == kind), None)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "tool": self.tool,
@@ -64,7 +66,7 @@ class OpProfile:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> OpProfile:
+    def from_dict(cls, data: dict[str, Any]) -> OpProfile:
         """Read a stored profile; ContractError (one line) when it is not one this perfsuite writes."""
         version = data.get("version") if isinstance(data, dict) else None
         if version != PROFILE_VERSION:
@@ -92,7 +94,7 @@ class OpProfile:
             raise ContractError(f"op profile without a valid field: {exc}") from None
 
 
-def _times(values, what: str) -> tuple[float, ...]:
+def _times(values: Iterable[Any], what: str) -> tuple[float, ...]:
     out = tuple(float(v) for v in values)
     if not all(math.isfinite(v) and v >= 0 for v in out):
         raise ContractError(f"op profile: {what} must be finite and non-negative")

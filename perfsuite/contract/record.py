@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfsuite.common.files import json_safe
 from perfsuite.contract.job import ContractError
@@ -32,10 +33,10 @@ class RankEntry:
     loss_last: float | None
     peak_memory_bytes: int
     warmup_seconds: float
-    utilisation: dict | None = None  # the rank's sampling summary (perfsuite.analysis.utilisation)
+    utilisation: dict[str, Any] | None = None  # the rank's sampling summary (perfsuite.analysis.utilisation)
 
     @classmethod
-    def from_dict(cls, data: dict) -> RankEntry:
+    def from_dict(cls, data: dict[str, Any]) -> RankEntry:
         return cls(**{**data, "window_seconds": tuple(data["window_seconds"])})
 
 
@@ -55,7 +56,7 @@ class WorkerRecord:
     loss_last: float | None
     peak_memory_bytes: int
     warmup_seconds: float
-    utilisation: dict | None = None  # the leader's host view plus every rank's GPUs, with series
+    utilisation: dict[str, Any] | None = None  # the leader's host view plus every rank's GPUs, with series
     # DataLoader processes per rank; 0: the rank makes its own input; None: the framework
     # sizes its own pool (tf.data AUTOTUNE).
     input_workers: int | None = None
@@ -65,7 +66,7 @@ class WorkerRecord:
     libraries: dict[str, str] = field(default_factory=dict)
     # The leader's op profile, taken after the timed windows when the job asked for one
     # (perfsuite.contract.op_profile), the seconds it cost, and why there is none if it failed.
-    op_profile: dict | None = None
+    op_profile: dict[str, Any] | None = None
     profile_seconds: float | None = None
     profile_error: str | None = None
     # torch.compile or XLA: the first step's time (tracing and compiling), taken before the
@@ -77,7 +78,7 @@ class WorkerRecord:
     trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder
     version: int = field(default=RECORD_VERSION)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["spec"] = self.spec.as_dict()
         return out
@@ -87,7 +88,7 @@ class WorkerRecord:
         return json.dumps(json_safe(self.as_dict()), default=str)
 
     @classmethod
-    def from_dict(cls, data: dict) -> WorkerRecord:
+    def from_dict(cls, data: dict[str, Any]) -> WorkerRecord:
         version = data.get("version") if isinstance(data, dict) else None
         if version != RECORD_VERSION:
             raise ContractError(f"worker record version {version!r}; this perfsuite reads version {RECORD_VERSION}")
@@ -109,7 +110,7 @@ class WorkerRecord:
     def from_json(cls, text: str) -> WorkerRecord:
         return cls.from_dict(json.loads(text))
 
-    def replace(self, **changes) -> WorkerRecord:
+    def replace(self, **changes: Any) -> WorkerRecord:
         return dataclasses.replace(self, **changes)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 DEVICE_KINDS = ("cuda", "cpu")
 # A device kind's short form, in keys, ids, fingerprints and baseline files: "gpu" or "cpu".
@@ -214,14 +216,14 @@ class BurstSpec:
         """The 1-device twin that scaling efficiency is measured against."""
         return self.replace(devices=1, nodes=1, variable_update="replicated")
 
-    def replace(self, **changes) -> BurstSpec:
+    def replace(self, **changes: Any) -> BurstSpec:
         return dataclasses.replace(self, **changes)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> BurstSpec:
+    def from_dict(cls, data: dict[str, Any]) -> BurstSpec:
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
 
@@ -291,11 +293,11 @@ def key_fields(key: str) -> dict[str, str]:
     return fields
 
 
-def nearest_key(key: str, candidates) -> tuple[str, list[str]] | None:
+def nearest_key(key: str, candidates: Iterable[str]) -> tuple[str, list[str]] | None:
     """The candidate key that differs from ``key`` in the fewest fields, and those fields;
     None when there is no candidate of the same framework and model."""
     mine = key_fields(key)
-    best = None
+    best: tuple[str, list[str]] | None = None
     for other in candidates:
         theirs = key_fields(other)
         if (theirs["framework"], theirs["model"]) != (mine["framework"], mine["model"]):

@@ -77,7 +77,7 @@ def _readable(conn: sa.Connection, url: str) -> None:
         )
 
 
-def _sqlite_connect(dbapi_conn, _record) -> None:
+def _sqlite_connect(dbapi_conn: Any, _record: object) -> None:
     dbapi_conn.isolation_level = None  # SQLAlchemy's begin event issues BEGIN IMMEDIATE itself
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
@@ -97,7 +97,7 @@ def describe_error(url: str, exc: BaseException) -> str:
 # -- writing ------------------------------------------------------------------------
 
 
-def write_run(engine: sa.Engine, doc: dict) -> int | None:
+def write_run(engine: sa.Engine, doc: dict[str, Any]) -> int | None:
     """Append one run document (perfsuite.history.document) and its bursts in one transaction.
 
     Returns the run's id, or None when a run with its uuid is already there.
@@ -128,7 +128,7 @@ def write_run(engine: sa.Engine, doc: dict) -> int | None:
         with engine.begin() as conn:
             if _written(conn, doc["uuid"]):
                 return None
-            run_id = conn.execute(sa.insert(schema.runs).values(values).returning(schema.runs.c.id)).scalar_one()
+            run_id: int = conn.execute(sa.insert(schema.runs).values(values).returning(schema.runs.c.id)).scalar_one()
             rows = [_burst_values(run_id, run, r) for r in doc["results"]]
             if rows:
                 conn.execute(sa.insert(schema.bursts), rows)
@@ -145,7 +145,7 @@ def _written(conn: sa.Connection, uuid: str) -> bool:
     return conn.execute(sa.select(schema.runs.c.id).where(schema.runs.c.uuid == uuid)).first() is not None
 
 
-def _burst_values(run_id: int, run: dict, row: dict) -> dict:
+def _burst_values(run_id: int, run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": run_id,
         "fingerprint": row_fingerprint(run, row),

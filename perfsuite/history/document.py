@@ -26,7 +26,7 @@ def outcome_of(exitstatus: int, interrupted: bool) -> str:
     return {0: "passed", 1: "failed", 5: "passed"}.get(int(exitstatus), "error")
 
 
-def live(run: dict, rows: list[dict], *, save_baseline: bool, outcome: str) -> dict:
+def live(run: dict[str, Any], rows: list[dict[str, Any]], *, save_baseline: bool, outcome: str) -> dict[str, Any]:
     return {
         "uuid": uuids.uuid4().hex,
         "mode": "save" if save_baseline else "gate",
@@ -37,7 +37,7 @@ def live(run: dict, rows: list[dict], *, save_baseline: bool, outcome: str) -> d
     }
 
 
-def from_file(path: Path) -> dict:
+def from_file(path: Path) -> dict[str, Any]:
     """The run a --perf-json file or a report folder's results.json holds, with its own metadata.
 
     Its uuid is the hash of its content, so importing one file twice adds it once.
@@ -83,9 +83,9 @@ def from_file(path: Path) -> dict:
     }
 
 
-def row_fingerprint(run: dict, row: dict) -> str | None:
+def row_fingerprint(run: dict[str, Any], row: dict[str, Any]) -> str | None:
     """The hardware fingerprint id a result row's series belongs to: the run's CPU or GPU one."""
-    kind = SHORT_KINDS.get(row.get("device_kind"), "cpu")
+    kind = SHORT_KINDS.get(row.get("device_kind", ""), "cpu")
     return ((run.get("fingerprints") or {}).get(kind) or {}).get("id")
 
 

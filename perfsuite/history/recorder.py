@@ -7,14 +7,17 @@ lost. Every outcome is a line for the run's summary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import sqlalchemy as sa
 
 from perfsuite.history import db, spool
 from perfsuite.history.document import row_fingerprint
 from perfsuite.history.url import shown
 
 
-def flush(engine, url: str) -> tuple[int, list[str]]:
+def flush(engine: sa.Engine, url: str) -> tuple[int, list[str]]:
     """Write every spooled run of ``url``; (runs written, lines about unreadable spool files)."""
     written, notes = 0, []
     for path in spool.pending(url):
@@ -29,7 +32,7 @@ def flush(engine, url: str) -> tuple[int, list[str]]:
     return written, notes
 
 
-def record(url: str, doc: dict) -> list[str]:
+def record(url: str, doc: dict[str, Any]) -> list[str]:
     """Write ``doc`` to the history at ``url``; spool it if that fails. Lines for the summary."""
     lines: list[str] = []
     engine = None
@@ -50,7 +53,7 @@ def record(url: str, doc: dict) -> list[str]:
     return lines
 
 
-def _spool(url: str, doc: dict, why: str) -> str:
+def _spool(url: str, doc: dict[str, Any], why: str) -> str:
     try:
         path = spool.spool(url, doc)
     except OSError as exc:
@@ -64,7 +67,7 @@ def _spool(url: str, doc: dict, why: str) -> str:
 
 def load_series(
     url: str, fingerprints: Iterable[str]
-) -> tuple[dict[tuple[str, str], list[db.SeriesPoint]] | None, str | None]:
+) -> tuple[dict[tuple[str | None, str], list[db.SeriesPoint]] | None, str | None]:
     """(fingerprint, key) -> past points oldest first, spooled runs included; or (None, why)."""
     fingerprints = [f for f in fingerprints if f]
     engine = None
@@ -88,15 +91,21 @@ def load_series(
     return found, None
 
 
-def spooled_points(doc: dict, fingerprints: list[str]):
+def spooled_points(doc: dict[str, Any], fingerprints: list[str]) -> Iterator[tuple[tuple[str, str], db.SeriesPoint]]:
     """((fingerprint, key), SeriesPoint) of a run document's measured bursts on these fingerprints."""
     run = doc["run"]
     meta = {f: run.get(f) for f in db.META_FIELDS}
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for row in doc["results"]:
         fp = row_fingerprint(run, row)
         ips = row.get("images_per_sec")
-        if fp in fingerprints and isinstance(ips, (int, float)) and ips > 0 and (fp, row["key"]) not in seen:
+        if (
+            fp is not None
+            and fp in fingerprints
+            and isinstance(ips, (int, float))
+            and ips > 0
+            and (fp, row["key"]) not in seen
+        ):
             seen.add((fp, row["key"]))
             yield (
                 (fp, row["key"]),

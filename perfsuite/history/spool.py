@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from perfsuite.common.files import atomic_write, cache_root, json_safe
 from perfsuite.history.url import shown
@@ -19,7 +20,7 @@ def folder(url: str) -> Path:
     return cache_root() / "history-spool" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
-def spool(url: str, doc: dict) -> Path:
+def spool(url: str, doc: dict[str, Any]) -> Path:
     """Keep ``doc`` for ``url``; durable, since it is the only copy of the run's history."""
     path = folder(url) / f"{time.time_ns():020d}-{doc['uuid'].replace(':', '-')}.json"
     payload = {"url": shown(url), "document": doc}
@@ -33,5 +34,6 @@ def pending(url: str) -> list[Path]:
     return sorted(where.glob("*.json")) if where.is_dir() else []
 
 
-def read(path: Path) -> dict:
-    return json.loads(path.read_text())["document"]
+def read(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())["document"]
+    return doc

@@ -139,7 +139,9 @@ def save_entries(
 
 def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str, Any] | None = None) -> dict[str, Any]:
     """The baseline entry of a clean burst; ``old`` is the entry it replaces, if any."""
-    lo, hi = result.interval
+    record, interval = result.record, result.interval
+    assert record is not None and interval is not None, f"{result.id} has no measurement to save"
+    lo, hi = interval
     entry = {
         "images_per_sec": result.images_per_sec,
         "ci_low": lo,
@@ -149,8 +151,8 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
         "scaling_ci": list(result.scaling_interval) if result.scaling_interval else None,
         "date": date,
         "git_commit": commit,
-        "framework_version": result.record.framework_version,
-        "device_name": result.record.device_name,
+        "framework_version": record.framework_version,
+        "device_name": record.device_name,
         "steps": result.spec.steps,
         "windows": result.spec.windows,
         "runs": result.runs,
@@ -159,7 +161,7 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
         # The fullest device's peak, median over the pooled bursts, and each burst's.
         "peak_memory_bytes": int(stats.median(result.run_peaks)) if result.run_peaks else None,
         "peak_memory_runs": list(result.run_peaks),
-        "op_profile": result.record.op_profile,  # what attribution compares a regressed burst with
+        "op_profile": record.op_profile,  # what attribution compares a regressed burst with
     }
     for hand_set in ("tolerance", "memory_tolerance"):
         if old and hand_set in old:

@@ -10,6 +10,7 @@ import platform
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from perfsuite.common.hardware import Fingerprint
 from perfsuite.common.text import redact
@@ -26,7 +27,7 @@ class RunInfo:
     host: str
     python: str
     git_commit: str | None = None  # of the project the suite ran from
-    fingerprints: dict[str, dict] = field(default_factory=dict)  # "cpu"/"gpu" -> the hardware, with its id
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)  # "cpu"/"gpu" -> the hardware, with its id
     frameworks: dict[str, str] = field(default_factory=dict)  # framework -> version the bursts reported
     driver: str | None = None  # NVIDIA driver and CUDA versions, where a GPU was fingerprinted
     cuda: str | None = None
@@ -37,14 +38,14 @@ class RunInfo:
     container: str | None = None  # the image the run ran in, where the environment names one
     labels: dict[str, str] = field(default_factory=dict)  # --perf-label KEY=VALUE
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["command"] = list(self.command)
         return out
 
 
 def describe_run(
-    rootdir,
+    rootdir: str | os.PathLike[str] | None,
     fingerprints: dict[str, Fingerprint],
     framework_versions: dict[str, str],
     command: Sequence[str] = (),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -135,7 +136,9 @@ def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) 
     }
 
 
-def prune_selector(patterns: list[str], older_than: float | None, now: datetime):
+def prune_selector(
+    patterns: list[str], older_than: float | None, now: datetime
+) -> Callable[[str, dict[str, Any]], bool]:
     """``select(key, entry)`` for store.remove_entries: every given criterion must hold.
 
     Several patterns widen the choice (any may match); an age narrows it. An entry
