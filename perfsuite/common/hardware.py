@@ -55,8 +55,67 @@ class Discovery:
 
 
 @dataclass(frozen=True)
+class CpuSignature:
+    """What tells CPU generations apart when a hypervisor masks the model name ("AMD EPYC"):
+    the vendor, family, model and stepping the CPU reports, and its widest vector ISA."""
+
+    vendor: str  # "amd", "intel", or an Arm implementer ("arm-0x41")
+    family: str  # x86: the decimal family ("25"); Arm: the architecture ("8")
+    model: str  # x86: the decimal model ("17"); Arm: the part number ("0xd4f")
+    stepping: str  # x86: the stepping ("1"); Arm: variant and revision ("r0p1")
+    isa: str  # the widest vector ISA: amx, avx512, avx2, avx, sse4.2, sve2, sve, neon, or "scalar"
+
+    @property
+    def slug(self) -> str:
+        """'f25m17s1-avx512' (x86), 'f8m0xd4fr0p1-sve2' (Arm): short, file-name safe."""
+        stepping = self.stepping if self.stepping.startswith("r") else f"s{self.stepping}"
+        return _slug(f"f{self.family}m{self.model}{stepping}") + f"-{_slug(self.isa)}"
+
+
+# Widest first: the first flag a CPU has names its ISA.
+_X86_ISA = (("amx_tile", "amx"), ("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
+_ARM_ISA = (("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
+_X86_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
+
+
+def parse_cpu_signature(cpuinfo: str) -> CpuSignature | None:
+    """The signature in /proc/cpuinfo's text (its first processor), or None when it lacks one."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:  # a blank line ends the first processor's block
+                break
+            continue
+        fields.setdefault(key.strip().lower(), value.strip())
+    if "vendor_id" in fields and "cpu family" in fields and "model" in fields:
+        flags = set(fields.get("flags", "").split())
+        return CpuSignature(
+            vendor=_X86_VENDORS.get(fields["vendor_id"], _slug(fields["vendor_id"])),
+            family=fields["cpu family"],
+            model=fields["model"],
+            stepping=fields.get("stepping", "0"),
+            isa=next((name for flag, name in _X86_ISA if flag in flags), "scalar"),
+        )
+    if "cpu implementer" in fields and "cpu part" in fields:
+        features = set(fields.get("features", "").split())
+        return CpuSignature(
+            vendor=f"arm-{fields['cpu implementer'].lower()}",
+            family=fields.get("cpu architecture", "?"),
+            model=fields["cpu part"].lower(),
+            stepping=f"r{int(fields.get('cpu variant', '0'), 0)}p{fields.get('cpu revision', '0')}",
+            isa=next((name for flag, name in _ARM_ISA if flag in features), "scalar"),
+        )
+    return None
+
+
+@dataclass(frozen=True)
 class Fingerprint:
-    """The hardware a measurement ran on, plus the software versions seen there."""
+    """The hardware a measurement ran on, plus the software versions seen there.
+
+    A GPU fingerprint carries its host's CPU fields too: the ``python`` and ``real`` data
+    locations depend on that CPU, so the run's metadata keeps it (``cpu_id``).
+    """
 
     kind: str
     cpu_model: str
@@ -65,20 +124,50 @@ class Fingerprint:
     gpu_count: int = 0
     driver: str | None = None
     cuda: str | None = None
+    # None: not known on this platform, or a fingerprint saved before they were recorded.
+    cpu_vendor: str | None = None
+    cpu_family: str | None = None
+    cpu_model_number: str | None = None
+    cpu_stepping: str | None = None
+    cpu_isa: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
 
     @property
+    def signature(self) -> CpuSignature | None:
+        vendor, family, model = self.cpu_vendor, self.cpu_family, self.cpu_model_number
+        stepping, isa = self.cpu_stepping, self.cpu_isa
+        if vendor is None or family is None or model is None or stepping is None or isa is None:
+            return None
+        return CpuSignature(vendor, family, model, stepping, isa)
+
+    @property
     def id(self) -> str:
         """File-name-safe slug of the hardware only.
 
         Driver and CUDA versions are left out on purpose: a nightly gate must compare
-        a new driver against the baseline recorded on the same hardware.
+        a new driver against the baseline recorded on the same hardware. A GPU's id is its
+        model, count and MIG profile; a CPU's adds the signature to the model name.
         """
         if self.kind == "gpu":
             return f"gpu-{_slug(self.gpu_model or '')}-x{self.gpu_count}"
+        return self.cpu_id
+
+    @property
+    def cpu_id(self) -> str:
+        """The CPU's id: 'cpu-amd-epyc-f25m17s1-avx512-2c' ('cpu-amd-epyc-2c' without a signature)."""
+        sig = self.signature
+        if sig is None:
+            return self.legacy_cpu_id
+        name = _slug(self.cpu_model)
+        vendor = "" if sig.vendor in name.split("-") else f"-{_slug(sig.vendor)}"
+        return f"cpu-{name}{vendor}-{sig.slug}-{self.cpu_cores}c"
+
+    @property
+    def legacy_cpu_id(self) -> str:
+        """The id CPU fingerprints had before they named the signature: model name and cores."""
         return f"cpu-{_slug(self.cpu_model)}-{self.cpu_cores}c"
 
     def as_dict(self) -> dict[str, Any]:
@@ -98,10 +187,22 @@ def _slug(text: str) -> str:
     return text or "unknown"
 
 
+def describe_cpu(fp: Fingerprint) -> str:
+    """'2 x AMD EPYC (amd family 25 model 17 stepping 1, avx512)'."""
+    sig = fp.signature
+    if sig is None:
+        return f"{fp.cpu_cores} x {fp.cpu_model}"
+    if sig.vendor.startswith("arm-"):
+        where = f"{sig.vendor} part {sig.model} {sig.stepping}"
+    else:
+        where = f"{sig.vendor} family {sig.family} model {sig.model} stepping {sig.stepping}"
+    return f"{fp.cpu_cores} x {fp.cpu_model} ({where}, {sig.isa})"
+
+
 def describe(fp: Fingerprint) -> str:
     """One line for humans: '1 x NVIDIA H100 80GB HBM3, driver 580.159.04, CUDA 13.0'."""
     if fp.kind == "cpu":
-        return f"{fp.cpu_cores} x {fp.cpu_model}"
+        return describe_cpu(fp)
     parts = [f"{fp.gpu_count} x {fp.gpu_model}"]
     if fp.driver:
         parts.append(f"driver {fp.driver}")
@@ -134,8 +235,31 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+@functools.lru_cache(maxsize=1)
+def _cpu_signature() -> CpuSignature | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return parse_cpu_signature(f.read())
+    except OSError:
+        return None
+
+
+def _cpu_fields() -> dict[str, Any]:
+    sig = _cpu_signature()
+    fields: dict[str, Any] = {"cpu_model": _cpu_model(), "cpu_cores": cpu_cores()}
+    if sig is not None:
+        fields.update(
+            cpu_vendor=sig.vendor,
+            cpu_family=sig.family,
+            cpu_model_number=sig.model,
+            cpu_stepping=sig.stepping,
+            cpu_isa=sig.isa,
+        )
+    return fields
+
+
 def cpu_fingerprint() -> Fingerprint:
-    return Fingerprint(kind="cpu", cpu_model=_cpu_model(), cpu_cores=cpu_cores())
+    return Fingerprint(kind="cpu", **_cpu_fields())
 
 
 # --- CUDA devices ----------------------------------------------------------------
@@ -344,8 +468,7 @@ def gpu_fingerprint() -> Fingerprint | None:
     found = _discovery()
     return Fingerprint(
         kind="gpu",
-        cpu_model=_cpu_model(),
-        cpu_cores=cpu_cores(),
+        **_cpu_fields(),
         gpu_model=" + ".join(names),
         gpu_count=len(devices),
         driver=found.driver,
@@ -369,3 +492,4 @@ def clear_cache() -> None:
     """Forget cached discovery results (tests; after changing the raw source)."""
     _discovery.cache_clear()
     _cpu_model.cache_clear()
+    _cpu_signature.cache_clear()

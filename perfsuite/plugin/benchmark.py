@@ -153,7 +153,13 @@ def machine_info(perf: PerfSession) -> dict:
     """What joins pytest-benchmark's ``machine_info`` under the "perfsuite" key."""
     info: dict = {"frameworks": _versions(("torch", "tensorflow", "tensorflow-cpu", "keras"))}
     cpu = hardware.cpu_fingerprint()
-    info["cpu"] = {"model": cpu.cpu_model, "cores": cpu.cpu_cores, "baseline_file": f"{cpu.id}.json"}
+    info["cpu"] = {
+        "model": cpu.cpu_model,
+        "cores": cpu.cpu_cores,
+        "signature": hardware.describe_cpu(cpu),
+        "id": cpu.id,
+        "baseline_file": f"{cpu.id}.json",
+    }
     gpu = hardware.gpu_fingerprint()
     if gpu is not None:
         info["gpu"] = {

@@ -19,7 +19,7 @@ from perfsuite.common.numbers import fixed, gib
 from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
-from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key
+from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key, short_kind
 from perfsuite.plugin.markers import gate_marker
 from perfsuite.plugin.session import PerfSession
 from perfsuite.store.baseline import BaselineError
@@ -376,6 +376,9 @@ class PerfGate:
             return
         message = f"no {what} baseline for {spec.key()} in {path}: run with --perf-save-baseline to add it"
         file = self.session.baseline_file(spec.device_kind)
+        unused = self.session.baselines_unused.get(short_kind(spec.device_kind))
+        if unused is not None:
+            message = f"no {what} baseline for {spec.key()}: {unused}"
         near = nearest_key(spec.key(), file.entries) if file else None
         if near is not None and near[1]:
             message += f" (the nearest entry, {near[0]}, differs in {describe_difference(spec.key(), *near)})"

@@ -15,6 +15,7 @@ import pytest
 from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.common import hardware
+from perfsuite.common.files import shown_path
 from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.spec import BurstSpec, device_kind_of, short_kind
 from perfsuite.models.registry import get_model
@@ -34,6 +35,7 @@ class PerfSession:
     failed_tests: set[str] = field(default_factory=set)
     messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
     baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
+    baselines_unused: dict[str, str] = field(default_factory=dict)  # kind -> why a file there is not used
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
     interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
@@ -153,10 +155,26 @@ class PerfSession:
                 f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
                 f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --perf-save-baseline"
             )
+        self.messages.extend(self._no_baseline_file())
         if self.selected_cases and not self.results and not collect_only and status == pytest.ExitCode.OK:
             self.messages.append(self._nothing_ran())
             status = pytest.ExitCode.TESTS_FAILED
         return status
+
+    def _no_baseline_file(self) -> list[str]:
+        """A machine kind the suite has no baseline for: measured and reported, and how to keep it."""
+        if self.options.save_baseline:
+            return []
+        lines = []
+        for kind, found in sorted(self.baselines.items()):
+            measured = [r for r in self.results.values() if short_kind(r.spec.device_kind) == kind and r.ok]
+            if found is None and kind not in self.baselines_unused and measured:
+                lines.append(
+                    f"no baseline file for this hardware ({shown_path(self.baseline_path(device_kind_of(kind)))}): "
+                    f"{len(measured)} burst{'s were' if len(measured) != 1 else ' was'} measured and reported, not "
+                    "gated; run the same command with --perf-save-baseline to keep them as its baseline"
+                )
+        return lines
 
     def _save(self, exitstatus: int, status: int) -> int:
         if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
@@ -324,7 +342,11 @@ class PerfSession:
         """The baseline file for this machine's CPU or GPUs; BaselineError if it is unreadable."""
         kind = short_kind(device_kind)
         if kind not in self.baselines:
-            self.baselines[kind] = store.load(self.baseline_path(device_kind))
+            found, unused = store.find(self.options.baseline_dir, self.fingerprint(device_kind))
+            self.baselines[kind] = found
+            if unused is not None:
+                self.baselines_unused[kind] = unused
+                self.messages.append(f"warning: {unused}")
         return self.baselines[kind]
 
     def baseline_entry(self, spec: BurstSpec) -> dict | None:

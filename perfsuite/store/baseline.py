@@ -22,8 +22,8 @@ from typing import Any
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult
-from perfsuite.common.files import atomic_write, cache_root
-from perfsuite.common.hardware import Fingerprint
+from perfsuite.common.files import atomic_write, cache_root, shown_path
+from perfsuite.common.hardware import Fingerprint, describe_cpu
 from perfsuite.common.numbers import finite
 
 SCHEMA_VERSION = 1
@@ -59,6 +59,44 @@ class BaselineFile:
 
 def baseline_path(baseline_dir: Path, fp: Fingerprint) -> Path:
     return Path(baseline_dir) / f"{fp.id}.json"
+
+
+SIGNATURE_FIELDS = ("cpu_vendor", "cpu_family", "cpu_model_number", "cpu_stepping", "cpu_isa")
+
+
+def lacks_signature(recorded: dict[str, Any], fp: Fingerprint) -> bool:
+    """A file saved before CPU fingerprints named the generation, read on hardware that has one.
+
+    Behind a masked model name ("AMD EPYC") such a file may come from a CPU two to four
+    times slower or faster: it is never used for hardware whose signature is known.
+    """
+    return fp.signature is not None and any(recorded.get(name) is None for name in SIGNATURE_FIELDS)
+
+
+def unsigned_line(path: Path, fp: Fingerprint) -> str:
+    """Why ``path`` is not used for ``fp``, and how to measure a baseline that is: one line."""
+    return (
+        f"{shown_path(path)} names the CPU by model name and core count only, so it cannot tell this "
+        f"{describe_cpu(fp)} from another generation behind the same name: it is not used; save this "
+        f"hardware's baseline with --perf-save-baseline (it goes to {shown_path(path.parent / (fp.id + '.json'))})"
+    )
+
+
+def find(baseline_dir: Path, fp: Fingerprint) -> tuple[BaselineFile | None, str | None]:
+    """The baseline file for ``fp`` and, when there is none to use, why an existing one is not.
+
+    A CPU file saved under the older id (model name and cores) or without the signature
+    fields is reported, never used. BaselineError when the file is unreadable.
+    """
+    path = baseline_path(baseline_dir, fp)
+    found = load(path)
+    if found is not None:
+        return (None, unsigned_line(path, fp)) if lacks_signature(found.fingerprint, fp) else (found, None)
+    if fp.kind == "cpu" and fp.signature is not None:
+        legacy = Path(baseline_dir) / f"{fp.legacy_cpu_id}.json"
+        if legacy.is_file():
+            return None, unsigned_line(legacy, fp)
+    return None, None
 
 
 def load(path: Path) -> BaselineFile | None:
@@ -132,6 +170,8 @@ def save_entries(
 
     with _locked(path):
         current = load(path)  # re-read under the lock: another session may have saved
+        if current is not None and lacks_signature(current.fingerprint, fingerprint):
+            raise BaselineError(f"{unsigned_line(path, fingerprint)}: move it aside first, nothing was written")
         merged = _merge(path, current, fingerprint, entries, frameworks)
         _write_atomic(path, _document(merged))
     return merged

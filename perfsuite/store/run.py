@@ -37,6 +37,7 @@ class RunInfo:
     nccl: str | None = None
     container: str | None = None  # the image the run ran in, where the environment names one
     labels: dict[str, str] = field(default_factory=dict)  # --perf-label KEY=VALUE
+    node: str | None = None  # the fleet's name of this machine: --perf-node, Slurm's node name or the host name
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -52,8 +53,10 @@ def describe_run(
     interrupted: bool = False,
     libraries: Mapping[str, Mapping[str, str]] | None = None,
     labels: Mapping[str, str] | None = None,
+    node: str | None = None,
 ) -> RunInfo:
-    """``libraries``: framework -> {"cudnn": ..., "nccl": ...} as its bursts reported them."""
+    """``libraries``: framework -> {"cudnn": ..., "nccl": ...} as its bursts reported them;
+    ``node``: --perf-node (default: node_name())."""
     gpu = fingerprints.get("gpu")
     libraries = libraries or {}
     return RunInfo(
@@ -61,7 +64,11 @@ def describe_run(
         host=socket.gethostname(),
         python=platform.python_version(),
         git_commit=git_commit(rootdir),
-        fingerprints={kind: {**fp.as_dict(), "id": fp.id} for kind, fp in sorted(fingerprints.items())},
+        # A GPU's record carries its host CPU's id too: the python and real data locations depend on it.
+        fingerprints={
+            kind: {**fp.as_dict(), "id": fp.id, **({"cpu_id": fp.cpu_id} if kind == "gpu" else {})}
+            for kind, fp in sorted(fingerprints.items())
+        },
         frameworks=dict(sorted(framework_versions.items())),
         driver=gpu.driver if gpu else None,
         cuda=gpu.cuda if gpu else None,
@@ -71,7 +78,14 @@ def describe_run(
         nccl=library_version(libraries, "nccl") or os.environ.get("NCCL_VERSION") or None,
         container=container(os.environ),
         labels=dict(sorted((labels or {}).items())),
+        node=node or node_name(os.environ),
     )
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    """This machine's name in a fleet without --perf-node: Slurm's node name, else the host name.
+    Pods and containers often share or randomise host names: give them --perf-node."""
+    return env.get("SLURMD_NODENAME", "").strip() or socket.gethostname()
 
 
 def library_version(libraries: Mapping[str, Mapping[str, str]], name: str) -> str | None:
