@@ -50,7 +50,12 @@ class Concat(nn.Module):
 
 
 class Residual(nn.Module):
-    """``relu(body(x) + shortcut(x))``: a residual block with its own shortcut path."""
+    """``relu(body(x) + shortcut(x))``: a residual block with its own shortcut path.
+
+    The shortcut is added into the body's output and the ReLU applied in place, as
+    torchvision and timm do: the body ends in batch norm, whose backward reads its input,
+    not its output, so autograd allows it, and no block allocates a third activation.
+    """
 
     def __init__(self, body: nn.Module, shortcut: nn.Module | None = None):
         super().__init__()
@@ -59,7 +64,9 @@ class Residual(nn.Module):
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu(self.body(x) + self.shortcut(x))
+        out = self.body(x)
+        out += self.shortcut(x)
+        return self.relu(out)
 
 
 class MaxPool2dSame(nn.MaxPool2d):
