@@ -11,7 +11,10 @@ default, NCHW for channels_first). Keras needs the input size when the model is 
 
 Parameter counts follow the convention of the published figure each is held against:
 ``model.count_params()`` (trainable weights plus batch-norm moving statistics, Keras's
-"Total params") for ``keras.applications`` models, and trainable weights only for the
-project's own definitions, which are held against torchvision / timm figures that count
-``parameters()`` and not batch-norm buffers.
+"Total params") for the models held against ``keras.applications`` figures (Inception-v3,
+ResNet, VGG-16), and trainable weights only for those held against torchvision / timm
+figures, which count ``parameters()`` and not batch-norm buffers.
+
+Batch norm is ``layers.FusedBatchNormalization`` throughout: Keras's layer on TensorFlow's
+fused kernel, which Keras 3 does not use.
 """
