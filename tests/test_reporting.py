@@ -344,6 +344,7 @@ def test_perf_json_names_its_schema_and_the_run(injected):
         "nccl",
         "container",
         "labels",
+        "node",
     }
     assert run["command"][:4] == ["--perf-json", "r.json", "-p", "no:cacheprovider"] and run["interrupted"] is False
     assert run["fingerprints"]["cpu"]["id"].startswith("cpu-") and run["frameworks"] == {"torch": "test"}

@@ -1,4 +1,4 @@
-"""``python -m perfsuite history runs|trend|changes|import``: read the results history and back-fill it.
+"""``python -m perfsuite history runs|trend|changes|fleet|import``: read the results history and back-fill it.
 
 Exit codes: 0 done; 1 the history or a file cannot be used (unreachable, locked, newer
 schema, missing, not a results file); 2 bad command-line arguments. Errors are one
@@ -19,7 +19,7 @@ from typing import Any
 
 import tomllib
 
-from perfsuite.commands import Failure, UsageError
+from perfsuite.commands import Failure, UsageError, fleet
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.history import spool
@@ -104,7 +104,7 @@ def metadata_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str,
     """What differs between two runs' metadata: frameworks and labels name by name."""
     from perfsuite.history.db import META_FIELDS
 
-    out = []
+    out: list[dict[str, Any]] = []
     for name in META_FIELDS:
         a, b = old.get(name), new.get(name)
         if name in ("frameworks", "labels"):
@@ -406,7 +406,7 @@ def _import(args: argparse.Namespace, url: str) -> int:
             text = str(exc)
             raise Failure(text if text.startswith(str(path)) else f"{path}: {text}") from None
         docs.append((path, doc))
-    report = {"history": shown(url), "spooled": 0, "files": []}
+    report: dict[str, Any] = {"history": shown(url), "spooled": 0, "files": []}
     with _history(url, create=True) as engine:
         report["spooled"], notes = recorder.flush(engine, url)
         if not args.json:
@@ -454,9 +454,10 @@ def add_parser(sub: Any) -> None:
         "history",
         help="list runs, trends and change points of a results history; import files",
         description="Read the results history that --perf-history fills, or back-fill it.",
-        epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments",
+        epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments "
+        "(fleet: 3 with --fail-on-flagged when a host is flagged)",
     )
-    cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,import}")
+    cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,import}")
 
     def command(name: str, action, **kw) -> argparse.ArgumentParser:
         c = cmds.add_parser(name, **kw)
@@ -512,6 +513,7 @@ def add_parser(sub: Any) -> None:
         "skipped. Runs spooled while the history was unreachable are written first.",
     )
     imp.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    fleet.add_parser(command)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,6 +110,7 @@ def write_run(engine: sa.Engine, doc: dict[str, Any]) -> int | None:
         "date": str(run["date"]),
         "git_commit": run.get("git_commit"),
         "host": run.get("host"),
+        "node": run.get("node") or run.get("host"),  # a run recorded before --perf-node: its host
         "cpu_fingerprint": (fingerprints.get("cpu") or {}).get("id"),
         "gpu_fingerprint": (fingerprints.get("gpu") or {}).get("id"),
         "frameworks": run.get("frameworks") or {},
@@ -183,6 +184,7 @@ RUN_FIELDS = (
     "date",
     "git_commit",
     "host",
+    "node",
     "cpu_fingerprint",
     "gpu_fingerprint",
     "frameworks",

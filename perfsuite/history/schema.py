@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from perfsuite.history.url import HistoryError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _LOCK_ID = 0x70657266  # pg_advisory_xact_lock key of perfsuite's migrations ("perf")
 
 metadata = sa.MetaData()
@@ -30,6 +30,7 @@ runs = sa.Table(
     sa.Column("date", sa.Text, nullable=False),  # as the run gave it, with its UTC offset
     sa.Column("git_commit", sa.Text),
     sa.Column("host", sa.Text),
+    sa.Column("node", sa.Text),  # version 2: --perf-node, Slurm's node name or the host name (older runs: host)
     sa.Column("cpu_fingerprint", sa.Text),
     sa.Column("gpu_fingerprint", sa.Text),
     sa.Column("frameworks", sa.JSON, nullable=False),
@@ -70,17 +71,57 @@ bursts = sa.Table(
     sa.Column("change", sa.Float),
     sa.Column("row", sa.JSON, nullable=False),  # the whole --perf-json row
     sa.Index("ix_bursts_series", "fingerprint", "key"),
+    # Version 2: what the fleet view reads of a run's bursts, from the index alone (SQLite
+    # reads no table row, so never the JSON beside them).
+    sa.Index("ix_bursts_fleet", "run_id", "fingerprint", "key", "images_per_sec", "ci_low", "ci_high", "bursts_pooled"),
 )
+
+# What each version after the first added to the tables above: version 1 is them without it.
+ADDED_COLUMNS: dict[int, set[tuple[str, str]]] = {2: {("runs", "node")}}  # (table, column)
+ADDED_INDEXES: dict[int, set[str]] = {2: {"ix_bursts_fleet"}}
 
 
 def _create_v1(conn: sa.Connection) -> None:
-    # Version 1 is the tables as declared above. A later version appends a step that alters
-    # them (sa.DDL or alembic's Operations) and declares the result above.
-    metadata.create_all(conn, tables=[runs, bursts])
+    # Version 1 is the tables as declared above less what later versions added (ADDED_*). A
+    # later version appends a step that alters them (sa.DDL or alembic's Operations), declares
+    # the result above and names its additions in ADDED_COLUMNS and ADDED_INDEXES.
+    sa.MetaData().create_all(conn, tables=tables_at(1))
+
+
+def tables_at(version: int) -> list[sa.Table]:
+    """``runs`` and ``bursts`` as they were at ``version``, in a MetaData of their own."""
+    columns = {c for v, added in ADDED_COLUMNS.items() if v > version for c in added}
+    indexes = {i for v, added in ADDED_INDEXES.items() if v > version for i in added}
+    shaped = sa.MetaData()
+    out = []
+    for table in (runs, bursts):
+        kept = [c for c in table.columns if (table.name, c.name) not in columns]
+        keys = [
+            sa.ForeignKeyConstraint(
+                [e.parent.name for e in fk.elements], [e.target_fullname for e in fk.elements], ondelete=fk.ondelete
+            )
+            for fk in table.foreign_key_constraints
+        ]
+        copy = sa.Table(table.name, shaped, *(c._copy() for c in kept), *keys)
+        made = {i.name for i in copy.indexes}  # those of index=True columns
+        for index in table.indexes:
+            if index.name not in indexes and index.name not in made:
+                sa.Index(index.name, *(copy.c[c.name] for c in index.columns))
+        out.append(copy)
+    return out
+
+
+def _add_node(conn: sa.Connection) -> None:
+    """Version 2: runs.node (an older run's node is its host) and the fleet view's indexes."""
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN node TEXT"))
+    conn.execute(sa.update(runs).values(node=runs.c.host))
+    for index in (*runs.indexes, *bursts.indexes):
+        if index.name in ADDED_INDEXES[2]:
+            index.create(conn)
 
 
 # version -> the step that brings a database from version - 1 to it
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _create_v1}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {1: _create_v1, 2: _add_node}
 
 
 def migrate(conn: sa.Connection, migrations: dict[int, Callable[[sa.Connection], None]] | None = None) -> int:

@@ -1,0 +1,539 @@
+"""``python -m perfsuite history fleet``: which nodes of a fleet run slower than their peers.
+
+For one night (each node's latest run within ``--since`` hours before ``--at``, default now),
+the figures of each burst key on each hardware fingerprint (and each value of the
+``--group-by`` labels) form a group. Each host's figure is judged against its group with the
+robust statistics of ``perfsuite.analysis.fleet``: flagged when it is an outlier (modified
+z-score beyond ``--cutoff``) and more than ``--tolerance`` below the group's median. The
+same judgement on each of the ``--nights`` before (the window ending 24 h, 48 h, ... before
+``--at``) says on how many of them each host was flagged.
+
+Exit codes: 0 done; 3 with ``--fail-on-flagged`` when a host is flagged tonight; 1 the
+history cannot be used or holds no run in the window; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfsuite.analysis import fleet as stats
+from perfsuite.commands import Failure
+from perfsuite.common.files import json_safe
+from perfsuite.common.numbers import fixed
+from perfsuite.common.text import columns
+
+DEFAULT_SINCE_H = 36.0
+DEFAULT_NIGHTS = 7
+DEFAULT_LIMIT = 20
+FLAGGED_EXIT = 3
+NO_FINGERPRINT = "-"
+
+
+@dataclass
+class Group:
+    fingerprint: str | None
+    key: str
+    labels: tuple[tuple[str, str], ...]  # the --group-by labels' values
+    hosts: dict[str, Any]  # node -> its Figure, tonight
+    judged: list[stats.Judgement] | None = None  # per host, in the order of ``hosts``
+    flagged_nights: dict[str, list[int]] = field(default_factory=dict)  # node -> nights ago it was flagged
+    judged_nights: dict[str, int] = field(default_factory=dict)  # node -> nights it was judged
+
+    @property
+    def name(self) -> tuple:
+        return (self.fingerprint, self.key, self.labels)
+
+    def describe(self) -> str:
+        labels = "".join(f", {k}={v}" for k, v in self.labels)
+        return f"{self.key} [fingerprint {_fp(self.fingerprint)}{labels}]"
+
+
+def _fp(fingerprint: str | None) -> str:
+    return NO_FINGERPRINT if fingerprint is None else fingerprint
+
+
+def _groups(latest: dict, group_by: list[str]) -> dict[tuple, dict[str, Any]]:
+    """(fingerprint, key, group labels) -> node -> figure."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for (fp, key), by_node in latest.items():
+        for node, figure in by_node.items():
+            labels = tuple((name, str(figure.run.labels.get(name, "-"))) for name in group_by)
+            out.setdefault((fp, key, labels), {})[node] = figure
+    return out
+
+
+def _flagged(hosts: dict[str, Any], tolerance: float, cutoff: float) -> tuple[set[str], bool]:
+    """The nodes flagged in one group, and whether the group could be judged."""
+    nodes = list(hosts)
+    judged = stats.judge([hosts[n].images_per_sec for n in nodes], tolerance, cutoff)
+    if judged is None:
+        return set(), False
+    return {n for n, j in zip(nodes, judged) if j.flagged}, True
+
+
+def evaluate(
+    window,
+    end: datetime.datetime,
+    since: datetime.timedelta,
+    nights: int,
+    tolerance: float,
+    cutoff: float,
+    key_filter: Callable[[str], bool],
+    group_by: list[str],
+) -> list[Group]:
+    """Tonight's groups, judged, each host with the nights it was flagged on."""
+    from perfsuite.history.fleet import night_windows
+
+    windows = night_windows(end, since, nights)
+    tonight = _groups(_keys(window.latest(*windows[0]), key_filter), group_by)
+    groups = []
+    for (fp, key, labels), hosts in tonight.items():
+        group = Group(fp, key, labels, dict(sorted(hosts.items())))
+        nodes = list(group.hosts)
+        group.judged = stats.judge([group.hosts[n].images_per_sec for n in nodes], tolerance, cutoff)
+        groups.append(group)
+    by_name = {g.name: g for g in groups}
+    for ago, (start, stop) in enumerate(windows):
+        night = tonight if ago == 0 else _groups(_keys(window.latest(start, stop), key_filter), group_by)
+        for name, hosts in night.items():
+            found = by_name.get(name)
+            if found is None:
+                continue
+            group = found
+            if ago == 0:
+                judged = group.judged is not None
+                flagged = {n for n, j in zip(group.hosts, group.judged or []) if j.flagged}
+            else:
+                flagged, judged = _flagged(hosts, tolerance, cutoff)
+            if not judged:
+                continue
+            for node in hosts:
+                if node in group.hosts:
+                    group.judged_nights[node] = group.judged_nights.get(node, 0) + 1
+                    if node in flagged:
+                        group.flagged_nights.setdefault(node, []).append(ago)
+    return groups
+
+
+def _keys(latest: dict, key_filter: Callable[[str], bool]) -> dict:
+    return {(fp, key): v for (fp, key), v in latest.items() if key_filter(key)}
+
+
+def rows(groups: list[Group], nights: int) -> list[dict[str, Any]]:
+    """One row per host of every group, worst first: flagged, then by score; unjudged groups last."""
+    out = []
+    for g in groups:
+        for i, (node, figure) in enumerate(g.hosts.items()):
+            j = g.judged[i] if g.judged is not None else None
+            out.append(
+                {
+                    "node": node,
+                    "fingerprint": g.fingerprint,
+                    "key": g.key,
+                    "group": dict(g.labels),
+                    "hosts": len(g.hosts),
+                    "run_id": figure.run.id,
+                    "date": figure.run.date,
+                    "images_per_sec": figure.images_per_sec,
+                    "ci_low": figure.ci_low,
+                    "ci_high": figure.ci_high,
+                    "median": j.median if j else None,
+                    "mad": j.mad if j else None,
+                    "deviation": j.deviation if j else None,
+                    "score": j.score if j else None,
+                    "outlier": j.outlier if j else None,
+                    "flagged": j.flagged if j else False,
+                    "judged": j is not None,
+                    "nights_flagged": len(g.flagged_nights.get(node, [])),
+                    "nights_judged": g.judged_nights.get(node, 0),
+                    "flagged_nights": sorted(g.flagged_nights.get(node, [])),  # nights ago: 0 is tonight
+                    "nights": nights,
+                }
+            )
+    out.sort(key=_worst_first)
+    return out
+
+
+def _worst_first(row: dict[str, Any]) -> tuple:
+    judged = row["judged"]
+    return (
+        not row["flagged"],
+        not judged,
+        row["score"] if judged else 0.0,
+        row["deviation"] if judged else 0.0,
+        row["key"],
+        row["node"],
+    )
+
+
+# --- output ------------------------------------------------------------------------
+
+
+def _score(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x):
+        return "-inf" if x < 0 else "+inf"
+    return f"{x:+.1f}"
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    return f"{fixed(lo)}-{fixed(hi)}" if lo is not None and hi is not None else "-"
+
+
+def _when(at: datetime.datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
+    s = report
+    keys = len({(g["fingerprint"], g["key"]) for g in s["groups"]})
+    prints = len({g["fingerprint"] for g in s["groups"]})
+    print(
+        f"fleet of {s['history']}: {s['host_count']} host{'s' if s['host_count'] != 1 else ''}, "
+        f"{keys} key{'s' if keys != 1 else ''} on {prints} fingerprint{'s' if prints != 1 else ''}, "
+        f"{len(s['groups'])} group{'s' if len(s['groups']) != 1 else ''}; each host's latest run in the "
+        f"{s['since_hours']:g} h before {_when(s['at'])}"
+    )
+    flagged = s["flagged_hosts"]
+    rule = f"flagged: |modified z| > {s['cutoff']:g} and more than {s['tolerance']:.0%} below the group's median"
+    if flagged:
+        print(f"{len(flagged)} host{'s' if len(flagged) != 1 else ''} flagged, worst first ({rule}):")
+        for host in flagged:
+            n = host["keys"]
+            print(
+                f"  {host['node']}: {n} key{'s' if n != 1 else ''}, worst {host['worst_deviation']:+.1%} "
+                f"({host['worst_key']}); flagged on {host['most_nights']} of the last {s['nights']} nights"
+            )
+    else:
+        print(f"no host flagged ({rule})")
+    if shown_rows:
+        header = (
+            "host",
+            "fingerprint",
+            "key",
+            *group_by,
+            "img/s",
+            "95% CI",
+            "median",
+            "deviation",
+            "score",
+            "flagged",
+            "nights flagged",
+        )
+        table = [
+            (
+                r["node"],
+                _fp(r["fingerprint"]),
+                r["key"],
+                *(r["group"].get(name, "-") for name in group_by),
+                fixed(r["images_per_sec"]),
+                _interval(r["ci_low"], r["ci_high"]),
+                fixed(r["median"]) if r["judged"] else "-",
+                f"{r['deviation']:+.1%}" if r["judged"] else "-",
+                _score(r["score"]) if r["judged"] else "-",
+                "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),
+                f"{r['nights_flagged']} of {r['nights_judged']}",
+            )
+            for r in shown_rows
+        ]
+        print()
+        for line in columns(header, table, left=(0, 1, 2, *range(3, 3 + len(group_by)), -2)):
+            print(line)
+        if len(shown_rows) < s["total_rows"]:
+            print(f"(showing the worst {len(shown_rows)} of {s['total_rows']} rows; --limit 0 for all)")
+    unjudged = [g for g in s["groups"] if not g["judged"]]
+    if unjudged:
+        print(
+            f"\n{len(unjudged)} group{'s' if len(unjudged) != 1 else ''} with fewer than {stats.MIN_HOSTS} hosts: "
+            "cannot judge"
+        )
+        for g in unjudged[:DEFAULT_LIMIT]:
+            print(f"  {g['name']}: {g['hosts']} host{'s' if g['hosts'] != 1 else ''}")
+        if len(unjudged) > DEFAULT_LIMIT:
+            print(f"  ... and {len(unjudged) - DEFAULT_LIMIT} more (--json lists them all)")
+    if s["plot"]:
+        print(f"\nplot: {s['plot']}")
+
+
+def _flagged_hosts(all_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each flagged host once, worst first: how many keys, its worst deviation, its most persistent flag."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for r in all_rows:
+        if not r["flagged"]:
+            continue
+        h = hosts.setdefault(
+            r["node"], {"node": r["node"], "keys": 0, "worst_deviation": 0.0, "worst_key": None, "most_nights": 0}
+        )
+        h["keys"] += 1
+        if h["worst_key"] is None or r["deviation"] < h["worst_deviation"]:
+            h["worst_deviation"], h["worst_key"] = r["deviation"], r["key"]
+        h["most_nights"] = max(h["most_nights"], r["nights_flagged"])
+    return sorted(hosts.values(), key=lambda h: (h["worst_deviation"], h["node"]))
+
+
+def _plot(where: str, groups: list[Group], tolerance: float, title: str) -> str:
+    from perfsuite.common.files import atomic_write
+    from perfsuite.reporting.fleet import Strip, fleet_png
+
+    strips = []
+    for g in groups:
+        if g.judged is None:
+            continue
+        strips.append(
+            Strip(
+                g.describe(),
+                [(node, j.deviation, j.flagged) for node, j in zip(g.hosts, g.judged)],
+            )
+        )
+    strips.sort(key=lambda s: (not any(f for _, _, f in s.hosts), min(d for _, d, _ in s.hosts)))
+    try:
+        png = fleet_png(strips, tolerance, title)
+    except ImportError as exc:
+        raise Failure(f"--plot needs matplotlib ({exc})") from None
+    path = Path(where)
+    try:
+        atomic_write(path, png)
+    except OSError as exc:
+        raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+    return str(path)
+
+
+# --- the command -------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.history import db
+    from perfsuite.history.fleet import read_window, span
+    from perfsuite.history.url import shown
+
+    end = args.at if args.at is not None else datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    since = datetime.timedelta(hours=args.since)
+    patterns = args.key or []
+    kept: dict[str, bool] = {}
+
+    def key_filter(key: str) -> bool:
+        if key not in kept:
+            kept[key] = not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns)
+        return kept[key]
+
+    fingerprints = None
+    if args.fingerprint is not None:
+        fingerprints = [None if args.fingerprint == NO_FINGERPRINT else args.fingerprint]
+    engine = db.open_history(url, write=False)
+    try:
+        window = read_window(engine, *span(end, since, args.nights), fingerprints=fingerprints, labels=args.label)
+    finally:
+        engine.dispose()
+    groups = evaluate(window, end, since, args.nights, args.tolerance, args.cutoff, key_filter, args.group_by)
+    if not groups:
+        filters = "".join(
+            [
+                f" on fingerprint {args.fingerprint}" if args.fingerprint is not None else "",
+                f" of keys {', '.join(patterns)}" if patterns else "",
+                "".join(f" labelled {k}={v}" for k, v in args.label.items()),
+            ]
+        )
+        newest = window.newest(datetime.datetime.min, end)
+        raise Failure(
+            f"no measured run{filters} in the {args.since:g} h before {_when(end)} in {shown(url)}"
+            + (f" (the newest in the {args.nights} nights read: {_when(newest)})" if newest else "")
+        )
+    all_rows = rows(groups, args.nights)
+    flagged_hosts = _flagged_hosts(all_rows)
+    shown_rows = all_rows[: args.limit] if args.limit else all_rows
+    plotted = _plot(args.plot, groups, args.tolerance, f"fleet before {_when(end)}") if args.plot else None
+    report = {
+        "history": shown(url),
+        "at": end,
+        "since_hours": args.since,
+        "nights": args.nights,
+        "tolerance": args.tolerance,
+        "cutoff": args.cutoff,
+        "group_by": args.group_by,
+        "labels": args.label,
+        "host_count": len({n for g in groups for n in g.hosts}),
+        "groups": [
+            {
+                "fingerprint": g.fingerprint,
+                "key": g.key,
+                "group": dict(g.labels),
+                "name": g.describe(),
+                "hosts": len(g.hosts),
+                "judged": g.judged is not None,
+                "median": g.judged[0].median if g.judged else None,
+                "mad": g.judged[0].mad if g.judged else None,
+                "flagged": [n for n, j in zip(g.hosts, g.judged or []) if j.flagged],
+            }
+            for g in sorted(groups, key=lambda g: (_fp(g.fingerprint), g.key, g.labels))
+        ],
+        "flagged_hosts": flagged_hosts,
+        "total_rows": len(all_rows),
+        "rows": shown_rows,
+        "plot": plotted,
+    }
+    if args.json:
+        print(json.dumps(json_safe({**report, "at": end.isoformat() + "Z"}), indent=1, default=str))
+    else:
+        _text(report, args.group_by, shown_rows)
+    return FLAGGED_EXIT if args.fail_on_flagged and flagged_hosts else 0
+
+
+# --- arguments ---------------------------------------------------------------------
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected hours, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected hours above 0, got {text!r}")
+    return value
+
+
+def _nights(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
+    return value
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) (0.05 means 5%), got {text!r}")
+    return value
+
+
+def _cutoff(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def _at(text: str) -> datetime.datetime:
+    from perfsuite.history.document import utc
+    from perfsuite.history.url import HistoryError
+
+    try:
+        return utc(text)
+    except HistoryError:
+        raise argparse.ArgumentTypeError(f"expected an ISO date, e.g. 2026-01-10T03:00Z, got {text!r}") from None
+
+
+class _Labels(argparse.Action):
+    """--label KEY=VALUE, repeatable, into one dict."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"{option_string}: expected KEY=VALUE, got {value!r}")
+        labels = dict(getattr(namespace, self.dest) or {})
+        labels[key.strip()] = val.strip()
+        setattr(namespace, self.dest, labels)
+
+
+def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``fleet`` under ``history``: ``command`` adds a subcommand with --history and --json."""
+    p = command(
+        "fleet",
+        run,
+        help="hosts slower than their peers of the same fingerprint, night by night",
+        description=__doc__.split("\n\n", 1)[1].split("\n\nExit codes")[0],
+        epilog="exit codes: 0 done; 3 with --fail-on-flagged when a host is flagged; 1 the history cannot be "
+        "used or holds no run in the window; 2 bad arguments",
+    )
+    p.add_argument(
+        "--since",
+        type=_hours,
+        default=DEFAULT_SINCE_H,
+        metavar="HOURS",
+        help=f"tonight is each host's latest run in the HOURS before --at (default: {DEFAULT_SINCE_H:g})",
+    )
+    p.add_argument(
+        "--at", type=_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
+    )
+    p.add_argument(
+        "--nights",
+        type=_nights,
+        default=DEFAULT_NIGHTS,
+        metavar="N",
+        help="count the flags of each host over the last N nights, tonight included: the same window ending "
+        f"24 h, 48 h, ... before --at (default: {DEFAULT_NIGHTS})",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=stats.TOLERANCE,
+        metavar="FRACTION",
+        help="how far below its group's median an outlier must be to be flagged (default: "
+        f"{stats.TOLERANCE:g}: hosts of one fingerprint measured the same night need no room for drift "
+        "between nights, as the gate's 0.10 against a baseline does; 0.05 flags a host 8%% slower than its peers)",
+    )
+    p.add_argument(
+        "--cutoff",
+        type=_cutoff,
+        default=stats.CUTOFF,
+        metavar="Z",
+        help=f"an outlier's |modified z-score| is above Z (default: {stats.CUTOFF:g}, Iglewicz and Hoaglin's)",
+    )
+    p.add_argument("--fingerprint", metavar="ID", help=f"only this hardware ({NO_FINGERPRINT}: none recorded)")
+    p.add_argument(
+        "--key", action="append", metavar="PATTERN", help="only keys matching this fnmatch pattern; repeatable"
+    )
+    p.add_argument(
+        "--label",
+        action=_Labels,
+        default={},
+        metavar="KEY=VALUE",
+        help="only runs with this label (--perf-label); repeatable",
+    )
+    p.add_argument(
+        "--group-by",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="judge each value of this label (--perf-label LABEL=...) as a fleet of its own; repeatable",
+    )
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"the worst N rows (default: {DEFAULT_LIMIT}; 0: all)",
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="also draw one strip per key, each host a point, flagged marked")
+    p.add_argument(
+        "--fail-on-flagged",
+        action="store_true",
+        help=f"exit with {FLAGGED_EXIT} when any host is flagged tonight (a sweep's final job)",
+    )
