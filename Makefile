@@ -1,5 +1,5 @@
 # make perf: set up, then run the CPU performance suite (the main job)
-# make test: set up, lint (make lint), then run perfsuite's own tests
+# make test: set up, lint (make lint), build the docs (make docs), then run perfsuite's own tests
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -9,9 +9,9 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 ifeq ($(HAS_GPU),yes)
 # A CUDA torch; TensorFlow's CUDA build pins other nvidia-* wheels, so it gets a venv of its
 # own (pip install -e ".[tf-gpu]"): here its GPU cases skip and say so.
-FRAMEWORKS := -e ".[torch,dev,history]" "tensorflow-cpu>=2.16" pillow
+FRAMEWORKS := -e ".[torch,dev,history,docs]" "tensorflow-cpu>=2.16" pillow
 else
-FRAMEWORKS := -e ".[dev,history]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
+FRAMEWORKS := -e ".[dev,history,docs]" "torch==2.13.0" "tensorflow-cpu>=2.16" pillow
 endif
 # The results history's change points, without Otava's pins (pyproject.toml's history extra
 # says why).
@@ -19,7 +19,7 @@ OTAVA := "apache-otava==0.8.0"
 PERF_REPORT ?= perf-report
 PERF_ARGS ?= --model cifar10 --model resnet50
 
-.PHONY: setup perf test lint clean
+.PHONY: setup perf test lint docs clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -35,8 +35,13 @@ perf: setup
 
 # Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
 # share a heavy import (TensorFlow) stay in one worker through xdist_group.
-test: setup lint
+test: setup lint docs
 	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup
+
+# The documentation site (docs/, mkdocs.yml) into build/site: a warning, a broken link or
+# anchor among them, fails the build. docs/hooks.py writes the generated parts.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: setup
 	$(BIN)/ruff check .
