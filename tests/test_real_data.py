@@ -198,7 +198,9 @@ def test_given_data_dirs_are_accepted(cifar_dir, jpeg_dir, cache):
 
 
 def _take(spec: BurstSpec, num_classes: int, steps: int = 2):
-    batches = real.real_batches(spec, num_classes, CPU, seed=0)
+    from perfsuite.worker.backends.torch import data
+
+    batches = real.real_batches(spec, num_classes, CPU, seed=0, workers=data.loader_workers(spec))
     try:
         return [next(batches) for _ in range(steps)]
     finally:

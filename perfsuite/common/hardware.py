@@ -421,7 +421,7 @@ def visible_devices(devices: Sequence[GpuInfo], spec: str | None) -> list[GpuInf
     return chosen
 
 
-def match_device(devices: tuple[GpuInfo, ...], token: str) -> GpuInfo | None:
+def match_device(devices: Sequence[GpuInfo], token: str) -> GpuInfo | None:
     if not token:
         return None
     if re.fullmatch(r"[+-]?\d+", token):

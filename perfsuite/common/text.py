@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 
 def one_line(exc: BaseException, limit: int = 2000) -> str:
@@ -21,7 +22,7 @@ def text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def columns(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> list[str]:
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], left: tuple[int, ...] = (0,)) -> list[str]:
     """A plain-text table: the header, then one line per row; columns in ``left`` are
     left-aligned, the others (figures) right-aligned."""
     left = tuple(i % len(header) for i in left)

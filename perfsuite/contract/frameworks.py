@@ -5,7 +5,17 @@ updates each backend implements, and ``multinode_gap`` which multi-node shapes i
 run, so the plugin can refuse or skip a case up front.
 """
 
-SUPPORTED = {
+from typing import TypedDict
+
+
+class Support(TypedDict):
+    data_locations: tuple[str, ...]
+    variable_updates: tuple[str, ...]
+    backend: str  # the module a burst worker runs (perfsuite.worker.main.Backend)
+    package: str  # what a machine needs installed to run it
+
+
+SUPPORTED: dict[str, Support] = {
     "torch": {
         "data_locations": ("device", "host", "python", "real"),
         "variable_updates": ("replicated", "parameter_server", "independent"),

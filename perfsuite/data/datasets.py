@@ -145,7 +145,7 @@ def synthetic_image(rng: np.random.Generator, height: int, width: int, tint: np.
     """HxWx3 uint8: smooth random blobs and gradients plus pixel noise, so decode is not trivial."""
     grid = int(rng.integers(3, 9))
     coarse = rng.integers(0, 256, (grid, grid, 3), dtype=np.uint8)
-    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
     noise = rng.integers(-12, 13, (height, width, 3), dtype=np.int16)
     image = smooth + noise
     if tint is not None:  # a class-dependent colour cast gives the labels something to predict

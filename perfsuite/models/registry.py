@@ -13,6 +13,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfsuite.contract.model_info import ModelInfo
 
@@ -177,7 +178,7 @@ def resolve_builder(info: ModelInfo) -> Callable:
         spec.loader.exec_module(module)
     else:
         module = importlib.import_module(module_name)
-    obj = module
+    obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj

@@ -62,10 +62,11 @@ def add_bursts(config, perf: PerfSession) -> int:
 
     added = 0
     for result in perf.results.values():
-        if not result.ok or result.remote or not result.record.window_seconds:
+        measured = result.record
+        if not result.ok or result.remote or measured is None or not measured.window_seconds:
             continue
         bench = Metadata(_fixture(result), iterations=1, options=_options(result))
-        for seconds in result.record.window_seconds:
+        for seconds in measured.window_seconds:
             bench.stats.update(float(seconds))
         bs.benchmarks.append(bench)
         added += 1
@@ -127,7 +128,7 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
         "tests",
     )
     info = {k: record.get(k) for k in keep if k in record}
-    info["images_per_window"] = result.record.images_per_window
+    info["images_per_window"] = result.record.images_per_window if result.record else None
     found = result.attribution
     if found is not None:
         info["attribution"] = found.status

@@ -106,7 +106,7 @@ def framework_installed(framework: str) -> bool:
 
 def selected_models(options: PerfOptions) -> list[tuple[str, str]]:
     frameworks = options.framework or FRAMEWORKS
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     for fw in frameworks:
         names = [m.name for m in all_models(fw)]
         chosen = [n for n in options.model if n in names] if options.model else names

@@ -7,11 +7,12 @@ that crashed says so and is never called a regression.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
 
-from perfsuite.analysis import attribution, changes, memory, stats
+from perfsuite.analysis import attribution, changes, fleet, memory, stats
 from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
@@ -69,10 +70,12 @@ class PerfGate:
             result.verdict = stats.compare(result.samples, None, tolerance)
             drift = self._drift(result, tolerance)
             input_bound = self._input_efficiency(result)  # needs no baseline: the same run's device case
+            slow = self._fleet(result)  # nor does the peer check: the other nodes' figures
             self._record(result)
             self._act_drift(drift, stats.NO_BASELINE)
-            if input_bound:
-                pytest.fail(input_bound, pytrace=False)
+            failures = [line for line in (input_bound, self._fleet_failure(slow)) if line]
+            if failures:
+                pytest.fail("\n".join(failures), pytrace=False)
             self._missing(spec, path)
             return result
         # The floor widens the tolerance at most twofold: three bursts estimate the spread
@@ -106,9 +109,11 @@ class PerfGate:
         if not self.options.save_baseline:
             self._attribute(result, entry)
         drift = self._drift(result, tolerance)
+        slow = self._fleet(result)
         self._record(result)
         if self.options.save_baseline:
             self._act_drift(drift, verdict.status)  # a warning: saving over a drift hides it
+            self._fleet_failure(slow)  # a warning too: a save gates nothing
             return result
         base = stats.median(base_samples)
         bound = (
@@ -117,7 +122,7 @@ class PerfGate:
             else f"tolerance {tolerance:.0%}"
         )
         detail = (
-            f"{spec.label}: {fixed(result.images_per_sec)} img/s vs baseline {fixed(base)} img/s "
+            f"{spec.label}: {fixed(stats.median(result.samples))} img/s vs baseline {fixed(base)} img/s "
             f"({verdict.change:+.1%}, {bound}"
             + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
             + f", {result.runs} burst{'s' if result.runs > 1 else ''}) [baseline {path}]"
@@ -126,7 +131,11 @@ class PerfGate:
             detail += f"; and {drift}"
         if verdict.status == stats.REGRESSION:
             detail += "".join(f"\n{line}" for line in self._attribution_lines(result))
-        self._act(verdict, detail, also=[self._memory_failure(spec, memory, path), self._input_efficiency(result)])
+        self._act(
+            verdict,
+            detail,
+            also=[self._memory_failure(spec, memory, path), self._input_efficiency(result), self._fleet_failure(slow)],
+        )
         self._act_drift(drift, verdict.status)
         return result
 
@@ -187,7 +196,9 @@ class PerfGate:
 
     def _memory_failure(self, spec: BurstSpec, found: MemoryVerdict | None, path) -> str | None:
         """The memory regression line, or None; an inconclusive or smaller peak only warns."""
-        if found is None or found.status in (stats.PASS, stats.NO_BASELINE) or self.options.save_baseline:
+        if found is None or found.baseline_bytes is None or found.status in (stats.PASS, stats.NO_BASELINE):
+            return None
+        if self.options.save_baseline:
             return None
         line = (
             f"{spec.label}: peak {gib(found.peak_bytes)} vs baseline {gib(found.baseline_bytes)} "
@@ -227,16 +238,19 @@ class PerfGate:
         except ContractError as exc:
             result.attribution_note = f"the baseline entry's op profile is unusable: {exc}"
             return
+        profile = result.op_profile
+        if profile is None:  # the record has one (checked above): read the same way
+            return
         images = result.spec.batch_size * result.spec.world_size
         now_ms = 1000 * images / result.images_per_sec if result.images_per_sec else None
         base_ms = 1000 * images / entry["images_per_sec"] if entry.get("images_per_sec") else None
-        result.attribution = attribution.attribute(base, result.op_profile, base_ms, now_ms)
+        result.attribution = attribution.attribute(base, profile, base_ms, now_ms)
 
     def _attribution_lines(self, result: BurstResult) -> list[str]:
         if result.attribution is not None:
             lines = result.attribution.lines()
             report = self.options.perf_report
-            if result.record.trace_file:
+            if result.record is not None and result.record.trace_file:
                 from perfsuite.reporting.folder import trace_name
 
                 lines.append(
@@ -276,6 +290,51 @@ class PerfGate:
         )
         return result.drift_message
 
+    # -- the fleet ----------------------------------------------------------------------
+    def _fleet(self, result: BurstResult) -> str | None:
+        """--perf-fleet-check: this node's figure against the latest figures of the other nodes
+        of its fingerprint in the history (perfsuite.analysis.fleet.judge_against). The sentence
+        that reports a flagged node, or None."""
+        ips = result.images_per_sec
+        found = self.session.fleet_peers(result.spec) if ips is not None else None
+        if found is None or ips is None:
+            return None
+        fingerprint, peers = found
+        o = self.options
+        judged = fleet.judge_against(ips, [f.images_per_sec for f in peers.values()], o.fleet_tolerance, fleet.CUTOFF)
+        check = fleet.FleetCheck(
+            self.session.node,
+            fingerprint,
+            len(peers),
+            o.fleet_window,
+            o.fleet_tolerance,
+            fleet.CUTOFF,
+            o.fleet_check,
+            judged,
+        )
+        message = None
+        j = check.judgement
+        if j is not None and j.flagged:
+            score = "-inf (the peers' MAD is 0)" if j.mad == 0 else f"{j.score:.1f}"
+            message = (
+                f"fleet check: node {check.node} is slow: {result.spec.label} ({result.spec.key()}): "
+                f"{fixed(ips)} img/s, {j.deviation:+.1%} against the median of its "
+                f"{check.peers} peer{'s' if check.peers != 1 else ''}, {fixed(j.median)} img/s, on fingerprint "
+                f"{fingerprint} in the last {o.fleet_window:g} h (modified z {score}, beyond -{fleet.CUTOFF:g}; "
+                f"tolerance {o.fleet_tolerance:.0%}) [python -m perfsuite history fleet]"
+            )
+        result.fleet = dataclasses.replace(check, message=message)
+        return message
+
+    def _fleet_failure(self, slow: str | None) -> str | None:
+        """The fleet check's failure line with --perf-fleet-check fail; a warning otherwise."""
+        if slow is None:
+            return None
+        if self.options.fleet_check == "fail" and not self.options.save_baseline:
+            return slow
+        warnings.warn(PerfWarning(slow), stacklevel=3)
+        return None
+
     def _act_drift(self, drift: str | None, status: str) -> None:
         if drift is None or status == stats.REGRESSION:
             return  # a regression's failure already says it
@@ -308,7 +367,7 @@ class PerfGate:
             return result
         if self.options.save_baseline:
             return result
-        lo, hi = result.scaling_interval
+        efficiency, (lo, hi) = self._scaling_figures(result)
         base = entry.get("scaling_efficiency") if entry else None
         against = []
         if base is not None:
@@ -317,7 +376,7 @@ class PerfGate:
         if floor is not None:
             against.append(f"floor {floor:.0%}")
         detail = (
-            f"{spec.label}: scaling efficiency {result.scaling_efficiency:.1%} [{lo:.1%}, {hi:.1%}] "
+            f"{spec.label}: scaling efficiency {efficiency:.1%} [{lo:.1%}, {hi:.1%}] "
             f"vs {' and '.join(against)}" + (f" [baseline {path}]" if base is not None else "")
         )
         overhead = self._communication_overhead(result)
@@ -339,7 +398,15 @@ class PerfGate:
     def _scaling_verdict(self, result: BurstResult, entry: dict | None, floor: float | None) -> stats.Verdict:
         base = entry.get("scaling_efficiency") if entry else None
         points = max(self.options.scaling_tolerance, self._scaling_noise(entry))
-        return stats.compare_scaling(result.scaling_efficiency, result.scaling_interval, base, points, floor)
+        efficiency, interval = self._scaling_figures(result)
+        return stats.compare_scaling(efficiency, interval, base, points, floor)
+
+    def _scaling_figures(self, result: BurstResult) -> tuple[float, tuple[float, float]]:
+        """Efficiency and its interval; both bursts measured, so the session computed them."""
+        efficiency, interval = result.scaling_efficiency, result.scaling_interval
+        if efficiency is None or interval is None:
+            pytest.fail(f"{result.spec.label}: no scaling efficiency: a burst measured no throughput", pytrace=False)
+        return efficiency, interval
 
     @staticmethod
     def _scaling_noise(entry: dict | None) -> float:
@@ -412,7 +479,7 @@ class PerfGate:
         """Figures into the test's user properties, which --junitxml writes out."""
         props = self.item.user_properties
         props.append(("burst", result.spec.key()))
-        if result.images_per_sec is not None:
+        if result.images_per_sec is not None and result.interval is not None:
             lo, hi = result.interval
             props.extend(
                 [
@@ -425,14 +492,26 @@ class PerfGate:
             )
         if not scaling and result.drift is not None:
             props.append(("drift", round(result.drift.change, 4)))
+        if not scaling and result.fleet is not None:
+            check = result.fleet
+            props.extend([("fleet_node", check.node), ("fleet_peers", check.peers), ("fleet_flagged", check.flagged)])
+            if check.judgement is not None:
+                props.extend(
+                    [
+                        ("fleet_peer_median", round(check.judgement.median, 3)),
+                        ("fleet_deviation", round(check.judgement.deviation, 4)),
+                        ("fleet_score", round(check.judgement.score, 2)),
+                    ]
+                )
         if not scaling and result.run_peaks:
             props.append(("peak_memory_bytes", int(stats.median(result.run_peaks))))
             found = result.memory_verdict
-            if found is not None and found.baseline_bytes:
+            change = found.change if found is not None else None
+            if found is not None and change is not None:  # a baseline peak to compare with
                 props.extend(
                     [
                         ("baseline_peak_memory_bytes", found.baseline_bytes),
-                        ("memory_change", round(found.change, 4)),
+                        ("memory_change", round(change, 4)),
                         ("memory_verdict", found.status),
                         ("memory_tolerance", round(found.tolerance, 4)),
                     ]

@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     markers.register_gate_marker(config)
     inipath = config.inipath
     in_pyproject = inipath is not None and inipath.name == "pyproject.toml"
-    pyproject = inipath if in_pyproject else config.rootpath / "pyproject.toml"
+    pyproject = inipath if inipath is not None and in_pyproject else config.rootpath / "pyproject.toml"
     try:
         table, source = read_table(pyproject)
         options = resolve(lambda dest: config.getoption(f"perf_{dest}"), table, source, pyproject.parent)
@@ -223,7 +223,8 @@ def burst(perf: PerfGate):
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, a worker that collected perf cases runs nothing and says why."""
     if _xdist_worker(config) and any(_is_perf_item(item) for item in items):
-        config.workeroutput["perfsuite_refused"] = XDIST_REFUSED
+        # pytest-xdist gives a worker's config its workeroutput; pytest's Config does not declare it.
+        config.workeroutput["perfsuite_refused"] = XDIST_REFUSED  # type: ignore[attr-defined]
         config.hook.pytest_deselected(items=list(items))
         items[:] = []
 
@@ -258,7 +259,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         preflight.check_gpus(perf.options, cases, cuda_device_count(), hardware.visibility())
         preflight.check_outputs(perf.options)
         preflight.check_history(perf.options)
-        for kind in {c.device_kind for c in cases} & {"cpu", "cuda"}:
+        for kind in {c.device_kind or "" for c in cases} & {"cpu", "cuda"}:
             if kind == "cuda" and cuda_device_count() == 0:
                 continue
             perf.baseline_file(kind)  # a bad file stops the run up front

@@ -263,7 +263,7 @@ def _suffix(line: str | None) -> str:
     return f"; last output: {line}" if line else ""
 
 
-def _failure_line(returncode: int, out: Path, log: Path, spec: BurstSpec, options: LaunchOptions) -> str:
+def _failure_line(returncode: int | None, out: Path, log: Path, spec: BurstSpec, options: LaunchOptions) -> str:
     if spec.nodes > 1 and _rendezvous_timed_out(log):
         others = [str(r) for r in range(spec.nodes) if r != options.node_rank]
         return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 from collections import Counter
@@ -23,7 +24,7 @@ from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
 from perfsuite.plugin.options import PerfOptions
 from perfsuite.reporting.view import RunView
 from perfsuite.store import baseline as store
-from perfsuite.store.run import RunInfo, describe_run
+from perfsuite.store.run import RunInfo, describe_run, node_name
 
 
 @dataclass
@@ -50,6 +51,9 @@ class PerfSession:
     # --perf-history, read once per hardware fingerprint for the drift check: key -> past img/s,
     # oldest first; None where the history could not be read.
     _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
+    # --perf-fleet-check, read once per hardware fingerprint: key -> other node -> its latest
+    # figure (perfsuite.history.fleet.Figure); None where the history could not be read.
+    _fleet: dict[str, dict[str, dict] | None] = field(default_factory=dict, repr=False)
     _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.plugin.progress).
@@ -106,7 +110,8 @@ class PerfSession:
             rdzv_endpoint=self.options.rdzv_endpoint,
             worker_hosts=self.options.worker_hosts,
         )
-        on_progress = (lambda state: self.progress(spec, state)) if self.progress else None
+        show = self.progress
+        on_progress = (lambda state: show(spec, state)) if show else None
         if on_progress:
             on_progress({})
         try:
@@ -243,6 +248,30 @@ class PerfSession:
         series = self._history[fingerprint]
         return None if series is None else series.get(spec.key(), [])
 
+    @property
+    def node(self) -> str:
+        """This machine's name in the fleet: --perf-node, else Slurm's node name, else the host name."""
+        return self.options.node or node_name(os.environ)
+
+    def fleet_peers(self, spec: BurstSpec) -> tuple[str, dict] | None:
+        """(fingerprint, other node -> its latest figure of ``spec``'s key in the last
+        --perf-fleet-window hours); None without --perf-fleet-check or when the history cannot be
+        read (said once, in the summary). The history is read once per fingerprint, every key at once."""
+        if self.options.fleet_check == "off" or self.options.perf_history is None:
+            return None
+        fingerprint = self.fingerprint(spec.device_kind).id
+        if fingerprint not in self._fleet:
+            from perfsuite.history import fleet
+
+            found, warning = fleet.read_peers(
+                self.options.perf_history, fingerprint, self.node, self.options.fleet_window
+            )
+            self._fleet[fingerprint] = found
+            if warning and warning not in self.messages:
+                self.messages.append(warning)
+        peers = self._fleet[fingerprint]
+        return None if peers is None else (fingerprint, peers.get(spec.key(), {}))
+
     def _nothing_ran(self) -> str:
         n = self.selected_cases
         head = f"no burst ran: {n} selected case{'s' if n != 1 else ''}"
@@ -263,7 +292,14 @@ class PerfSession:
                     libraries.setdefault(r.spec.framework, r.record.libraries)
         fingerprints, _ = self._report_fingerprints()
         return describe_run(
-            self.rootdir, fingerprints, versions, command, self.interrupted, libraries, dict(self.options.perf_label)
+            self.rootdir,
+            fingerprints,
+            versions,
+            command,
+            self.interrupted,
+            libraries,
+            dict(self.options.perf_label),
+            self.node,
         )
 
     def view(self, command: Sequence[str] = ()) -> RunView:
@@ -366,11 +402,14 @@ class PerfSession:
     def _scaling(self, result: BurstResult) -> None:
         spec = result.spec
         single = self.results.get(spec.single_device())
+        result.scaling_efficiency, result.scaling_interval, result.scaling_runs = None, None, []
         if spec.world_size < 2 or single is None or not (result.ok and single.ok) or result.remote:
-            result.scaling_efficiency, result.scaling_interval, result.scaling_runs = None, None, []
+            return
+        ips, single_ips = result.images_per_sec, single.images_per_sec
+        if ips is None or single_ips is None:
             return
         n = spec.world_size
-        result.scaling_efficiency = stats.scaling_efficiency(result.images_per_sec, single.images_per_sec, n)
+        result.scaling_efficiency = stats.scaling_efficiency(ips, single_ips, n)
         result.scaling_interval = stats.scaling_efficiency_ci(result.samples, single.samples, n)
         # Efficiency of each pair of pooled runs (N-device run i against 1-device run i).
         result.scaling_runs = [
@@ -384,7 +423,8 @@ class PerfSession:
         date = store.now_iso()
         out: dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]] = {}
         for result in self.results.values():
-            if not result.ok or result.remote:
+            record = result.record
+            if not result.ok or result.remote or record is None:
                 continue
             if result.tests and all(t in self.failed_tests for t in result.tests):
                 continue  # only bursts from tests that ran cleanly
@@ -392,7 +432,7 @@ class PerfSession:
             path = self.baseline_path(spec.device_kind)
             fp, entries, versions = out.setdefault(path, (self.fingerprint(spec.device_kind), {}, {}))
             entries[spec.key()] = store.entry_for(result, date, commit, self.baseline_entry(spec))
-            versions[spec.framework] = result.record.framework_version
+            versions[spec.framework] = record.framework_version
         return out
 
     def save_baselines(self) -> list[tuple[Path, int]]:

@@ -133,8 +133,8 @@ def cpu_mean(rec):
 
 def gpu_mean(rec):
     gpus = (rec.get("utilisation") or {}).get("gpus") or []
-    means = [(g.get("util_percent") or {}).get("mean") for g in gpus if isinstance(g, dict)]
-    means = [m for m in means if num(m)]
+    readings = [(g.get("util_percent") or {}).get("mean") for g in gpus if isinstance(g, dict)]
+    means = [m for m in readings if num(m)]
     return sum(means) / len(means) if means else None
 
 
@@ -206,6 +206,9 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
         columns.append("memory verdict")
     if trend:
         columns.append("baseline trend")
+    peers = any(isinstance(r.get("fleet"), dict) for r in records)
+    if peers:
+        columns.append("vs fleet peers")
     columns += [h for h, _ in optional]
     rows = []
     for r in records:
@@ -235,12 +238,25 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             cells.append(_verdict(r, "memory_verdict"))
         if trend:
             cells.append(" → ".join(fmt(x) for x in _trend(r)[-TREND_POINTS:]) or "-")
+        if peers:
+            cells.append(_fleet(r.get("fleet")))
         cells += [cell(r) for _, cell in optional]
         rows.append((row_status(r), cells))
     return columns, rows
 
 
 TREND_POINTS = 5  # the last saves of the entry: enough to see a drift, short enough for a cell
+
+
+def _fleet(check) -> str:
+    """--perf-fleet-check's cell: the deviation from the peers' median, how many peers, flagged or not."""
+    if not isinstance(check, dict):
+        return "-"
+    peers = check.get("peers") or 0
+    if not check.get("judged"):
+        return f"{peers} peer{'s' if peers != 1 else ''}: too few to judge"
+    text = f"{fmt(check.get('deviation'), '+.1%')} vs {peers} peers"
+    return f"{text}: SLOW NODE" if check.get("flagged") else text
 
 
 def _trend(r: dict) -> list[float]:
@@ -292,6 +308,11 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
         if isinstance(drift, dict) and drift.get("message"):
             # Amber: every night may have passed its baseline; the history says where it went.
             out.append((INCONCLUSIVE, "drift", str(drift["message"]).removeprefix("drift: ")))
+        slow = r.get("fleet")
+        if isinstance(slow, dict) and slow.get("flagged") and slow.get("message"):
+            # Red where it failed the test (--perf-fleet-check fail), amber where it warned.
+            status = REGRESSION if slow.get("policy") == "fail" and not r.get("saved") else INCONCLUSIVE
+            out.append((status, "slow node", str(slow["message"]).removeprefix("fleet check: ")))
         if r.get("saved"):
             continue  # the new baseline: nothing was gated (a drift above still shows: saving hides it)
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
@@ -350,7 +371,7 @@ def attributions(records: list[dict], traces: dict[str, str]) -> list[Attributio
                 lines[0] if lines else "",
                 rows,
                 [line.strip() for line in rest],
-                traces.get(r.get("id")),
+                traces.get(r.get("id", "")),
                 None if lines else str(note),
             )
         )

@@ -102,8 +102,9 @@ def document(report: Report, images: dict[str, bytes]) -> str:
                 classes = []
                 if report.columns[i] not in _TEXT_COLUMNS:
                     classes.append("n")
-                if i in report.verdict_columns and cell_status(cell):
-                    classes.append(_cls(cell_status(cell)))
+                marked = cell_status(cell) if i in report.verdict_columns else None
+                if marked:
+                    classes.append(_cls(marked))
                 attr = f' class="{" ".join(classes)}"' if classes else ""
                 out.append(f"<td{attr}>{escape(cell)}</td>")
             out.append("</tr>")

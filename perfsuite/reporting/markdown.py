@@ -79,7 +79,7 @@ def document(report: Report) -> str:
 
 
 def _verdict(cell: str) -> str:
-    mark = MARKS.get(cell_status(cell))
+    mark = MARKS.get(cell_status(cell) or "")
     return f"{mark} **{_escape(cell)}**" if mark else _escape(cell)
 
 

@@ -2,6 +2,7 @@
 
 Schema version 2 adds ``schema_version`` and the ``run`` object to version 1's
 ``{"results": [...]}`` (and ``"interrupted": true`` on a stopped run); rows are unchanged.
+Version 3 adds the run's ``node`` (--perf-node) and each row's ``fleet`` (--perf-fleet-check).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.store.run import RunInfo
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def document(run: RunInfo, rows: list[dict]) -> dict:
@@ -136,7 +137,7 @@ def row(result: BurstResult) -> dict:
         # With --perf-history: the runs the drift check read, and the drift it found.
         "drift_runs": result.drift_runs,
         "drift": None
-        if result.drift is None
+        if result.drift is None or result.drift_runs is None
         else {
             "change": result.drift.change,
             "before": result.drift.before,
@@ -147,6 +148,8 @@ def row(result: BurstResult) -> dict:
                 for p in result.drift.points
             ],
         },
+        # With --perf-fleet-check: this node against the latest figures of its peers in the history.
+        "fleet": result.fleet.as_dict() if result.fleet else None,
         "saved": result.saved,
         "error": result.error,
         "tests": result.tests,

@@ -46,7 +46,7 @@ def utilisation_plots(records: list[dict], series: dict[str, dict]) -> dict[str,
     """Burst key -> PNG of its CPU % and GPU utilisation over the burst."""
     out = {}
     for r in records:
-        s = series.get(r.get("id"))
+        s = series.get(r.get("id", ""))
         if s and _usable_series(s):
             out[r["id"]] = utilisation_plot(r, s)
     return out
@@ -285,6 +285,7 @@ def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
 
 
 def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -349,7 +350,9 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     common = _common(recs)
     ax.set_title(f"{fw} {model}: throughput by data location" + (f"\n{common}" if common else ""), fontsize=11)
-    handles = [Patch(color=COLORS[j % len(COLORS)], label=f"data location {name}") for j, name in enumerate(names)]
+    handles: list[Artist] = [
+        Patch(color=COLORS[j % len(COLORS)], label=f"data location {name}") for j, name in enumerate(names)
+    ]
     handles.append(Line2D([], [], color="black", linewidth=2.5, label="baseline"))
     handles.append(
         Line2D([], [], color="black", marker="|", linestyle="none", markersize=10, label="95% CI of the median")

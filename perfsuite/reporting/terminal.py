@@ -53,6 +53,8 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
         return (name, *["-"] * (len(HEADER) - 2), "error")
     if r.remote:
         return (name, *["-"] * (len(HEADER) - 2), f"ran ranks of node {r.remote.node_rank}")
+    if r.images_per_sec is None or r.interval is None:  # a record without windows
+        return (name, *["-"] * (len(HEADER) - 2), "error")
     cells = evidence.get(id(r))
     if cells is None:
         cells = evidence[id(r)] = _evidence(r)
@@ -73,9 +75,18 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
     if r.runs > 1:
         status += f" ({r.runs} runs)"
     memory = r.memory_verdict
-    if kind != "scaling" and not r.saved and memory is not None and memory.status in MEMORY_SHOWN:
+    if (
+        kind != "scaling"
+        and not r.saved
+        and memory is not None
+        and memory.status in MEMORY_SHOWN
+        and memory.change is not None
+    ):
         shown = memory.status.upper() if memory.status in (stats.REGRESSION, stats.INCONCLUSIVE) else memory.status
         status += f", memory {shown} {memory.change:+.1%}"
+    slow = r.fleet
+    if kind != "scaling" and slow is not None and slow.flagged and slow.judgement is not None:
+        status += f", SLOW NODE {slow.judgement.deviation:+.1%} vs {slow.peers} peers"
     return (
         name,
         fixed(r.images_per_sec),

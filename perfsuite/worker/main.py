@@ -1,8 +1,8 @@
 """The burst worker's life: tie to the launcher, read the Job, run the backend, report, leave.
 
-A backend (``perfsuite.worker.backends.<framework>.worker``) provides ``rank(job)`` (the
-rank an error line is filed under), ``run(job) -> WorkerRecord | None`` (None on every
-process but the leader) and ``finish(clean)``, which leaves the framework's collectives.
+A backend is the module ``SUPPORTED[framework]["backend"]`` names
+(``perfsuite.worker.backends.torch.burst``, ``perfsuite.worker.backends.tf.burst``); it
+is imported only here, in the burst process, and provides ``Backend``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,42 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
 
 from perfsuite.contract.burst_files import write_error, write_result
 from perfsuite.contract.frameworks import SUPPORTED
 from perfsuite.contract.job import Job
+from perfsuite.contract.record import WorkerRecord
 from perfsuite.worker.lifeline import tie_to_parent, write_pid_file
 
 USAGE = "usage: python -m perfsuite.worker JOB.json OUT.json"
+
+
+class Backend(Protocol):
+    """What a framework's burst module provides, as module-level functions."""
+
+    def rank(self, job: Job) -> int:
+        """The rank an error line is filed under, known before the framework starts."""
+        ...
+
+    def run(self, job: Job) -> WorkerRecord | None:
+        """Run the burst; its record on the leader, None on every other process."""
+        ...
+
+    def finish(self, clean: bool) -> None:
+        """Leave the framework's collectives (``clean``: the burst ran to the end)."""
+        ...
+
+
+def load_backend(framework: str) -> Backend:
+    return cast(Backend, importlib.import_module(SUPPORTED[framework]["backend"]))
+
+
+if TYPE_CHECKING:  # both backends provide Backend (mypy checks a module against a protocol)
+    import perfsuite.worker.backends.tf.burst
+    import perfsuite.worker.backends.torch.burst
+
+    _BACKENDS: tuple[Backend, ...] = (perfsuite.worker.backends.tf.burst, perfsuite.worker.backends.torch.burst)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     tie_to_parent()  # before the slow imports: a pytest gone meanwhile must not leave this process behind
     job_path, out = Path(argv[0]), Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))  # until the job says better
-    backend = None
+    backend: Backend | None = None
     code = 0
     try:
         job = Job.from_json(job_path.read_text())
         write_pid_file(job.folder)
-        backend = importlib.import_module(SUPPORTED[job.spec.framework]["backend"])
+        backend = load_backend(job.spec.framework)
         rank = backend.rank(job)
         record = backend.run(job)
         if record is not None:

@@ -19,29 +19,32 @@ def progress_writer(
     images_per_window: int,
     clock: Callable[[], float] = time.monotonic,
     write: Callable[[Path, dict], None] = write_progress,
-):
+) -> Callable[[int, int, float | None], None] | None:
     """``on_step`` callback: k/n and the last window's img/s, at most every MIN_WRITE_INTERVAL_S."""
     if path is None:
         return None
     target = Path(path)
-    last = {"rate": None, "windows": 0, "written": -float("inf")}
+    rate: float | None = None
+    windows = 0
+    written = -float("inf")
 
     def report(done: int, total: int, window_seconds: float | None) -> None:
+        nonlocal rate, windows, written
         # Every state repeats the last window's rate: the launcher polls and misses edges.
         if window_seconds:
-            last["rate"] = images_per_window / window_seconds
-            last["windows"] += 1
+            rate = images_per_window / window_seconds
+            windows += 1
         now = clock()
-        if now - last["written"] < MIN_WRITE_INTERVAL_S and done < total:
+        if now - written < MIN_WRITE_INTERVAL_S and done < total:
             return
-        last["written"] = now
+        written = now
         write(
             target,
             {
                 "step": done,
                 "steps": total,
-                "images_per_sec": last["rate"],
-                "windows": last["windows"],
+                "images_per_sec": rate,
+                "windows": windows,
                 "t": time.time(),
             },
         )

@@ -20,12 +20,13 @@ from perfsuite.worker.measure import WindowTimings, combine_ranks
 def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], float]) -> ModelInfo:
     """``info`` with the parameter count and forward FLOPs its registration left out, counted
     by the framework (``params()``, ``flops()``) before the burst: never inside a window."""
-    changes = {}
-    if info.params is None:
-        changes["params"] = int(params())
-    if info.flops is None:
-        changes["flops"] = float(flops())
-    return dataclasses.replace(info, **changes) if changes else info
+    if info.params is not None and info.flops is not None:
+        return info
+    return dataclasses.replace(
+        info,
+        params=int(params()) if info.params is None else info.params,
+        flops=float(flops()) if info.flops is None else info.flops,
+    )
 
 
 # TF32 units arrived with Ampere: below it, fp32 runs as IEEE fp32 whatever is allowed.

@@ -138,14 +138,14 @@ class Sampler:
         if thread is None or not thread.is_alive():
             self._close_gpus()  # a thread stuck inside NVML keeps it open
         if self._proc is not None:
-            self._loaders = self._loader_use(self._clock() - self._t0)
+            self._loaders = self._loader_use(self._proc, self._clock() - self._t0)
         return self.result()
 
-    def _loader_use(self, elapsed: float) -> dict | None:
+    def _loader_use(self, proc: psutil.Process, elapsed: float) -> dict | None:
         """How busy this process's children (data-loader workers) were over the windows:
         their CPU time over the wall time, in cores. None without children."""
         try:
-            now = _cpu_seconds(self._proc.children(recursive=True))
+            now = _cpu_seconds(proc.children(recursive=True))
         except psutil.Error:
             return None
         if not now or elapsed <= 0:
@@ -178,14 +178,16 @@ class Sampler:
         Pages shared between them (copy-on-write after fork) count once per process,
         so the sum can exceed the true footprint; it is what ``top`` adds up too.
         """
+        proc = self._proc
+        assert proc is not None  # start() set it before the first tick
         now = self._clock()
         if now - self._children_at >= CHILDREN_REFRESH_S:
             try:
-                self._children = self._proc.children(recursive=True)
+                self._children = proc.children(recursive=True)
             except psutil.Error:
                 self._children = []
             self._children_at = now
-        total = self._proc.memory_info().rss
+        total = proc.memory_info().rss
         for child in self._children:
             try:
                 total += child.memory_info().rss
@@ -198,9 +200,9 @@ class Sampler:
         try:
             nvml = self._nvml
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
 
-                self._nvml = nvml
+                nvml = self._nvml = pynvml
             nvml.nvmlInit()
             self._nvml_up = True
             from perfsuite.common.hardware import nvml_devices

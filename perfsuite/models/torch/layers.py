@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -78,9 +78,10 @@ class MaxPool2dSame(nn.MaxPool2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pads = []
+        stride, kernel = cast(int, self.stride), cast(int, self.kernel_size)  # built with square windows
         for size in reversed(x.shape[-2:]):  # F.pad wants the last dim first
-            out = math.ceil(size / self.stride)
-            total = max((out - 1) * self.stride + self.kernel_size - size, 0)
+            out = math.ceil(size / stride)
+            total = max((out - 1) * stride + kernel - size, 0)
             pads += [total // 2, total - total // 2]
         return F.max_pool2d(F.pad(x, pads, value=-math.inf), self.kernel_size, self.stride)
 

@@ -28,9 +28,10 @@ def vgg16(num_classes: int = 1000) -> torch.nn.Module:
 
     from perfsuite.models.torch.layers import init_weights
 
-    layers, in_ch = [], 3
+    layers: list[nn.Module] = []
+    in_ch = 3
     for v in VGG16:
-        if v == "M":
+        if isinstance(v, str):  # "M"
             layers.append(nn.MaxPool2d(2))
         else:
             layers += [nn.Conv2d(in_ch, v, 3, padding=1), nn.ReLU(inplace=True)]

@@ -103,11 +103,11 @@ def run(job: Job) -> WorkerRecord | None:
         capability = tuple(details.get("compute_capability") or (0, 0))
         # TensorFlow allows TF32 unless told not to, for convolutions and matmuls alike; a
         # GPU before Ampere has no TF32 units and runs IEEE fp32 whatever is allowed.
-        tf32 = fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability)
-        fp32 = {"fp32_math": tf32, "fp32_matmul": tf32, "compute_capability": f"{capability[0]}.{capability[1]}"}
+        fp32_math: str | None = fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability)
+        compute_capability: str | None = f"{capability[0]}.{capability[1]}"
     else:
         peak, device_name = host_peak_memory(), "cpu"
-        fp32 = {"fp32_math": None}
+        fp32_math = compute_capability = None
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
@@ -133,7 +133,9 @@ def run(job: Job) -> WorkerRecord | None:
         device_name=device_name,
         precision_dtype=precision.dtype,
         libraries=_libraries(),
-        **fp32,
+        fp32_math=fp32_math,
+        fp32_matmul=fp32_math,
+        compute_capability=compute_capability,
         compile_seconds=timings.compile_seconds,
         **profiled.fields(),
     )

@@ -36,7 +36,7 @@ def run_profiled_steps(
     Returns a callable that reads the sessions into an OpProfile, or None when this worker
     does not profile.
     """
-    folder = tempfile.mkdtemp(prefix="perfsuite-tfprof-") if enabled else None
+    folder = tempfile.mkdtemp(prefix="perfsuite-tfprof-") if enabled else ""
     walls: list[float] = []
     errors: list[BaseException] = []
     options = tf.profiler.experimental.ProfilerOptions(

@@ -173,7 +173,7 @@ def _imagenet_pipeline(spec: BurstSpec, kind: str, root: Path, num_classes: int,
         return image, label
 
     if kind == "tfrecord":
-        files = [str(f) for f in datasets.tfrecord_files(root)]
+        shards = [str(f) for f in datasets.tfrecord_files(root)]
 
         def parse(record):
             example = tf.io.parse_single_example(record, TFRECORD_FEATURES)
@@ -181,8 +181,8 @@ def _imagenet_pipeline(spec: BurstSpec, kind: str, root: Path, num_classes: int,
             label = tf.cast(example["image/class/label"], tf.int32) - datasets.TFRECORD_LABEL_OFFSET
             return decode(example["image/encoded"], label)
 
-        def make(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-            mine, by_record = _shard_files(files, ctx)
+        def make_records(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+            mine, by_record = _shard_files(shards, ctx)
             ds = tf.data.Dataset.from_tensor_slices(mine).shuffle(len(mine), seed=seed).repeat()
             ds = ds.interleave(
                 tf.data.TFRecordDataset,
@@ -195,7 +195,7 @@ def _imagenet_pipeline(spec: BurstSpec, kind: str, root: Path, num_classes: int,
             ds = ds.shuffle(SHUFFLE_RECORDS, seed=seed + ctx.input_pipeline_id)
             return _finish(ds, parse, spec)
 
-        return make
+        return make_records
 
     files, labels, synsets = datasets.jpeg_files(root)
     if not files:

@@ -10,7 +10,7 @@ import datetime
 import os
 
 from perfsuite.contract.job import Job
-from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract.record import RankEntry, WorkerRecord
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -101,8 +101,9 @@ def run(job: Job) -> WorkerRecord | None:
     mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
     ranks = [mine]
     if dist is not None:
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
+        gathered: list[RankEntry | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine)
+        ranks = [r for r in gathered if r is not None]  # every rank's, once gathered
     if not leader:
         return None
     return build_record(

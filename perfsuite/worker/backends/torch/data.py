@@ -101,7 +101,7 @@ def _real(spec, num_classes, device, seed) -> Iterator:
     # Imported on use: the real pipeline needs Pillow, the synthetic ones do not.
     from perfsuite.worker.backends.torch.real import real_batches
 
-    return real_batches(spec, num_classes, device, seed)
+    return real_batches(spec, num_classes, device, seed, loader_workers(spec))
 
 
 PIPELINES = {

@@ -32,7 +32,6 @@ from perfsuite.data.datasets import (
     RRC_RATIO,
     RRC_SCALE,
 )
-from perfsuite.worker.backends.torch.data import loader_workers
 from perfsuite.worker.lifeline import loader_worker_init
 
 PREFETCH_FACTOR = 4
@@ -40,11 +39,12 @@ PREFETCH_FACTOR = 4
 DeviceAugment = Callable[[torch.Tensor], torch.Tensor]
 
 
-def real_batches(spec: BurstSpec, num_classes: int, device: torch.device, seed: int) -> Iterator:
-    """Forever: (images float32 NCHW, labels int64) on ``device``, ``spec.batch_size`` per rank."""
+def real_batches(spec: BurstSpec, num_classes: int, device: torch.device, seed: int, workers: int) -> Iterator:
+    """Forever: (images float32 NCHW, labels int64) on ``device``, ``spec.batch_size`` per rank,
+    decoded by ``workers`` DataLoader processes (``data.loader_workers``)."""
     rank, world = rank_and_world()
     dataset, augment = build_dataset(spec, num_classes, rank, world, device, seed)
-    loader = make_loader(dataset, spec.batch_size, device, seed, loader_workers(spec))
+    loader = make_loader(dataset, spec.batch_size, device, seed, workers)
     for images, labels in loader:
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
@@ -57,10 +57,12 @@ def rank_and_world() -> tuple[int, int]:
 
 def build_dataset(
     spec: BurstSpec, num_classes: int, rank: int, world: int, device: torch.device, seed: int
-) -> tuple[Dataset, DeviceAugment | None]:
+) -> tuple[CifarRecords | JpegFiles, DeviceAugment | None]:
     """This rank's shard of the dataset, and the device-side augmentation (or None)."""
     kind, root = datasets.dataset_for("torch", spec.image_size, spec.data_dir)
     on_device = spec.augment_on == "device"
+    dataset: CifarRecords | JpegFiles
+    augment: DeviceAugment | None
     if kind == "cifar10-bin":
         items = shard(_cifar_index(root), rank, world, root)
         files = datasets.cifar_files(root)
@@ -95,8 +97,9 @@ def shard(items: list, rank: int, world: int, root) -> list:
     return mine
 
 
-def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: int, workers: int) -> DataLoader:
-    extra = {"persistent_workers": True, "prefetch_factor": PREFETCH_FACTOR} if workers > 0 else {}
+def make_loader(
+    dataset: CifarRecords | JpegFiles, batch_size: int, device: torch.device, seed: int, workers: int
+) -> DataLoader:
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -106,7 +109,8 @@ def make_loader(dataset: Dataset, batch_size: int, device: torch.device, seed: i
         pin_memory=device.type == "cuda",
         generator=torch.Generator().manual_seed(seed),  # seeds the workers' augmentation RNGs
         worker_init_fn=loader_worker_init(),
-        **extra,
+        persistent_workers=workers > 0,
+        prefetch_factor=PREFETCH_FACTOR if workers > 0 else None,
     )
 
 
@@ -161,7 +165,7 @@ class CifarRecords(_WorkerRng, Dataset):
         self.crop = crop
         self.augment = augment
         self.seed = seed
-        self._maps = None  # opened lazily in each worker process
+        self._maps: list[tuple[np.ndarray, np.ndarray]] | None = None  # opened lazily in each worker process
 
     def __len__(self) -> int:
         return len(self.items)
@@ -250,15 +254,15 @@ class JpegFiles(_WorkerRng, Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int):
-        with Image.open(self.files[i]) as img:
-            img = img.convert("RGB")
+        with Image.open(self.files[i]) as file:
+            img = file.convert("RGB")
         if self.decode_side is not None:
             side = self.decode_side
             square = _centre_square(img.width, img.height)
-            pixels = np.array(img.resize((side, side), Image.BILINEAR, box=square))
+            pixels = np.array(img.resize((side, side), Image.Resampling.BILINEAR, box=square))
             return torch.from_numpy(pixels).permute(2, 0, 1), self.labels[i]
         y, x, h, w = random_resized_box(self.rng, img.height, img.width)
-        img = img.resize((self.size, self.size), Image.BILINEAR, box=(x, y, x + w, y + h))
+        img = img.resize((self.size, self.size), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
         pixels = np.asarray(img, dtype=np.float32)
         if self.rng.random() < 0.5:
             pixels = pixels[:, ::-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -145,13 +146,15 @@ def make_step(
     policy = precision_policy(spec, device)
     channels_last = spec.layout == "channels_last"
     if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        # Module.to takes memory_format at run time; torch's overloads for it leave it out.
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
     net: nn.Module = model
     if distributed and spec.variable_update == "replicated":
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if spec.compile:
-        net = torch.compile(net)  # inductor; the first (untimed) step compiles
+        # inductor; the first (untimed) step compiles. A compiled Module is a Module (OptimizedModule).
+        net = cast(nn.Module, torch.compile(net))
     if spec.mode == "infer":
         return _infer_step(net, data, policy, channels_last)
     params = list(model.parameters())
