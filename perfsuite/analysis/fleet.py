@@ -127,3 +127,43 @@ def _check(values: Sequence[float], tolerance: float, cutoff: float) -> None:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if not cutoff > 0:
         raise ValueError(f"cutoff must be positive, got {cutoff!r}")
+
+
+@dataclass(frozen=True)
+class FleetCheck:
+    """The gate's peer check of one burst (--perf-fleet-check): this node's figure against the
+    latest figures of the other nodes of its fingerprint in the history."""
+
+    node: str
+    fingerprint: str
+    peers: int  # other nodes with a figure of this key in the window
+    window_hours: float
+    tolerance: float
+    cutoff: float
+    policy: str  # warn | fail
+    judgement: Judgement | None  # None: fewer than MIN_HOSTS with this node, not judged
+    message: str | None = None  # the sentence that reported a flagged node
+
+    @property
+    def flagged(self) -> bool:
+        return self.judgement is not None and self.judgement.flagged
+
+    def as_dict(self) -> dict[str, object]:
+        j = self.judgement
+        return {
+            "node": self.node,
+            "fingerprint": self.fingerprint,
+            "peers": self.peers,
+            "window_hours": self.window_hours,
+            "tolerance": self.tolerance,
+            "cutoff": self.cutoff,
+            "policy": self.policy,
+            "judged": j is not None,
+            "peer_median": j.median if j else None,
+            "peer_mad": j.mad if j else None,
+            "deviation": j.deviation if j else None,
+            "score": j.score if j else None,
+            "outlier": j.outlier if j else None,
+            "flagged": self.flagged,
+            "message": self.message,
+        }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.analysis import stats
 from perfsuite.analysis.attribution import Attribution
 from perfsuite.analysis.changes import Drift
+from perfsuite.analysis.fleet import FleetCheck
 from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
@@ -133,6 +134,7 @@ class BurstResult:
     attribution_note: str | None = None
     input_efficiency: float | None = None  # throughput over the device data location's (--perf-min-input-efficiency)
     communication_overhead: float | None = None  # 1 - throughput / the independent twin's, where both ran
+    fleet: FleetCheck | None = None  # --perf-fleet-check: this node against its peers in the history
 
     @property
     def id(self) -> str:

@@ -153,3 +153,29 @@ def night_windows(
 def span(end: datetime.datetime, since: datetime.timedelta, count: int) -> tuple[datetime.datetime, datetime.datetime]:
     """(start, end] that holds every night of ``night_windows``: one read for all of them."""
     return end - (count - 1) * DAY - since, end
+
+
+def read_peers(
+    url: str, fingerprint: str, node: str, hours: float, now: datetime.datetime | None = None
+) -> tuple[dict[str, dict[str, Figure]] | None, str | None]:
+    """key -> other node -> its latest figure of the key on ``fingerprint`` in the ``hours``
+    before ``now`` (naive UTC, default now), in one read; or (None, the warning that says why not).
+
+    Never raises for an unusable history: the gate's peer check is skipped, said once."""
+    from perfsuite.history import db
+
+    end = now or datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    engine = None
+    try:
+        engine = db.open_history(url, write=False)
+        window = read_window(
+            engine, end - datetime.timedelta(hours=hours), end, fingerprints=[fingerprint], exclude_node=node
+        )
+    except db.NoHistory:
+        return {}, None  # the first night of a new history: no peers yet
+    except db.UNAVAILABLE as exc:
+        return None, f"warning: no fleet check: perf history unusable ({db.describe_error(url, exc)})"
+    finally:
+        if engine is not None:
+            engine.dispose()
+    return {key: nodes for (_, key), nodes in window.latest(window.start, window.end).items()}, None

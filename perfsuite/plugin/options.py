@@ -30,6 +30,7 @@ MIN_WINDOWS = MIN_SAMPLES
 WHY_MIN_WINDOWS = f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever fail the gate"
 INCONCLUSIVE_POLICIES = ("pass", "fail")
 DRIFT_POLICIES = ("warn", "fail")
+FLEET_POLICIES = ("off", "warn", "fail")
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$")
 
 
@@ -363,6 +364,42 @@ OPTIONS: tuple[Option, ...] = (
         default="warn",
         metavar="{warn,fail}",
     ),
+    Option(
+        "node",
+        "this machine's name in a fleet, kept with the run in the history and the results "
+        "(default: Slurm's SLURMD_NODENAME, else the host name; pods and containers often share or "
+        "randomise host names, so name them here)",
+        metavar="NAME",
+    ),
+    Option(
+        "fleet-check",
+        "with --perf-history: compare each throughput burst with the latest figures of the other "
+        "nodes of this hardware fingerprint in the history, and warn about, or fail, a node that is an "
+        "outlier below their median beyond --perf-fleet-tolerance (default: off)",
+        "choice",
+        choices=FLEET_POLICIES,
+        default="off",
+        metavar="{off,warn,fail}",
+    ),
+    Option(
+        "fleet-window",
+        "hours back from now in which the fleet check reads each other node's latest figures (default: 36)",
+        "float",
+        minimum=1,
+        default=36.0,
+        metavar="HOURS",
+    ),
+    Option(
+        "fleet-tolerance",
+        "how far below its peers' median a node that is an outlier among them must be to be flagged "
+        "(default: 0.05: nodes measured the same night on the same software need no room for drift, "
+        "as a baseline does; 0.05 flags a node 8%% slower than its peers)",
+        "float",
+        minimum=0.0,
+        maximum=0.99,
+        default=0.05,
+        metavar="FRACTION",
+    ),
     Option("nnodes", "nodes taking part in a multi-node run (default: 1)", "int", minimum=1, default=1, metavar="N"),
     Option("node-rank", "this node's rank in a multi-node run (default: 0)", "int", minimum=0, default=0, metavar="R"),
     Option(
@@ -439,6 +476,10 @@ class PerfOptions:
     perf_label: tuple[tuple[str, str], ...]
     drift_window: int
     drift: str
+    node: str | None
+    fleet_check: str
+    fleet_window: float
+    fleet_tolerance: float
     nnodes: int
     node_rank: int
     rdzv_timeout: float
@@ -669,6 +710,11 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
             )
     if v["perf_label"] and v["perf_history"] is None:
         raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
+    if v["fleet_check"] != "off" and v["perf_history"] is None:
+        raise OptionError(
+            f"{src['fleet_check']}: the fleet check reads the other nodes' figures from a shared "
+            "results history: add --perf-history URL"
+        )
     if v["nnodes"] > 1 and v["rdzv_endpoint"] is None and not v["worker_hosts"] and not slurm:
         raise OptionError("--perf-nnodes > 1 needs --perf-rdzv-endpoint (torch) or --perf-worker-hosts (tf)")
 

@@ -11,6 +11,8 @@ from perfsuite.reporting.view import RunView
 def facts(view: RunView, records: list[dict]) -> list[tuple[str, str]]:
     run = view.run
     out = [("date", run.date), ("host", run.host)]
+    if run.node:
+        out.append(("node", run.node))
     if run.interrupted:
         out.append(
             (
