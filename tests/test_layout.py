@@ -23,7 +23,8 @@ ALLOWED = {
     "history": {"common", "contract", "analysis", "store", "reporting"},
     "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "suite"},
     "suite": {"common", "contract", "plugin"},
-    "commands": {"common", "contract", "models", "store", "analysis", "history", "reporting"},
+    "bisect": {"common", "contract", "analysis"},
+    "commands": {"common", "contract", "models", "store", "analysis", "history", "reporting", "bisect"},
     "top": {"commands", "contract", "models"},  # __init__ (the public names), __main__
 }
 

@@ -7,6 +7,7 @@ import json
 import sys
 
 from perfsuite.commands import CommandError, baseline, history
+from perfsuite.commands import bisect as bisect_cli
 from perfsuite.common import hardware
 from perfsuite.common.text import columns
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
@@ -76,6 +77,7 @@ def parser() -> argparse.ArgumentParser:
     models.set_defaults(run=_models)
     baseline.add_parser(sub)
     history.add_parser(sub)
+    bisect_cli.add_parser(sub)
     return p
 
 

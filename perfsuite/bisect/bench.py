@@ -1,0 +1,157 @@
+"""One commit's measurements: its bursts from the cache, and more on demand in its worktree.
+
+The worktree is checked out and ``--setup`` run once, at the first burst the cache did not
+have; every burst is written to the cache the moment it is measured. A failed checkout,
+setup or burst is the commit's failure (git bisect's 125: the commit is skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfsuite.analysis import stats
+from perfsuite.bisect import measure
+from perfsuite.bisect.cache import Cache
+from perfsuite.bisect.repo import GitError
+from perfsuite.bisect.selection import Selection, SelectionError, one_key
+from perfsuite.bisect.worktree import Worktrees
+from perfsuite.common import hardware
+from perfsuite.common.numbers import fixed
+from perfsuite.contract.spec import key_fields
+
+HISTORY_LABEL = "bisect_commit"  # the --perf-label each burst's run is stored with in --perf-history
+
+
+def fingerprint_for(key: str) -> str:
+    """The id of this machine's hardware that ``key``'s bursts run on (the cache's third part)."""
+    return hardware.fingerprint("gpu" if key_fields(key)["devices"].startswith("gpu") else "cpu").id
+
+
+@dataclass
+class Context:
+    """What every commit of one run shares."""
+
+    repo: Path
+    python: str
+    setup: str | None
+    selection: Selection
+    cache: Cache
+    worktrees: Worktrees
+    scratch: Path  # logs, --perf-json files and the empty baseline folder
+    history: str | None = None
+    say: Callable[[str], None] = print
+    key: str | None = None
+    fingerprint: str | None = None
+    confirmed: bool = False  # a run has given the selection's key: from then on a missing key is the commit's failure
+    bursts_run: int = 0
+    counter: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.key is None:
+            self.key = self.selection.key or self.cache.selection_key(self.repo, self.selection.digest())
+        if self.key is not None:
+            self.fingerprint = fingerprint_for(self.key)
+        (self.scratch / "no-baselines").mkdir(parents=True, exist_ok=True)
+
+    def learn(self, run: measure.BurstRun) -> str:
+        """The key this run measured; SelectionError while the selection is unproven."""
+        try:
+            key = one_key(self.selection, run.keys)
+        except SelectionError:
+            if self.confirmed:
+                raise measure.StepFailed(f"ran no burst {self.key} (it ran {', '.join(run.keys)})") from None
+            raise
+        if self.key is not None and key != self.key:
+            if self.confirmed:
+                raise measure.StepFailed(f"ran {key}, not {self.key}")
+        if self.key != key:
+            self.key, self.fingerprint = key, fingerprint_for(key)
+        if not self.confirmed and self.selection.key is None:
+            self.cache.remember_key(self.repo, self.selection.digest(), key)
+        self.confirmed = True
+        return key
+
+
+class Bench:
+    """The bursts of one commit, cached and new."""
+
+    def __init__(self, ctx: Context, sha: str, name: str):
+        self.ctx, self.sha, self.name = ctx, sha, name
+        self.bursts: list[list[float]] = []
+        self.cached = 0
+        self.failure: str | None = None
+        self._path: Path | None = None
+        self._loaded = False
+        self._load()
+
+    def _load(self) -> None:
+        if self._loaded or self.ctx.key is None:
+            return
+        entry = self.ctx.cache.get(self.sha, self.ctx.key, self.ctx.fingerprint)
+        self.bursts = entry.bursts + self.bursts
+        self.cached = len(entry.bursts)
+        if self._path is None:  # a failure kept from before, unless this run has just measured it
+            self.failure = self.failure or entry.failure
+        self._loaded = True
+
+    @property
+    def samples(self) -> list[float]:
+        return [x for b in self.bursts for x in b]
+
+    def ensure(self, n: int) -> bool:
+        """At least ``n`` bursts; False when the commit failed before."""
+        self._load()
+        while len(self.bursts) < n and self.failure is None:
+            self._one()
+        return self.failure is None and len(self.bursts) >= n
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self.ctx.say(f"{self.name}: {reason}")
+        if self.ctx.key is not None:
+            self.ctx.cache.fail(self.sha, self.ctx.key, self.ctx.fingerprint, reason)
+
+    def _one(self) -> None:
+        ctx = self.ctx
+        ctx.counter += 1
+        tag = f"{self.sha[:12]}-{ctx.counter}"
+        log = ctx.scratch / f"{tag}.log"
+        env = measure.environment(ctx.python, self.sha)
+        try:
+            if self._path is None:
+                self._path = ctx.worktrees.add(self.sha)
+                if ctx.setup:
+                    ctx.say(f"{self.name}: setup: {ctx.setup}")
+                    measure.setup(ctx.setup, self._path, env, log)
+            labels = [f"{HISTORY_LABEL}={self.sha}"]
+            args = measure.pytest_args(
+                ctx.selection.args_for(self._path),
+                ctx.scratch / f"{tag}.json",
+                ctx.scratch / "no-baselines",
+                ctx.history,
+                labels,
+            )
+            run = measure.burst(ctx.python, self._path, args, ctx.scratch / f"{tag}.json", env, log)
+            key = ctx.learn(run)
+        except GitError as exc:
+            self._fail(f"checkout failed: {exc}")
+            return
+        except measure.StepFailed as exc:
+            self._fail(str(exc))
+            return
+        ctx.bursts_run += 1
+        self._load()  # a key learned just now: the cache may already hold bursts of this commit
+        if key in run.errors:
+            self._fail(f"burst failed: {run.errors[key]}")
+            return
+        for samples in run.bursts.get(key, []):
+            self.bursts.append(samples)
+            ctx.cache.add_burst(self.sha, key, ctx.fingerprint, samples)
+            ctx.say(f"{self.name}: burst {len(self.bursts)}: {fixed(stats.median(samples))} img/s")
+
+    def close(self) -> None:
+        if self._path is not None:
+            self.ctx.worktrees.remove(self.sha)
+            self._path = None

@@ -1,0 +1,634 @@
+"""``python -m perfsuite bisect GOOD BAD [SELECTION...]``: the commit that changed a burst's throughput.
+
+``bisect`` measures GOOD and BAD, then midpoints of the first-parent line between them in
+private worktrees, each until its bursts are decisively like GOOD's or like BAD's, and names
+the first bad commit with the step's size. ``bisect-step`` is the same decision for one
+commit, as a ``git bisect run`` predicate.
+
+SELECTION is one burst key, or a pytest selection (paths, ``-k``, ``-m``, ``--perf-`` options;
+after ``--`` nothing is read as bisect's own) that gives exactly one burst key.
+
+Exit codes of ``bisect``: 0 the first bad commit found; 1 no reproducible change between
+GOOD and BAD, an end that cannot be measured, or only skipped commits left; 2 bad
+arguments or a selection that names no single burst; 130 interrupted (``--resume``
+continues). ``bisect-step``: 0 good, 1 bad, 125 skip, and 128 when it cannot judge at
+all (bad arguments, GOOD and BAD without a reproducible change), which stops
+``git bisect run`` instead of marking the commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from perfsuite.commands import CommandError, Failure, UsageError
+
+DEFAULT_MIN_CHANGE = 0.10  # the gate's default --perf-tolerance (perfsuite.plugin.options)
+DEFAULT_BURSTS = 3
+DEFAULT_MAX_REPEATS = 6
+INTERRUPTED = 130
+STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
+STEP_CANNOT = 128  # git bisect run stops on an exit code above 127
+
+
+class StepError(CommandError):
+    """bisect-step cannot judge: git bisect run must stop, not mark the commit."""
+
+    exit_code = STEP_CANNOT
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.1, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 (0.1 is 10%), got {text!r}")
+    return value
+
+
+def _count(text: str, least: int = 1) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {least} or more, got {text!r}")
+    return value
+
+
+def _end_bursts(text: str) -> int:
+    return _count(text, least=2)  # the bursts' scatter is read off the ends: two at least
+
+
+def _split(parser: argparse.ArgumentParser, args: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(bisect's own options, GOOD BAD and the selection, what follows ``--``): the selection's
+    pytest options may stand anywhere among bisect's own."""
+    mine, rest, tail = [], [], []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            tail = args[i + 1 :]
+            break
+        action = parser._option_string_actions.get(arg.split("=", 1)[0]) if arg.startswith("-") else None
+        if action is None:
+            rest.append(arg)
+        else:
+            mine.append(arg)
+            if "=" not in arg and action.nargs != 0 and i + 1 < len(args):
+                mine.append(args[i + 1])
+                i += 1
+        i += 1
+    return mine, rest, tail
+
+
+def _parse_with_selection(parser: argparse.ArgumentParser):
+    plain = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        mine, rest, tail = _split(parser, list(sys.argv[1:] if args is None else args))
+        ns, extras = plain(mine, namespace)
+        ns.revs, ns.selection = rest[:2], rest[2:] + tail
+        return ns, extras
+
+    parser.parse_known_args = parse_known_args
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("good", nargs="?", metavar="GOOD", help="a commit measured as it should be")
+    p.add_argument("bad", nargs="?", metavar="BAD", help="a later commit on whose first-parent line it changed")
+    p.add_argument(
+        "selection_help",
+        nargs="*",
+        metavar="SELECTION",
+        help="one burst key, or a pytest selection giving one (paths, -k, -m, --perf- options; after -- all of it)",
+    )
+    p.add_argument("--repo", metavar="PATH", default=".", help="the git repository (default: the current one)")
+    p.add_argument(
+        "--setup",
+        metavar="CMD",
+        help="a shell command run in each commit's worktree before its bursts, e.g. "
+        "'\"$PYTHON\" -m pip install -e .' ($PYTHON is --python)",
+    )
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        default=sys.executable,
+        help="the Python that runs pytest (and whose folder leads PATH for --setup); default: this one",
+    )
+    p.add_argument(
+        "--min-change",
+        type=_fraction,
+        metavar="F",
+        help="the smallest change between GOOD and BAD worth a bisect (default: the gate's tolerance, "
+        "perf_tolerance of [tool.perfsuite] or --perf-tolerance in the selection, else 0.10)",
+    )
+    p.add_argument(
+        "--bursts",
+        type=_end_bursts,
+        default=DEFAULT_BURSTS,
+        metavar="N",
+        help=f"bursts at each end before anything is judged, 2 or more (default: {DEFAULT_BURSTS})",
+    )
+    p.add_argument(
+        "--max-repeats",
+        type=_count,
+        default=DEFAULT_MAX_REPEATS,
+        metavar="N",
+        help=f"bursts a commit gets at most before it is skipped as undecided (default: {DEFAULT_MAX_REPEATS})",
+    )
+    p.add_argument(
+        "--perf-history",
+        metavar="URL",
+        help="store every burst in this results history, each run labelled bisect_commit=<commit>",
+    )
+    p.add_argument("--no-cache", action="store_true", help="measure every commit afresh (bursts are still cached)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``bisect`` and ``bisect-step`` to the subparsers of ``python -m perfsuite``."""
+    b = sub.add_parser(
+        "bisect",
+        help="find the commit that changed a burst's throughput",
+        description="Measure GOOD and BAD, then midpoints of the first-parent line between them, each in a "
+        "private worktree until its bursts are decisively like GOOD's or like BAD's, and name the first bad "
+        "commit with the size of its step. Every burst is cached by commit, key and hardware.",
+        epilog="exit codes: 0 found, 1 no reproducible change or no single commit, 2 bad arguments, 130 interrupted",
+    )
+    _options(b)
+    b.add_argument("--plot", metavar="FILE.png", help="draw img/s against commit order into this PNG")
+    b.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the last bisect of this repository where it stopped (its arguments are kept)",
+    )
+    b.set_defaults(run=run_bisect)
+    _parse_with_selection(b)
+
+    s = sub.add_parser(
+        "bisect-step",
+        help="one commit like GOOD or like BAD: a git bisect run predicate (0 good, 1 bad, 125 skip)",
+        description="Judge one commit (--commit, default HEAD) against GOOD's and BAD's bursts, which "
+        "the first call measures and writes to the ends file and later calls read: "
+        "git bisect start BAD GOOD && git bisect run python -m perfsuite bisect-step GOOD BAD KEY",
+        epilog="exit codes: 0 good, 1 bad, 125 skip, 128 cannot judge (git bisect run stops)",
+    )
+    _options(s)
+    s.add_argument("--commit", metavar="REV", default="HEAD", help="the commit to judge (default: HEAD)")
+    s.add_argument(
+        "--ends",
+        metavar="FILE",
+        type=Path,
+        help="GOOD's and BAD's bursts (default: perfsuite-bisect/ends.json in the repository's git folder)",
+    )
+    s.set_defaults(run=run_step)
+    _parse_with_selection(s)
+
+    def step_usage(message: str):
+        s.exit(STEP_CANNOT, f"error: {s.prog}: {message} (see --help)\n")
+
+    s.error = step_usage
+
+
+# --- from arguments to options -------------------------------------------------------------
+
+
+def _min_change(args: argparse.Namespace, selection: list[str], repo: Path) -> float:
+    if args.min_change is not None:
+        return args.min_change
+    for i, arg in enumerate(selection):
+        value = arg.split("=", 1)[1] if arg.startswith("--perf-tolerance=") else None
+        if arg == "--perf-tolerance" and i + 1 < len(selection):
+            value = selection[i + 1]
+        if value is not None:
+            try:
+                return _fraction(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"--perf-tolerance in the selection: {exc}") from None
+    try:
+        with open(repo / "pyproject.toml", "rb") as f:
+            table = tomllib.load(f).get("tool", {}).get("perfsuite", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return DEFAULT_MIN_CHANGE
+    value = table.get("perf_tolerance") if isinstance(table, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+        return float(value)
+    return DEFAULT_MIN_CHANGE
+
+
+def _history(url: str | None) -> str | None:
+    if url is None:
+        return None
+    from perfsuite.history.url import HistoryError, normalise
+
+    try:
+        return normalise(url, Path.cwd())
+    except HistoryError as exc:
+        raise UsageError(f"--perf-history: {exc}") from None
+
+
+def _build(args: argparse.Namespace, revs: list[str], given: list[str]):
+    from perfsuite.bisect import repo
+    from perfsuite.bisect.bisection import Options
+    from perfsuite.bisect.selection import SelectionError, parse
+
+    if len(revs) < 2 or any(r.startswith("-") for r in revs):
+        raise UsageError("needs GOOD and BAD: two commits, the good one first")
+    try:
+        selection = parse(given)
+        top = repo.toplevel(Path(args.repo))
+    except (SelectionError, repo.GitError) as exc:
+        raise UsageError(str(exc)) from None
+    python = args.python
+    if not Path(python).exists() and "/" in python:
+        raise UsageError(f"--python {python}: no such file")
+    return Options(
+        repo=top,
+        good=revs[0],
+        bad=revs[1],
+        selection=selection,
+        python=python,
+        setup=args.setup,
+        min_change=_min_change(args, given, top),
+        bursts=args.bursts,
+        max_repeats=args.max_repeats,
+        history=_history(args.perf_history),
+        use_cache=not args.no_cache,
+    )
+
+
+def _state_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "revs": list(args.revs),
+        "selection": list(args.selection),
+        "repo": str(Path(args.repo).resolve()),
+        "setup": args.setup,
+        "python": args.python,
+        "min_change": args.min_change,
+        "bursts": args.bursts,
+        "max_repeats": args.max_repeats,
+        "perf_history": args.perf_history,
+        "no_cache": args.no_cache,
+    }
+
+
+def command_line(given: dict[str, Any]) -> str:
+    """How the bisect a state file keeps was started, to show it."""
+    parts = ["python", "-m", "perfsuite", "bisect", *given["revs"]]
+    for name in ("repo", "setup", "python", "min_change", "perf_history"):
+        if given.get(name) not in (None, "", sys.executable):
+            parts += [f"--{name.replace('_', '-')}", str(given[name])]
+    for name, default in (("bursts", DEFAULT_BURSTS), ("max_repeats", DEFAULT_MAX_REPEATS)):
+        if given.get(name) != default:
+            parts += [f"--{name.replace('_', '-')}", str(given[name])]
+    if given.get("no_cache"):
+        parts.append("--no-cache")
+    return shlex.join(parts + (["--", *given["selection"]] if given["selection"] else []))
+
+
+# --- signals ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def _stops_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop a bisect as Ctrl-C does: worktrees removed, the state kept."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    held = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            held[sig] = signal.signal(sig, interrupt)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+def _say(text: str) -> None:
+    print(f"bisect: {text}", file=sys.stderr, flush=True)
+
+
+# --- bisect ------------------------------------------------------------------------------------
+
+
+def run_bisect(args: argparse.Namespace) -> int:
+    from perfsuite.bisect import repo, state
+    from perfsuite.bisect.bisection import EndFailed
+    from perfsuite.bisect.selection import SelectionError
+
+    try:
+        top = repo.toplevel(Path(args.repo))
+        path = state.state_path(repo.common_dir(top))
+    except repo.GitError as exc:
+        raise UsageError(str(exc)) from None
+    since = None
+    if args.resume:
+        if args.revs or args.selection:
+            raise UsageError("--resume continues with the arguments it kept: give it no GOOD, BAD or selection")
+        try:
+            kept = state.load(path)
+        except state.StateError as exc:
+            raise Failure(str(exc)) from None
+        if kept is None:
+            raise UsageError(f"nothing to resume: no bisect was started in {top}")
+        given = kept["args"]
+        _say(f"resuming: {command_line(given)}")
+        for name, value in given.items():
+            setattr(args, name, value)
+        if given.get("no_cache"):
+            since = kept.get("started")
+        args.no_cache = False  # what the interrupted run measured is in the cache
+        started = kept.get("started")
+    else:
+        from perfsuite.bisect.cache import now_iso
+
+        started = now_iso()
+    opts = _build(args, args.revs, args.selection)
+    kept_args = _state_args(args)
+    try:  # kept as commits: a resumed bisect measures the same range whatever HEAD has become
+        kept_args["revs"] = [repo.resolve(top, r) for r in args.revs]
+    except repo.GitError as exc:
+        raise UsageError(str(exc)) from None
+    kept_args["repo"] = str(top)
+    if args.resume:
+        kept_args["no_cache"] = bool(since)
+    t0 = time.monotonic()
+
+    def record(outcome) -> None:
+        """The state file, rewritten at the start (the lock held) and after every commit."""
+        state.save(
+            path,
+            {
+                "args": kept_args,
+                "started": started,
+                "status": outcome.status if outcome else "running",
+                "outcome": as_json(outcome) if outcome else None,
+            },
+        )
+
+    from perfsuite.bisect import bisection
+
+    outcome = None
+    try:
+        with _stops_as_interrupt():
+            outcome = bisection.bisect(opts, _say, record, since=since)
+    except KeyboardInterrupt:
+        _mark_interrupted(path)
+        print(
+            f"interrupted after {time.monotonic() - t0:.0f} s: every burst measured is kept; "
+            "`python -m perfsuite bisect --resume` continues",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
+    except state.Busy as exc:
+        raise Failure(str(exc)) from None
+    except (EndFailed, repo.GitError) as exc:
+        raise Failure(str(exc)) from None
+    plotted = _plot(args.plot, outcome) if getattr(args, "plot", None) else None
+    if args.json:
+        print(json.dumps(dict(as_json(outcome), plot=plotted), indent=1, default=str))
+    else:
+        for line in report(outcome):
+            print(line)
+        if plotted:
+            print(f"plot: {plotted}")
+    return 0 if outcome.status == "found" else 1
+
+
+def _mark_interrupted(path: Path) -> None:
+    from perfsuite.bisect import state
+
+    try:
+        kept = state.load(path)
+        if kept is not None:
+            kept.pop("schema", None)
+            kept["status"] = "interrupted"
+            state.save(path, kept)
+    except (state.StateError, OSError):
+        pass
+
+
+def _plot(where: str, outcome) -> str:
+    from perfsuite.bisect.plot import bisect_png
+    from perfsuite.common.files import atomic_write
+
+    try:
+        png = bisect_png(outcome)
+    except ImportError as exc:
+        raise Failure(f"--plot needs matplotlib ({exc})") from None
+    try:
+        atomic_write(Path(where), png)
+    except OSError as exc:
+        raise Failure(f"--plot {where}: cannot write: {exc.strerror or exc}") from None
+    return where
+
+
+# --- what it says ------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def _figures(t) -> str:
+    from perfsuite.common.numbers import fixed
+
+    fig = t.figures()
+    return "-" if fig is None else f"{fixed(fig[0])} img/s (95% CI {fixed(fig[1])}-{fixed(fig[2])})"
+
+
+def as_json(outcome) -> dict[str, Any]:
+    info = outcome.info
+    first = outcome.first_bad
+    return {
+        "status": outcome.status,
+        "key": outcome.key,
+        "fingerprint": outcome.fingerprint,
+        "good": outcome.commits[0],
+        "bad": outcome.commits[-1],
+        "commits": len(outcome.commits) - 1,
+        "change": {**outcome.change.as_dict(), "ratio": outcome.change.ratio},
+        "first_bad": info[first].as_dict() if first and first in info else ({"commit": first} if first else None),
+        "candidates": [info[c].as_dict() if c in info else {"commit": c} for c in outcome.candidates]
+        if outcome.status == "unresolved"
+        else [],
+        "step": None
+        if outcome.step is None
+        else {"change": outcome.step[0], "ci_low": outcome.step[1], "ci_high": outcome.step[2]},
+        "midpoints": outcome.midpoints,
+        "expected_midpoints": outcome.expected_midpoints,
+        "bursts": outcome.bursts,
+        "bursts_run": outcome.bursts_run,
+        "seconds": round(outcome.seconds, 1),
+        "tested": [t.as_dict(info.get(t.sha)) for t in outcome.tested_in_order()],
+    }
+
+
+def _distribution(name: str, t) -> str:
+    from perfsuite.analysis import stats
+    from perfsuite.common.numbers import fixed
+
+    samples = t.samples
+    medians = ", ".join(fixed(stats.median(b)) for b in t.bursts)
+    return (
+        f"  {name} {t.sha[:10]}: {_figures(t)}, {len(t.bursts)} bursts, {len(samples)} windows, "
+        f"range {fixed(min(samples))}-{fixed(max(samples))}; burst medians {medians}"
+    )
+
+
+def _minutes(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def report(outcome) -> list[str]:
+    from perfsuite.analysis.stats import ALPHA
+    from perfsuite.common.numbers import fixed
+    from perfsuite.common.text import columns
+
+    change = outcome.change
+    ends = {t.role: t for t in outcome.tested if t.role in ("GOOD", "BAD")}
+    lines = []
+    if outcome.status == "no change":
+        why = (
+            f"{_pct(change.change)} is smaller than --min-change {change.min_change:.0%}"
+            if not change.beyond
+            else f"{_pct(change.change)} is not significant (windows p={change.p_value:.2g}, "
+            f"bursts p={change.p_bursts:.2g}, needs {ALPHA:g})"
+        )
+        lines.append(f"no reproducible change between GOOD and BAD: {why} ({outcome.key})")
+        lines += [_distribution("GOOD", ends["GOOD"]), _distribution("BAD ", ends["BAD"])]
+        return lines
+    first = outcome.first_bad
+    if first is not None:
+        info = outcome.info.get(first)
+        lines.append(f"first bad commit: {first}")
+        if info:
+            lines += [f"  subject: {info.subject}", f"  author:  {info.author}", f"  date:    {info.date}"]
+        by_order = {t.order: t for t in outcome.tested}
+        before, after = by_order[outcome.found.lo], by_order[outcome.found.hi]
+        step, lo, hi = outcome.step
+        lines.append(
+            f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}): "
+            f"{fixed(before.figures()[0])} -> {fixed(after.figures()[0])} img/s, "
+            f"from {before.sha[:10]} ({before.order}) to {after.sha[:10]} ({after.order})"
+        )
+    else:
+        cands = outcome.candidates
+        lines.append(
+            f"no single commit: the first bad commit is one of {len(cands)}, every one between "
+            f"{outcome.commits[outcome.found.lo][:10]} (good) and {outcome.commits[outcome.found.hi][:10]} (bad) "
+            "was skipped:"
+        )
+        skipped = {t.sha: t for t in outcome.tested if t.verdict == "skipped"}
+        for c in cands:
+            subject = outcome.info[c].subject if c in outcome.info else ""
+            why = f" (skipped: {skipped[c].reason})" if c in skipped else ""
+            lines.append(f"  {c[:10]} {subject}{why}")
+    lines.append(
+        f"burst {outcome.key} on {outcome.fingerprint}; GOOD -> BAD {_pct(change.change)} "
+        f"(windows p={change.p_value:.2g}, bursts p={change.p_bursts:.2g}, min change {change.min_change:.0%})"
+    )
+    lines.append(
+        f"cost: {outcome.midpoints} midpoint{'s' if outcome.midpoints != 1 else ''} "
+        f"(at most {outcome.expected_midpoints} for {len(outcome.commits) - 1} commits without skips), "
+        f"{outcome.bursts} bursts ({outcome.bursts_run} run now, "
+        f"{outcome.bursts - outcome.bursts_run} from the cache), "
+        f"{_minutes(outcome.seconds)}"
+    )
+    lines.append("")
+    header = ("#", "commit", "subject", "img/s", "95% CI", "bursts", "verdict")
+    rows = []
+    for t in outcome.tested_in_order():
+        fig = t.figures()
+        subject = outcome.info[t.sha].subject if t.sha in outcome.info else ""
+        verdict = t.role if t.role in ("GOOD", "BAD") else t.verdict
+        if t.verdict == "skipped":
+            verdict += f": {t.reason}"
+        if t.sha == first:
+            verdict += "  <- first bad"
+        rows.append(
+            (
+                str(t.order),
+                t.sha[:10],
+                subject[:40],
+                fixed(fig[0]) if fig else "-",
+                f"{fixed(fig[1])}-{fixed(fig[2])}" if fig else "-",
+                str(len(t.bursts)),
+                verdict,
+            )
+        )
+    lines += columns(header, rows, left=(1, 2, 6))
+    return lines
+
+
+# --- bisect-step -------------------------------------------------------------------------------
+
+
+def run_step(args: argparse.Namespace) -> int:
+    """Every failure is exit code 128 here: git bisect run takes 1 to 127 (but 125) for 'bad'."""
+    try:
+        return _step(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return STEP_CANNOT
+    except CommandError as exc:
+        raise StepError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - anything else must stop git bisect run too, in one line
+        raise StepError(f"bisect-step: {exc}") from None
+
+
+def _step(args: argparse.Namespace) -> int:
+    from perfsuite.bisect import bisection, repo, state
+    from perfsuite.bisect.selection import SelectionError
+
+    opts = _build(args, args.revs, args.selection)
+    try:
+        with _stops_as_interrupt():
+            found = bisection.step(opts, args.commit, args.ends, _say)
+    except (SelectionError, state.Busy, state.StateError, bisection.EndFailed, repo.GitError) as exc:
+        raise StepError(str(exc)) from None
+    change = found.change
+    if found.verdict == "no change":
+        raise StepError(
+            f"no reproducible change between GOOD and BAD ({_pct(change.change)}, p={change.p_value:.2g}, "
+            f"min change {change.min_change:.0%}): nothing to bisect"
+        )
+    t = found.tested
+    subject = found.info.subject if found.info else ""
+    why = t.reason or (t.call.reason if t.call else "")
+    if args.json:
+        out = {
+            "verdict": found.verdict,
+            "exit_code": STEP_EXIT[found.verdict],
+            "ends_file": str(found.ends_file),
+            "ends_written": found.ends_written,
+            "change": change.as_dict(),
+            "tested": t.as_dict(found.info),
+        }
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(f"{found.verdict}: {found.sha[:10]} {subject}: {_figures(t)}, {len(t.bursts)} bursts; {why}")
+    return STEP_EXIT[found.verdict]
