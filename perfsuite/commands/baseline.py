@@ -24,8 +24,6 @@ from perfsuite.store.summary import as_date, as_number, compare, prune_selector,
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
 
 
-
-
 # --- reading ---------------------------------------------------------------------
 
 

@@ -32,8 +32,6 @@ NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproje
 INSTALL = 'pip install -e ".[history]"'
 
 
-
-
 # --- the history's URL -----------------------------------------------------------
 
 
@@ -526,4 +524,3 @@ def run(args: argparse.Namespace) -> int:
         return args.action(args, url)
     except db.UNAVAILABLE as exc:
         raise Failure(db.describe_error(url, exc)) from None
-
