@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from perfsuite.commands.main import main
 from perfsuite.common.hardware import Fingerprint
-from perfsuite.store import baseline
-from perfsuite.store import summary
+from perfsuite.store import baseline, summary
 from perfsuite.store.baseline import BaselineError
 
 ROOT = Path(__file__).resolve().parents[1]
