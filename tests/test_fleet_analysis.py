@@ -137,3 +137,16 @@ def test_an_eight_percent_slower_host_among_eight(seed):
     values = [burst(100.0) for _ in range(7)] + [burst(92.0)]
     judged = fleet.judge(values)
     assert [j.flagged for j in judged] == [False] * 7 + [True]
+
+
+@given(
+    # repeated figures too, for groups whose MAD is 0
+    st.lists(
+        st.one_of(st.floats(min_value=1.0, max_value=1e6), st.sampled_from([50.0, 100.0])), min_size=1, max_size=40
+    ),
+    st.floats(min_value=0.0, max_value=0.5),
+    st.floats(min_value=0.5, max_value=10.0),
+)
+def test_flags_are_the_judgements_flags(values, tolerance, cutoff):
+    judged = fleet.judge(values, tolerance, cutoff)
+    assert fleet.flags(values, tolerance, cutoff) == (None if judged is None else [j.flagged for j in judged])

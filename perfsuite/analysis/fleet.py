@@ -107,6 +107,22 @@ def judge(values: Sequence[float], tolerance: float = TOLERANCE, cutoff: float =
     return [_judgement(x, center, spread, tolerance, cutoff) for x in values]
 
 
+def flags(values: Sequence[float], tolerance: float = TOLERANCE, cutoff: float = CUTOFF) -> list[bool] | None:
+    """``[j.flagged for j in judge(values, ...)]`` without the Judgements: the fleet view judges
+    every group of every night before tonight, and only needs to know which hosts were flagged."""
+    _check(values, tolerance, cutoff)
+    if len(values) < MIN_HOSTS:
+        return None
+    center = median(values)
+    spread = mad(values, center)
+    # Beyond the tolerance as _judgement computes the deviation, then (below the median) an
+    # outlier when its score is beyond the cut-off; with MAD 0 any figure off the median is.
+    return [
+        x / center - 1 < -tolerance and (spread == 0 or abs(NORMAL_MAD * (x - center) / spread) > cutoff)
+        for x in values
+    ]
+
+
 def judge_against(
     value: float, peers: Sequence[float], tolerance: float = TOLERANCE, cutoff: float = CUTOFF
 ) -> Judgement | None:
@@ -120,9 +136,13 @@ def judge_against(
 
 
 def _check(values: Sequence[float], tolerance: float, cutoff: float) -> None:
-    bad = [x for x in values if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
-    if bad:
-        raise ValueError(f"a fleet's figures must be positive and finite, got {bad[0]!r}")
+    try:  # at C speed: the fleet view checks a few hundred thousand figures
+        fine = not values or (min(values) > 0 and math.isfinite(sum(values)))
+    except TypeError:
+        fine = False
+    if not fine:
+        bad = [x for x in values if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
+        raise ValueError(f"a fleet's figures must be positive and finite, got {bad[0] if bad else values!r}")
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if not cutoff > 0:

@@ -22,13 +22,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet as stats
 from perfsuite.commands import Failure
 from perfsuite.common.files import json_safe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+
+if TYPE_CHECKING:  # SQLAlchemy is imported when the command runs, not when the parser is built
+    from perfsuite.history.fleet import Latest, Nights, Point
 
 DEFAULT_SINCE_H = 36.0
 DEFAULT_NIGHTS = 7
@@ -42,13 +45,17 @@ class Group:
     fingerprint: str | None
     key: str
     labels: tuple[tuple[str, str], ...]  # the --group-by labels' values
-    hosts: dict[str, Any]  # node -> its Figure, tonight
+    hosts: dict[str, Point]  # node -> its point tonight (perfsuite.history.fleet.Point)
     judged: list[stats.Judgement] | None = None  # per host, in the order of ``hosts``
     flagged_nights: dict[str, list[int]] = field(default_factory=dict)  # node -> nights ago it was flagged
     judged_nights: dict[str, int] = field(default_factory=dict)  # node -> nights it was judged
+    nodes: list[str] = field(init=False)  # the keys of ``hosts``, in order
+
+    def __post_init__(self) -> None:
+        self.nodes = list(self.hosts)
 
     @property
-    def name(self) -> tuple:
+    def name(self) -> tuple[str | None, str, tuple[tuple[str, str], ...]]:
         return (self.fingerprint, self.key, self.labels)
 
     def describe(self) -> str:
@@ -60,118 +67,106 @@ def _fp(fingerprint: str | None) -> str:
     return NO_FINGERPRINT if fingerprint is None else fingerprint
 
 
-def _groups(latest: dict, group_by: list[str]) -> dict[tuple, dict[str, Any]]:
-    """(fingerprint, key, group labels) -> node -> figure."""
-    out: dict[tuple, dict[str, Any]] = {}
+GroupName = tuple[str | None, str, tuple[tuple[str, str], ...]]
+
+
+def _groups(nights: Nights, latest: Latest, group_by: list[str]) -> dict[GroupName, dict[str, Point]]:
+    """(fingerprint, key, group labels) -> node -> point."""
+    if not group_by:
+        return {(fp, key, ()): by_node for (fp, key), by_node in latest.items()}
+    out: dict[GroupName, dict[str, Point]] = {}
     for (fp, key), by_node in latest.items():
-        for node, figure in by_node.items():
-            labels = tuple((name, str(figure.run.labels.get(name, "-"))) for name in group_by)
-            out.setdefault((fp, key, labels), {})[node] = figure
+        for node, point in by_node.items():
+            labels = nights.runs[point[0]].labels
+            named = tuple((name, str(labels.get(name, "-"))) for name in group_by)
+            out.setdefault((fp, key, named), {})[node] = point
     return out
-
-
-def _flagged(hosts: dict[str, Any], tolerance: float, cutoff: float) -> tuple[set[str], bool]:
-    """The nodes flagged in one group, and whether the group could be judged."""
-    nodes = list(hosts)
-    judged = stats.judge([hosts[n].images_per_sec for n in nodes], tolerance, cutoff)
-    if judged is None:
-        return set(), False
-    return {n for n, j in zip(nodes, judged) if j.flagged}, True
 
 
 def evaluate(
-    window,
-    end: datetime.datetime,
-    since: datetime.timedelta,
-    nights: int,
-    tolerance: float,
-    cutoff: float,
-    key_filter: Callable[[str], bool],
-    group_by: list[str],
+    nights: Nights, tolerance: float, cutoff: float, key_filter: Callable[[str], bool], group_by: list[str]
 ) -> list[Group]:
-    """Tonight's groups, judged, each host with the nights it was flagged on."""
-    from perfsuite.history.fleet import night_windows
+    """Tonight's groups (``nights.latest[0]``), judged, each host with the nights it was flagged on."""
+    from perfsuite.history.fleet import IPS
 
-    windows = night_windows(end, since, nights)
-    tonight = _groups(_keys(window.latest(*windows[0]), key_filter), group_by)
     groups = []
-    for (fp, key, labels), hosts in tonight.items():
+    for (fp, key, labels), hosts in _groups(nights, _keys(nights.latest[0], key_filter), group_by).items():
         group = Group(fp, key, labels, dict(sorted(hosts.items())))
-        nodes = list(group.hosts)
-        group.judged = stats.judge([group.hosts[n].images_per_sec for n in nodes], tolerance, cutoff)
+        group.judged = stats.judge([p[IPS] for p in group.hosts.values()], tolerance, cutoff)
+        if group.judged is not None:
+            for node, j in zip(group.hosts, group.judged):
+                group.judged_nights[node] = 1
+                if j.flagged:
+                    group.flagged_nights[node] = [0]
         groups.append(group)
     by_name = {g.name: g for g in groups}
-    for ago, (start, stop) in enumerate(windows):
-        night = tonight if ago == 0 else _groups(_keys(window.latest(start, stop), key_filter), group_by)
-        for name, hosts in night.items():
+    for ago, latest in enumerate(nights.latest[1:], start=1):
+        for name, hosts in _groups(nights, _keys(latest, key_filter), group_by).items():
             found = by_name.get(name)
             if found is None:
                 continue
-            group = found
-            if ago == 0:
-                judged = group.judged is not None
-                flagged = {n for n, j in zip(group.hosts, group.judged or []) if j.flagged}
-            else:
-                flagged, judged = _flagged(hosts, tolerance, cutoff)
-            if not judged:
+            nodes = list(hosts)
+            flagged = stats.flags([hosts[n][IPS] for n in nodes], tolerance, cutoff)
+            if flagged is None:
                 continue
-            for node in hosts:
-                if node in group.hosts:
-                    group.judged_nights[node] = group.judged_nights.get(node, 0) + 1
-                    if node in flagged:
-                        group.flagged_nights.setdefault(node, []).append(ago)
+            judged_nights, flagged_nights, tonight = found.judged_nights, found.flagged_nights, found.hosts
+            for node, flag in zip(nodes, flagged):
+                if node in tonight:
+                    judged_nights[node] = judged_nights.get(node, 0) + 1
+                    if flag:
+                        flagged_nights.setdefault(node, []).append(ago)
     return groups
 
 
-def _keys(latest: dict, key_filter: Callable[[str], bool]) -> dict:
+def _keys(latest: dict[tuple[str | None, str], Any], key_filter: Callable[[str], bool]) -> dict[Any, Any]:
     return {(fp, key): v for (fp, key), v in latest.items() if key_filter(key)}
 
 
-def rows(groups: list[Group], nights: int) -> list[dict[str, Any]]:
-    """One row per host of every group, worst first: flagged, then by score; unjudged groups last."""
-    out = []
+def ranked(groups: list[Group]) -> list[tuple[Group, int]]:
+    """(group, host index) of every host of every group, worst first: flagged, then by score
+    and deviation; groups that could not judge last."""
+    out: list[tuple[tuple[bool, bool, float, float, str, str], Group, int]] = []
     for g in groups:
-        for i, (node, figure) in enumerate(g.hosts.items()):
-            j = g.judged[i] if g.judged is not None else None
-            out.append(
-                {
-                    "node": node,
-                    "fingerprint": g.fingerprint,
-                    "key": g.key,
-                    "group": dict(g.labels),
-                    "hosts": len(g.hosts),
-                    "run_id": figure.run.id,
-                    "date": figure.run.date,
-                    "images_per_sec": figure.images_per_sec,
-                    "ci_low": figure.ci_low,
-                    "ci_high": figure.ci_high,
-                    "median": j.median if j else None,
-                    "mad": j.mad if j else None,
-                    "deviation": j.deviation if j else None,
-                    "score": j.score if j else None,
-                    "outlier": j.outlier if j else None,
-                    "flagged": j.flagged if j else False,
-                    "judged": j is not None,
-                    "nights_flagged": len(g.flagged_nights.get(node, [])),
-                    "nights_judged": g.judged_nights.get(node, 0),
-                    "flagged_nights": sorted(g.flagged_nights.get(node, [])),  # nights ago: 0 is tonight
-                    "nights": nights,
-                }
+        if g.judged is None:
+            out.extend(((True, True, 0.0, 0.0, g.key, node), g, i) for i, node in enumerate(g.hosts))
+        else:
+            out.extend(
+                ((not j.flagged, False, j.score, j.deviation, g.key, node), g, i)
+                for i, (node, j) in enumerate(zip(g.hosts, g.judged))
             )
-    out.sort(key=_worst_first)
-    return out
+    out.sort(key=lambda entry: entry[0])
+    return [(g, i) for _, g, i in out]
 
 
-def _worst_first(row: dict[str, Any]) -> tuple:
-    judged = row["judged"]
-    return (
-        not row["flagged"],
-        not judged,
-        row["score"] if judged else 0.0,
-        row["deviation"] if judged else 0.0,
-        row["key"],
-        row["node"],
-    )
+def row(history: Nights, g: Group, i: int, nights: int) -> dict[str, Any]:
+    """One host of one group, as the table and --json show it."""
+    node = g.nodes[i]
+    run_id, _, _, ips, lo, hi = g.hosts[node]
+    run = history.runs[run_id]
+    j = g.judged[i] if g.judged is not None else None
+    return {
+        "node": node,
+        "fingerprint": g.fingerprint,
+        "key": g.key,
+        "group": dict(g.labels),
+        "hosts": len(g.hosts),
+        "run_id": run_id,
+        "date": run.date,
+        "images_per_sec": ips,
+        "ci_low": lo,
+        "ci_high": hi,
+        "median": j.median if j else None,
+        "mad": j.mad if j else None,
+        "deviation": j.deviation if j else None,
+        "score": j.score if j else None,
+        "outlier": j.outlier if j else None,
+        "flagged": j.flagged if j else False,
+        "judged": j is not None,
+        "nights_flagged": len(g.flagged_nights.get(node, [])),
+        "nights_judged": g.judged_nights.get(node, 0),
+        "flagged_nights": sorted(g.flagged_nights.get(node, [])),  # nights ago: 0 is tonight
+        "nights": nights,
+    }
 
 
 # --- output ------------------------------------------------------------------------
@@ -264,12 +259,10 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
         print(f"\nplot: {s['plot']}")
 
 
-def _flagged_hosts(all_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _flagged_hosts(flagged_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each flagged host once, worst first: how many keys, its worst deviation, its most persistent flag."""
     hosts: dict[str, dict[str, Any]] = {}
-    for r in all_rows:
-        if not r["flagged"]:
-            continue
+    for r in flagged_rows:
         h = hosts.setdefault(
             r["node"], {"node": r["node"], "keys": 0, "worst_deviation": 0.0, "worst_key": None, "most_nights": 0}
         )
@@ -312,7 +305,7 @@ def _plot(where: str, groups: list[Group], tolerance: float, title: str) -> str:
 
 def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
-    from perfsuite.history.fleet import read_window, span
+    from perfsuite.history.fleet import night_windows, read_nights
     from perfsuite.history.url import shown
 
     end = args.at if args.at is not None else datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
@@ -330,10 +323,12 @@ def run(args: argparse.Namespace, url: str) -> int:
         fingerprints = [None if args.fingerprint == NO_FINGERPRINT else args.fingerprint]
     engine = db.open_history(url, write=False)
     try:
-        window = read_window(engine, *span(end, since, args.nights), fingerprints=fingerprints, labels=args.label)
+        nights = read_nights(
+            engine, night_windows(end, since, args.nights), fingerprints=fingerprints, labels=args.label
+        )
     finally:
         engine.dispose()
-    groups = evaluate(window, end, since, args.nights, args.tolerance, args.cutoff, key_filter, args.group_by)
+    groups = evaluate(nights, args.tolerance, args.cutoff, key_filter, args.group_by)
     if not groups:
         filters = "".join(
             [
@@ -342,14 +337,18 @@ def run(args: argparse.Namespace, url: str) -> int:
                 "".join(f" labelled {k}={v}" for k, v in args.label.items()),
             ]
         )
-        newest = window.newest(datetime.datetime.min, end)
+        newest = nights.newest()
         raise Failure(
             f"no measured run{filters} in the {args.since:g} h before {_when(end)} in {shown(url)}"
             + (f" (the newest in the {args.nights} nights read: {_when(newest)})" if newest else "")
         )
-    all_rows = rows(groups, args.nights)
-    flagged_hosts = _flagged_hosts(all_rows)
-    shown_rows = all_rows[: args.limit] if args.limit else all_rows
+    order = ranked(groups)
+    flagged_rows = [row(nights, g, i, args.nights) for g, i in order if g.judged and g.judged[i].flagged]
+    flagged_hosts = _flagged_hosts(flagged_rows)
+    visible = order[: args.limit] if args.limit else order
+    shown_rows = flagged_rows[: len(visible)] + [
+        row(nights, g, i, args.nights) for g, i in visible[len(flagged_rows) :]
+    ]
     plotted = _plot(args.plot, groups, args.tolerance, f"fleet before {_when(end)}") if args.plot else None
     report = {
         "history": shown(url),
@@ -376,7 +375,7 @@ def run(args: argparse.Namespace, url: str) -> int:
             for g in sorted(groups, key=lambda g: (_fp(g.fingerprint), g.key, g.labels))
         ],
         "flagged_hosts": flagged_hosts,
-        "total_rows": len(all_rows),
+        "total_rows": len(order),
         "rows": shown_rows,
         "plot": plotted,
     }
