@@ -87,7 +87,7 @@ class Bench:
         self._load()
 
     def _load(self) -> None:
-        if self._loaded or self.ctx.key is None:
+        if self._loaded or self.ctx.key is None or self.ctx.fingerprint is None:
             return
         entry = self.ctx.cache.get(self.sha, self.ctx.key, self.ctx.fingerprint)
         self.bursts = entry.bursts + self.bursts
@@ -110,7 +110,7 @@ class Bench:
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self.ctx.say(f"{self.name}: {reason}")
-        if self.ctx.key is not None:
+        if self.ctx.key is not None and self.ctx.fingerprint is not None:
             self.ctx.cache.fail(self.sha, self.ctx.key, self.ctx.fingerprint, reason)
 
     def _one(self) -> None:
@@ -146,6 +146,7 @@ class Bench:
         if key in run.errors:
             self._fail(f"burst failed: {run.errors[key]}")
             return
+        assert ctx.fingerprint is not None  # learn() set it with the key
         for samples in run.bursts.get(key, []):
             self.bursts.append(samples)
             ctx.cache.add_burst(self.sha, key, ctx.fingerprint, samples)

@@ -217,8 +217,9 @@ class Run:
         try:
             k = 1
             while True:
-                if not bench.ensure(k):
-                    return Tested(i, bench.sha, "midpoint", list(bench.bursts), bench.cached, SKIPPED, bench.failure)
+                if not bench.ensure(k):  # False once the commit failed, with the reason
+                    reason = bench.failure or "failed"
+                    return Tested(i, bench.sha, "midpoint", list(bench.bursts), bench.cached, SKIPPED, reason)
                 call = decide.judge(bench.bursts, good.bursts, bad.bursts)
                 if call.verdict != decide.UNDECIDED:
                     self.say(f"{bench.name}: like {call.verdict.upper()} ({call.reason})")
@@ -244,9 +245,9 @@ def bisect(
         n = len(run.commits) - 1
         say(f"bisecting {n} commit{'s' if n != 1 else ''} after GOOD {run.good[:10]} up to BAD {run.bad[:10]}")
         good, bad, change = run.ends()
-        outcome = Outcome(
-            "running", run.commits, info, run.ctx.key, run.ctx.fingerprint, change, bursts_run=run.ctx.bursts_run
-        )
+        key, fingerprint = run.ctx.key, run.ctx.fingerprint
+        assert key is not None and fingerprint is not None  # the ends' bursts named them
+        outcome = Outcome("running", run.commits, info, key, fingerprint, change, bursts_run=run.ctx.bursts_run)
         outcome.tested = [run.end_tested(good, 0, change), run.end_tested(bad, n, change)]
 
         def update(status: str) -> None:

@@ -69,8 +69,8 @@ class Cache:
             if isinstance(b, dict) and isinstance(b.get("samples"), list) and b["samples"] and self._fresh(b)
         ]
         failure = data.get("failure")
-        failed = isinstance(failure, dict) and self._fresh(failure)
-        return Entry(bursts, failure.get("reason") if failed else None)
+        reason = failure.get("reason") if isinstance(failure, dict) and self._fresh(failure) else None
+        return Entry(bursts, reason)
 
     def _fresh(self, item: dict) -> bool:
         return self.since is None or str(item.get("date") or "") >= self.since

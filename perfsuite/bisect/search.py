@@ -44,7 +44,8 @@ class Found:
 
 def search(n: int, judge: Callable[[int], str]) -> Found:
     """``judge(i)`` measures commit i and says GOOD, BAD or SKIP."""
-    lo, hi, skipped = 0, n, set()
+    lo, hi = 0, n
+    skipped: set[int] = set()
     while hi - lo > 1:
         i = next_index(lo, hi, skipped)
         if i is None:

@@ -105,7 +105,8 @@ def _parse_with_selection(parser: argparse.ArgumentParser):
         ns.revs, ns.selection = rest[:2], rest[2:] + tail
         return ns, extras
 
-    parser.parse_known_args = parse_known_args
+    # argparse has no hook for this split, so the parser's own method is wrapped.
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -617,6 +618,7 @@ def _step(args: argparse.Namespace) -> int:
             f"min change {change.min_change:.0%}): nothing to bisect"
         )
     t = found.tested
+    assert t is not None  # every verdict but "no change" comes with the commit's measurement
     subject = found.info.subject if found.info else ""
     why = t.reason or (t.call.reason if t.call else "")
     if args.json:
