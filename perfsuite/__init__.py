@@ -4,4 +4,4 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import ModelInfo, register_model
 
 __all__ = ["BurstSpec", "ModelInfo", "register_model"]
-__version__ = "0.1.0"
+__version__ = "0.3.0.dev0"  # the one place it is written: pyproject.toml reads it; CHANGELOG.md
