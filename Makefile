@@ -56,3 +56,6 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) $(PERF_REPORT)
+# The same checks as .pre-commit-config.yaml. mypy reads [tool.mypy] in pyproject.toml (strict
+# on contract/, analysis/, store/ and history/) and keeps its cache in .mypy_cache.
+	$(BIN)/mypy
