@@ -182,8 +182,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "steps",
-        "timed steps per burst, at least one per window (default: 100 on GPUs; on CPU workers "
-        "5 windows of ~25 GFLOP each)",
+        "timed steps per burst, at least one per window (default: sized by the model's work: on GPUs "
+        "10 windows of ~20 TFLOP of training, 10-1000 steps each; on CPU workers 5 windows of ~25 GFLOP, "
+        "1-20 steps each)",
         "int",
         minimum=1,
         metavar="N",
