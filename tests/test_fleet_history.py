@@ -291,3 +291,14 @@ def test_postgresql_flags_the_slow_host(postgres_db, capsys):
     report = _json(capsys, "--history", postgres_db, "--at", _night(10), "--nights", "10")
     assert _flags(report) == {(SLOW, key): [0, 1, 2, 3, 4] for key in KEYS}
     assert report["host_count"] == 8
+
+
+def test_identical_peers_leave_the_tolerance_to_decide(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'same.db'}"
+    fill(url, nights=1, slow_from=1, noise=0.0)  # seven identical figures, one 8% below
+    report = _json(capsys, "--history", url, "--at", _night(1), "--nights", "1")
+    slow = [r for r in report["rows"] if r["node"] == SLOW]
+    assert all(r["flagged"] and r["mad"] == 0 and r["score"] is None for r in slow)  # JSON has no -inf
+    assert all(not r["flagged"] and r["score"] == 0 for r in report["rows"] if r["node"] != SLOW)
+    _, out, _ = _run(capsys, "--history", url, "--at", _night(1), "--nights", "1")
+    assert next(line for line in out.splitlines() if line.startswith(SLOW)).split()[-5] == "-inf"

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import fleet as stats
+from perfsuite.analysis import fleet
 from perfsuite.commands import Failure
-from perfsuite.common.files import json_safe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 
@@ -46,7 +45,7 @@ class Group:
     key: str
     labels: tuple[tuple[str, str], ...]  # the --group-by labels' values
     hosts: dict[str, Point]  # node -> its point tonight (perfsuite.history.fleet.Point)
-    judged: list[stats.Judgement] | None = None  # per host, in the order of ``hosts``
+    judged: list[fleet.Judgement] | None = None  # per host, in the order of ``hosts``
     flagged_nights: dict[str, list[int]] = field(default_factory=dict)  # node -> nights ago it was flagged
     judged_nights: dict[str, int] = field(default_factory=dict)  # node -> nights it was judged
     nodes: list[str] = field(init=False)  # the keys of ``hosts``, in order
@@ -92,7 +91,7 @@ def evaluate(
     groups = []
     for (fp, key, labels), hosts in _groups(nights, _keys(nights.latest[0], key_filter), group_by).items():
         group = Group(fp, key, labels, dict(sorted(hosts.items())))
-        group.judged = stats.judge([p[IPS] for p in group.hosts.values()], tolerance, cutoff)
+        group.judged = fleet.judge([p[IPS] for p in group.hosts.values()], tolerance, cutoff)
         if group.judged is not None:
             for node, j in zip(group.hosts, group.judged):
                 group.judged_nights[node] = 1
@@ -106,7 +105,7 @@ def evaluate(
             if found is None:
                 continue
             nodes = list(hosts)
-            flagged = stats.flags([hosts[n][IPS] for n in nodes], tolerance, cutoff)
+            flagged = fleet.flags([hosts[n][IPS] for n in nodes], tolerance, cutoff)
             if flagged is None:
                 continue
             judged_nights, flagged_nights, tonight = found.judged_nights, found.flagged_nights, found.hosts
@@ -158,7 +157,7 @@ def row(history: Nights, g: Group, i: int, nights: int) -> dict[str, Any]:
         "median": j.median if j else None,
         "mad": j.mad if j else None,
         "deviation": j.deviation if j else None,
-        "score": j.score if j else None,
+        "score": j.score if j and math.isfinite(j.score) else None,  # infinite where MAD is 0: JSON has no inf
         "outlier": j.outlier if j else None,
         "flagged": j.flagged if j else False,
         "judged": j is not None,
@@ -172,12 +171,12 @@ def row(history: Nights, g: Group, i: int, nights: int) -> dict[str, Any]:
 # --- output ------------------------------------------------------------------------
 
 
-def _score(x: float | None) -> str:
-    if x is None:
+def _score(row: dict[str, Any]) -> str:
+    if not row["judged"]:
         return "-"
-    if math.isinf(x):
-        return "-inf" if x < 0 else "+inf"
-    return f"{x:+.1f}"
+    if row["score"] is None:  # infinite: the group's MAD is 0
+        return "-inf" if row["deviation"] < 0 else "+inf"
+    return f"{row['score']:+.1f}"
 
 
 def _interval(lo: float | None, hi: float | None) -> str:
@@ -234,7 +233,7 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
                 _interval(r["ci_low"], r["ci_high"]),
                 fixed(r["median"]) if r["judged"] else "-",
                 f"{r['deviation']:+.1%}" if r["judged"] else "-",
-                _score(r["score"]) if r["judged"] else "-",
+                _score(r),
                 "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),
                 f"{r['nights_flagged']} of {r['nights_judged']}",
             )
@@ -248,7 +247,7 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
     unjudged = [g for g in s["groups"] if not g["judged"]]
     if unjudged:
         print(
-            f"\n{len(unjudged)} group{'s' if len(unjudged) != 1 else ''} with fewer than {stats.MIN_HOSTS} hosts: "
+            f"\n{len(unjudged)} group{'s' if len(unjudged) != 1 else ''} with fewer than {fleet.MIN_HOSTS} hosts: "
             "cannot judge"
         )
         for g in unjudged[:DEFAULT_LIMIT]:
@@ -380,7 +379,7 @@ def run(args: argparse.Namespace, url: str) -> int:
         "plot": plotted,
     }
     if args.json:
-        print(json.dumps(json_safe({**report, "at": end.isoformat() + "Z"}), indent=1, default=str))
+        print(json.dumps({**report, "at": end.isoformat() + "Z"}, indent=1, default=str, allow_nan=False))
     else:
         _text(report, args.group_by, shown_rows)
     return FLAGGED_EXIT if args.fail_on_flagged and flagged_hosts else 0
@@ -492,18 +491,18 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--tolerance",
         type=_fraction,
-        default=stats.TOLERANCE,
+        default=fleet.TOLERANCE,
         metavar="FRACTION",
         help="how far below its group's median an outlier must be to be flagged (default: "
-        f"{stats.TOLERANCE:g}: hosts of one fingerprint measured the same night need no room for drift "
+        f"{fleet.TOLERANCE:g}: hosts of one fingerprint measured the same night need no room for drift "
         "between nights, as the gate's 0.10 against a baseline does; 0.05 flags a host 8%% slower than its peers)",
     )
     p.add_argument(
         "--cutoff",
         type=_cutoff,
-        default=stats.CUTOFF,
+        default=fleet.CUTOFF,
         metavar="Z",
-        help=f"an outlier's |modified z-score| is above Z (default: {stats.CUTOFF:g}, Iglewicz and Hoaglin's)",
+        help=f"an outlier's |modified z-score| is above Z (default: {fleet.CUTOFF:g}, Iglewicz and Hoaglin's)",
     )
     p.add_argument("--fingerprint", metavar="ID", help=f"only this hardware ({NO_FINGERPRINT}: none recorded)")
     p.add_argument(
