@@ -246,6 +246,18 @@ def test_changes_newest_first_with_what_changed(history, capsys):
     assert "tf " not in changed and "host" not in changed
 
 
+def test_changes_between_two_commits_print_the_bisect_that_pins_them_down(history, capsys):
+    rc, out, _ = _run(capsys, "changes", "--history", history)
+    jump, step = out.split("\n\n")[1:]
+    assert step.splitlines()[3] == (
+        f"  to find the commit: python -m perfsuite bisect {'2' * 12} {'3' * 12} {STEP} --min-change 0.03"
+    )
+    assert "to find the commit" not in jump  # the same commit on either side: nothing to bisect
+    rc, out, _ = _run(capsys, "changes", "--history", history, "--json")
+    jump, step = json.loads(out)["changes"]
+    assert jump["bisect"] is None and step["bisect"].startswith(f"python -m perfsuite bisect {'2' * 12} ")
+
+
 def test_changes_json_patterns_and_limit(history, capsys):
     rc, out, _ = _run(capsys, "changes", "--history", history, "--json")
     info = json.loads(out)

@@ -4,6 +4,7 @@ report's trend plots, and a database that cannot be reached never failing the ga
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -145,6 +146,10 @@ def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     line = next(x for x in out.splitlines() if "drift: torch cifar10 on 1 CPU worker" in x)
     assert "in the last 14 runs, beyond the 10% tolerance" in line and "at 2026-01-2" in line and "commit n2" in line
     assert "this run 100 img/s, -26.3% against the level before" in line
+    # the commits on either side of the change, as the bisect that would pin it down
+    assert re.search(
+        r"; to find the commit: python -m perfsuite bisect n\d+ n\d+ torch/cifar10/\S+ --min-change 0\.\d\d]$", line
+    )
     assert "regression:" not in out
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["verdict"] == "pass" and row["change"] > -0.10  # the fixed baseline passed tonight

@@ -314,6 +314,7 @@ def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> st
 def _changes(args: argparse.Namespace, url: str) -> int:
     from perfsuite.analysis.changes import MIN_POINTS
     from perfsuite.history import db, document
+    from perfsuite.history.bisect_hint import bisect_command
 
     patterns = args.key or []
     with _history(url) as engine:
@@ -346,6 +347,7 @@ def _changes(args: argparse.Namespace, url: str) -> int:
                     **_cp_dict(cp, points),
                     "previous_run_id": before.run_id,
                     "metadata_changes": metadata_changes(before.meta, at.meta),
+                    "bisect": bisect_command(before.meta, at.meta, key, cp.change),
                 }
             )
     changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0), reverse=True)
@@ -387,6 +389,8 @@ def _changes(args: argparse.Namespace, url: str) -> int:
         )
         what = "; ".join(map(_change_text, c["metadata_changes"]))
         print(f"  changed since run {c['previous_run_id']}: {what}" if what else "  no metadata changed")
+        if c["bisect"]:
+            print(f"  to find the commit: {c['bisect']}")
     return 0
 
 

@@ -21,9 +21,10 @@ from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key, short_kind
+from perfsuite.history.bisect_hint import bisect_command
 from perfsuite.plugin.markers import gate_marker
 from perfsuite.plugin.session import PerfSession
-from perfsuite.store.baseline import BaselineError
+from perfsuite.store.baseline import BaselineError, git_commit
 
 
 class PerfWarning(UserWarning):
@@ -282,11 +283,16 @@ class PerfGate:
             return None
         steps = ", ".join(f"{p.change:+.1%} at {names[p.index]}" for p in found.points)
         tonight = result.images_per_sec / found.before - 1
+        # Commits before the first change point and at the last one: the range a bisect measures.
+        metas = [p.meta for p in past] + [{"git_commit": git_commit(self.session.rootdir)}]
+        first, last = found.points[0].index, found.points[-1].index
+        command = bisect_command(metas[first - 1], metas[last], result.spec.key(), found.change) if first else None
         result.drift_message = (
             f"drift: {result.spec.label}: {found.change:+.1%} in the last {self.options.drift_window} runs, beyond the "
             f"{tolerance:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} img/s; change points: "
             f"{steps}); this run {fixed(result.images_per_sec)} img/s, {tonight:+.1%} against the level before "
-            f"[history of {len(values)} runs: python -m perfsuite history changes]"
+            f"[history of {len(values)} runs: python -m perfsuite history changes"
+            + (f"; to find the commit: {command}]" if command else "]")
         )
         return result.drift_message
 
