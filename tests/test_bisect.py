@@ -19,7 +19,7 @@ from bisect_repos import BURST, KEY, SELECTION, build, command, dirty, environme
 
 from perfsuite.bisect import decide, search, selection
 from perfsuite.bisect.cache import Cache
-from perfsuite.commands import bisect as bisect_cli
+from perfsuite.commands import bisect
 from perfsuite.commands.main import parser
 
 pytestmark = pytest.mark.xdist_group("bisect")
@@ -131,7 +131,7 @@ def test_the_default_min_change_is_the_gates_tolerance():
     from perfsuite.plugin.options import OPTIONS
 
     (tolerance,) = [o for o in OPTIONS if o.name == "perf-tolerance"]
-    assert bisect_cli.DEFAULT_MIN_CHANGE == tolerance.default
+    assert bisect.DEFAULT_MIN_CHANGE == tolerance.default
 
 
 def test_the_cache_keeps_bursts_by_commit_key_and_fingerprint(tmp_path):

@@ -9,7 +9,7 @@ from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, COMPUTE_BOUND, INC
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.contract.record import RemoteNode
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.reporting import terminal as report
+from perfsuite.reporting import terminal
 from perfsuite.reporting.view import RunView
 from perfsuite.store.run import RunInfo
 
@@ -282,7 +282,7 @@ def test_summary_prints_evidence_columns_and_diagnosis_lines():
     host = burst(1000, util(gpu=31, busy_cores=15.8, n_gpus=8), devices=8, data_location="host")
     view = RunView(run=RUN, results=(device, host), scaling_tolerance=0.1)
     tr = Writer()
-    report.terminal_summary(tr, view)
+    terminal.terminal_summary(tr, view)
     header = tr.lines[1]
     for word in ("img/s", "scaling eff", "CPU%", "GPU%", "TFLOP/s", "MFU", "verdict"):
         assert word in header
@@ -297,5 +297,5 @@ def test_a_broken_diagnosis_never_costs_the_summary(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("bad")
 
-    monkeypatch.setattr(report, "diagnose", boom)
-    assert report.diagnosis_lines(RunView(run=RUN, results=())) == ["diagnosis unavailable: RuntimeError: bad"]
+    monkeypatch.setattr(terminal, "diagnose", boom)
+    assert terminal.diagnosis_lines(RunView(run=RUN, results=())) == ["diagnosis unavailable: RuntimeError: bad"]

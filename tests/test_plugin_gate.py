@@ -14,7 +14,7 @@ import pytest
 from suite_files import FAKE_ARGS, FAST, SUITE, TINY, TINY_STEP_MS, faked_project
 
 from perfsuite.common.hardware import cpu_fingerprint
-from perfsuite.store import baseline as store
+from perfsuite.store import baseline
 
 pytest_plugins = ["pytester"]
 
@@ -139,8 +139,8 @@ def test_a_slowdown_fails_as_a_confirmed_regression(faked, monkeypatch):
 
 def _saved_file(pytester):
     """A valid baseline file for this machine, written by the store itself."""
-    path = store.baseline_path(pytester.path / "baselines", cpu_fingerprint())
-    store.save_entries(
+    path = baseline.baseline_path(pytester.path / "baselines", cpu_fingerprint())
+    baseline.save_entries(
         path,
         cpu_fingerprint(),
         {"torch/tiny/cpu1/nodes1/device/bs8/img8/fp32/threads1": {"images_per_sec": 100.0, "samples": [100.0] * 5}},

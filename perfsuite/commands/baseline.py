@@ -18,7 +18,7 @@ from typing import Any
 from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
-from perfsuite.store import baseline as store
+from perfsuite.store import baseline
 from perfsuite.store.summary import as_date, as_number, compare, prune_selector, summarize
 
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
@@ -27,10 +27,10 @@ TREND_POINTS = 3  # history values shown in the trend; the JSON output has them 
 # --- reading ---------------------------------------------------------------------
 
 
-def _load(path: Path) -> store.BaselineFile:
-    bf = store.load(path)
+def _load(path: Path) -> baseline.BaselineFile:
+    bf = baseline.load(path)
     if bf is None:
-        raise store.BaselineError(f"{path}: no such file")
+        raise baseline.BaselineError(f"{path}: no such file")
     return bf
 
 
@@ -164,7 +164,7 @@ def _prune(args: argparse.Namespace) -> int:
         gone = sorted(k for k, e in current.entries.items() if select(k, e))
         total, verb = len(current.entries), "would remove"
     else:
-        gone, left = store.remove_entries(args.file, select)
+        gone, left = baseline.remove_entries(args.file, select)
         total, verb = len(gone) + len(left.entries), "removed"  # as re-read under the lock
     if not gone:
         print(f"nothing to prune in {args.file}: none of its {total} entries is selected")
@@ -238,5 +238,5 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         return args.action(args)
-    except store.BaselineError as exc:
+    except baseline.BaselineError as exc:
         raise Failure(str(exc)) from None

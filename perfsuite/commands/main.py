@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from perfsuite.commands import CommandError, baseline, history
-from perfsuite.commands import bisect as bisect_cli
+from perfsuite.commands import CommandError, baseline, bisect, history
 from perfsuite.common import hardware
 from perfsuite.common.text import columns
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
@@ -77,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     models.set_defaults(run=_models)
     baseline.add_parser(sub)
     history.add_parser(sub)
-    bisect_cli.add_parser(sub)
+    bisect.add_parser(sub)
     return p
 
 

@@ -14,16 +14,14 @@ from perfsuite.common import hardware
 from perfsuite.common.hardware import HardwareError, cuda_device_count
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import model_names
-from perfsuite.plugin import benchmark as benchmark_json
-from perfsuite.plugin import cases as matrix
-from perfsuite.plugin import markers, preflight, progress
+from perfsuite.plugin import benchmark, cases, markers, preflight, progress
 from perfsuite.plugin.gate import PerfGate, marker_tolerance
 from perfsuite.plugin.options import OptionError, add_options, read_table, resolve
 from perfsuite.plugin.preflight import PreflightError
 from perfsuite.plugin.processes import stop_all
 from perfsuite.plugin.session import PerfSession
 from perfsuite.plugin.stops import stop_signals_interrupt
-from perfsuite.reporting import terminal as report
+from perfsuite.reporting import terminal
 from perfsuite.store.baseline import BaselineError
 
 SESSION = pytest.StashKey[PerfSession]()
@@ -72,7 +70,7 @@ XDIST_REFUSED = (
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    names = [d for d in matrix.DIMENSIONS if d in metafunc.fixturenames]
+    names = [d for d in cases.DIMENSIONS if d in metafunc.fixturenames]
     marker = markers.gate_marker(metafunc.definition)
     wanted = "burst_spec" in metafunc.fixturenames or marker is not None or "device_count" in metafunc.fixturenames
     if not names or not wanted:
@@ -83,7 +81,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     gpus = cuda_device_count()
     min_devices = int(marker.kwargs.get("min_devices", 1)) if marker else 1
     seen, params = set(), []
-    for case in matrix.build_cases(perf.options, gpus, min_devices):
+    for case in cases.build_cases(perf.options, gpus, min_devices):
         values = tuple(case.value(n) for n in names)
         if values in seen:
             continue
@@ -93,12 +91,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(getattr(pytest.mark, case.framework))
         if case.nodes > 1:
             marks.append(pytest.mark.multinode)
-        if "model_name" in names and matrix.is_slow(case):
+        if "model_name" in names and cases.is_slow(case):
             marks.append(pytest.mark.slow)
-        reason = matrix.skip_reason(case, gpus, framework_matters="framework" in names, options=perf.options)
+        reason = cases.skip_reason(case, gpus, framework_matters="framework" in names, options=perf.options)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
-        params.append(pytest.param(*values, marks=marks, id=matrix.short_id(names, case)))
+        params.append(pytest.param(*values, marks=marks, id=cases.short_id(names, case)))
     if not params:
         params = [
             pytest.param(
@@ -200,7 +198,7 @@ def burst_spec(
         "mode": mode,
         "augment_on": augment_on,
     }
-    return matrix.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
+    return cases.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 
 
 @pytest.fixture
@@ -241,25 +239,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     perf = _session(session.config)
     if not perf.case_functions:
         return  # no perf test here: this run is none of perfsuite's business
-    cases = [_selected(item) for item in session.items if _is_perf_item(item)]
-    perf.selected_cases = len(cases)
+    selected = [_selected(item) for item in session.items if _is_perf_item(item)]
+    perf.selected_cases = len(selected)
     try:
         preflight.check_models(perf.options, model_names())
         warning = preflight.oversubscription(
-            perf.options, cases, matrix.default_threads(perf.options), hardware.cpu_fingerprint().cpu_cores
+            perf.options, selected, cases.default_threads(perf.options), hardware.cpu_fingerprint().cpu_cores
         )
         if warning:
             perf.messages.append(f"warning: {warning}")  # at the end too, beside the figures it explains
             reporter = session.config.pluginmanager.getplugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(f"perfsuite warning: {warning}", yellow=True)
-        if not cases or session.config.option.collectonly:
+        if not selected or session.config.option.collectonly:
             return  # nothing will run or be written: listing the matrix needs no GPU and no folder
-        preflight.check_frameworks(perf.options, cases, matrix.framework_installed)
-        preflight.check_gpus(perf.options, cases, cuda_device_count(), hardware.visibility())
+        preflight.check_frameworks(perf.options, selected, cases.framework_installed)
+        preflight.check_gpus(perf.options, selected, cuda_device_count(), hardware.visibility())
         preflight.check_outputs(perf.options)
         preflight.check_history(perf.options)
-        for kind in {c.device_kind or "" for c in cases} & {"cpu", "cuda"}:
+        for kind in {c.device_kind or "" for c in selected} & {"cpu", "cuda"}:
             if kind == "cuda" and cuda_device_count() == 0:
                 continue
             perf.baseline_file(kind)  # a bad file stops the run up front
@@ -285,14 +283,14 @@ def pytest_runtestloop(session: pytest.Session):
                 return (yield)
         return (yield)
     finally:
-        benchmark_json.add_bursts(session.config, _session(session.config))
+        benchmark.add_bursts(session.config, _session(session.config))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     perf = config.stash.get(SESSION, None)
     if perf is not None:
-        machine_info["perfsuite"] = benchmark_json.machine_info(perf)
+        machine_info["perfsuite"] = benchmark.machine_info(perf)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -311,7 +309,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.exitstatus = perf.finish(
         exitstatus, session.config.invocation_params.args, collect_only=session.config.option.collectonly
     )
-    benchmark_json.drop_from_terminal_table(session.config)
+    benchmark.drop_from_terminal_table(session.config)
     if perf.refused:
         sys.stderr.write(f"ERROR: {perf.refused}\n")
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
@@ -324,4 +322,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     perf = config.stash.get(SESSION, None)
     if perf is not None and (perf.results or perf.messages):
-        report.terminal_summary(terminalreporter, perf.view())
+        terminal.terminal_summary(terminalreporter, perf.view())

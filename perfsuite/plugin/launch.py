@@ -24,7 +24,7 @@ from pathlib import Path
 
 import perfsuite
 from perfsuite.common.text import one_line
-from perfsuite.contract import burst_files as files
+from perfsuite.contract import burst_files
 from perfsuite.contract.job import PARENT_ENV, ContractError, Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RemoteNode, WorkerRecord
@@ -129,19 +129,19 @@ def run_burst(
     if spec.data_location == "real":
         _prepare_dataset(spec)
     workdir.mkdir(parents=True, exist_ok=True)
-    job = workdir / files.JOB
-    out = workdir / files.RESULT
-    progress = workdir / files.PROGRESS
-    log = workdir / files.LOG
-    trace = workdir / files.TRACE
+    job = workdir / burst_files.JOB
+    out = workdir / burst_files.RESULT
+    progress = workdir / burst_files.PROGRESS
+    log = workdir / burst_files.LOG
+    trace = workdir / burst_files.TRACE
     # A TF worker of a multi-node burst marks when it starts and ends joining the others.
-    join_file = workdir / files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
-    for stale in [out, progress, join_file, trace, *files.error_files(out), *files.pid_files(workdir)]:
+    join_file = workdir / burst_files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
+    for stale in [out, progress, join_file, trace, *burst_files.error_files(out), *burst_files.pid_files(workdir)]:
         if stale is None:
             continue
         stale.unlink(missing_ok=True)
     node_rank = options.node_rank if spec.nodes > 1 else 0
-    files.write_job(
+    burst_files.write_job(
         job,
         Job(
             spec=spec,
@@ -179,7 +179,7 @@ def run_burst(
     if returncode != 0 or not out.exists():
         raise BurstError(_failure_line(returncode, out, log, spec, options))
     try:
-        record = files.read_result(out)
+        record = burst_files.read_result(out)
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
     return record.replace(
@@ -202,7 +202,7 @@ def _wait(
     seen = None
     while not _exited_within(burst, POLL_S):
         if on_progress is not None and progress.exists():
-            state = files.read_progress(progress)
+            state = burst_files.read_progress(progress)
             if state and state != seen:
                 seen = state
                 on_progress(state)
@@ -321,7 +321,7 @@ def _rendezvous_timed_out(log: Path) -> bool:
 
 
 def _last_error_line(out: Path, log: Path) -> str | None:
-    errors = files.read_errors(out)
+    errors = burst_files.read_errors(out)
     if errors:
         return errors[0] if len(errors) == 1 else "; ".join(errors[:4])
     try:

@@ -23,7 +23,7 @@ from perfsuite.models.registry import get_model
 from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
 from perfsuite.plugin.options import PerfOptions
 from perfsuite.reporting.view import RunView
-from perfsuite.store import baseline as store
+from perfsuite.store import baseline
 from perfsuite.store.run import RunInfo, describe_run, node_name
 
 
@@ -35,7 +35,7 @@ class PerfSession:
     rows: list[tuple[str, str, BurstResult]] = field(default_factory=list)  # (test, kind, result) per gate check
     failed_tests: set[str] = field(default_factory=set)
     messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
-    baselines: dict[str, store.BaselineFile | None] = field(default_factory=dict)
+    baselines: dict[str, baseline.BaselineFile | None] = field(default_factory=dict)
     baselines_unused: dict[str, str] = field(default_factory=dict)  # kind -> why a file there is not used
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
@@ -190,7 +190,7 @@ class PerfSession:
             try:
                 for path, count in self.save_baselines():
                     self.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
-            except store.BaselineError as exc:
+            except baseline.BaselineError as exc:
                 self.messages.append(f"baselines not saved: {exc}")
                 return pytest.ExitCode.TESTS_FAILED
         return status
@@ -312,7 +312,7 @@ class PerfSession:
             fingerprints=fingerprints,
             fingerprint_errors=errors,
             baseline_files={
-                kind: store.baseline_path(self.options.baseline_dir, fp) for kind, fp in fingerprints.items()
+                kind: baseline.baseline_path(self.options.baseline_dir, fp) for kind, fp in fingerprints.items()
             },
             min_scaling_efficiency=self.options.min_scaling_efficiency,
             scaling_tolerance=self.options.scaling_tolerance,
@@ -372,13 +372,13 @@ class PerfSession:
         return self.fingerprints[kind]
 
     def baseline_path(self, device_kind: str) -> Path:
-        return store.baseline_path(self.options.baseline_dir, self.fingerprint(device_kind))
+        return baseline.baseline_path(self.options.baseline_dir, self.fingerprint(device_kind))
 
-    def baseline_file(self, device_kind: str) -> store.BaselineFile | None:
+    def baseline_file(self, device_kind: str) -> baseline.BaselineFile | None:
         """The baseline file for this machine's CPU or GPUs; BaselineError if it is unreadable."""
         kind = short_kind(device_kind)
         if kind not in self.baselines:
-            found, unused = store.find(self.options.baseline_dir, self.fingerprint(device_kind))
+            found, unused = baseline.find(self.options.baseline_dir, self.fingerprint(device_kind))
             self.baselines[kind] = found
             if unused is not None:
                 self.baselines_unused[kind] = unused
@@ -419,8 +419,8 @@ class PerfSession:
     # -- saving -----------------------------------------------------------------------
     def entries_to_save(self) -> dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]]:
         """Entries of every clean burst, grouped by baseline file."""
-        commit = store.git_commit(self.rootdir)
-        date = store.now_iso()
+        commit = baseline.git_commit(self.rootdir)
+        date = baseline.now_iso()
         out: dict[Path, tuple[hardware.Fingerprint, dict[str, dict], dict[str, str]]] = {}
         for result in self.results.values():
             record = result.record
@@ -431,14 +431,14 @@ class PerfSession:
             spec = result.spec
             path = self.baseline_path(spec.device_kind)
             fp, entries, versions = out.setdefault(path, (self.fingerprint(spec.device_kind), {}, {}))
-            entries[spec.key()] = store.entry_for(result, date, commit, self.baseline_entry(spec))
+            entries[spec.key()] = baseline.entry_for(result, date, commit, self.baseline_entry(spec))
             versions[spec.framework] = record.framework_version
         return out
 
     def save_baselines(self) -> list[tuple[Path, int]]:
         saved = []
         for path, (fp, entries, versions) in self.entries_to_save().items():
-            store.save_entries(path, fp, entries, versions)
+            baseline.save_entries(path, fp, entries, versions)
             saved.append((path, len(entries)))
             for result in self.results.values():
                 if result.spec.key() in entries and self.baseline_path(result.spec.device_kind) == path:

@@ -18,11 +18,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 from pathlib import Path
 
 from perfsuite.analysis.result import BurstResult
+from perfsuite.common import hardware
 from perfsuite.common.files import atomic_write, json_safe
-from perfsuite.reporting import content, header, html, markdown
+from perfsuite.reporting import content, html, markdown
 from perfsuite.reporting.perf_json import row, write_json
 from perfsuite.reporting.view import RunView
 
@@ -38,6 +40,38 @@ def trace_name(burst_id: str) -> str:
 
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def facts(view: RunView, records: list[dict]) -> list[tuple[str, str]]:
+    """The report's header: when, on what hardware, with which framework versions."""
+    run = view.run
+    out = [("date", run.date), ("host", run.host)]
+    if run.node:
+        out.append(("node", run.node))
+    if run.interrupted:
+        out.append(
+            (
+                "interrupted",
+                "yes: the run was stopped; only the bursts that finished are shown, and no baseline was saved",
+            )
+        )
+    for kind in sorted(set(view.fingerprints) | set(view.fingerprint_errors)):
+        fp = view.fingerprints.get(kind)
+        if fp is None:
+            out.append((f"hardware ({kind})", f"unknown: {view.fingerprint_errors[kind]}"))
+        else:
+            out.append((f"hardware ({kind})", f"{hardware.describe(fp)} (fingerprint {fp.id})"))
+    if run.frameworks:
+        out.append(("frameworks", ", ".join(f"{fw} {v}" for fw, v in sorted(run.frameworks.items()))))
+    out.append(("python", run.python))
+    if run.git_commit:
+        out.append(("git commit", run.git_commit))
+    files = sorted({r["baseline_file"] for r in records if r.get("baseline_file")})
+    if files:
+        out.append(("baseline", ", ".join(files)))
+    if run.command:
+        out.append(("command", "pytest " + shlex.join(run.command)))
+    return out
 
 
 def write_report(folder: Path, view: RunView) -> list[str]:
@@ -57,7 +91,7 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     kept |= {Path(t).name for t in traces.values()}
     _remove_stale(folder, kept)
     findings, note = _findings(results, view)
-    report = content.build(records, header.facts(view, records), findings, note, plots, utilisation, traces)
+    report = content.build(records, facts(view, records), findings, note, plots, utilisation, traces)
     atomic_write(folder / "report.md", markdown.document(report).encode())
     atomic_write(folder / "report.html", html.document(report, images).encode())
     summary_file = os.environ.get(STEP_SUMMARY)
@@ -71,21 +105,21 @@ def _draw(records: list[dict], series: dict[str, dict], view: RunView):
     """Plots, utilisation plots and notes; the tables and findings are written even where plots fail."""
     if importlib.util.find_spec("matplotlib") is None:
         return [], {}, ["--perf-report: plots left out: matplotlib is not installed (pip install matplotlib)"]
-    from perfsuite.reporting import plots as draw
+    from perfsuite.reporting import plots
     from perfsuite.reporting.content import Plot
     from perfsuite.reporting.trend import trend_png
 
     try:
         trends = [
             Plot(
-                f"trend-{draw.safe_name(rec['id'])}.png",
+                f"trend-{plots.safe_name(rec['id'])}.png",
                 f"{content.label(rec)}: history",
                 trend_png(view.trends[rec["id"]]),
             )
             for rec in records
             if rec["id"] in view.trends
         ]
-        return draw.render(records) + trends, draw.utilisation_plots(records, series), []
+        return plots.render(records) + trends, plots.utilisation_plots(records, series), []
     except Exception as exc:  # noqa: BLE001 - a plotting fault must not cost the report
         return [], {}, [f"--perf-report: plots left out: {type(exc).__name__}: {exc}"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from perfsuite.analysis import stats
 from perfsuite.common import hardware
-from perfsuite.store import baseline as store
+from perfsuite.store import baseline
 
 
 def as_number(value: Any) -> float | None:
@@ -55,7 +55,7 @@ def _history_ips(entry: dict[str, Any]) -> list[float]:
     return [v for v in values if v is not None]
 
 
-def summarize(bf: store.BaselineFile) -> dict[str, Any]:
+def summarize(bf: baseline.BaselineFile) -> dict[str, Any]:
     """The figures ``show`` prints, as plain data (also its --json output)."""
     fp_id, description = _hardware(bf.fingerprint)
     rows = []
@@ -83,7 +83,7 @@ def summarize(bf: store.BaselineFile) -> dict[str, Any]:
         )
     return {
         "file": str(bf.path),
-        "schema": store.SCHEMA_VERSION,
+        "schema": baseline.SCHEMA_VERSION,
         "fingerprint": bf.fingerprint,
         "fingerprint_id": fp_id,
         "hardware": description,
@@ -92,7 +92,7 @@ def summarize(bf: store.BaselineFile) -> dict[str, Any]:
     }
 
 
-def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) -> dict[str, Any]:
+def compare(old: baseline.BaselineFile, new: baseline.BaselineFile, threshold: float) -> dict[str, Any]:
     """Entries matched by key; the figures ``diff`` prints, as plain data (also its --json output)."""
     old_id, old_hw = _hardware(old.fingerprint)
     new_id, new_hw = _hardware(new.fingerprint)
@@ -139,7 +139,7 @@ def compare(old: store.BaselineFile, new: store.BaselineFile, threshold: float) 
 def prune_selector(
     patterns: list[str], older_than: float | None, now: datetime
 ) -> Callable[[str, dict[str, Any]], bool]:
-    """``select(key, entry)`` for store.remove_entries: every given criterion must hold.
+    """``select(key, entry)`` for baseline.remove_entries: every given criterion must hold.
 
     Several patterns widen the choice (any may match); an age narrows it. An entry
     without a readable date has no age and is never pruned by age.
