@@ -50,12 +50,12 @@ slurm-test: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# The same checks as .pre-commit-config.yaml. mypy reads [tool.mypy] in pyproject.toml (strict
+# on contract/, analysis/, store/ and history/) and keeps its cache in .mypy_cache.
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(PERF_REPORT)
-# The same checks as .pre-commit-config.yaml. mypy reads [tool.mypy] in pyproject.toml (strict
-# on contract/, analysis/, store/ and history/) and keeps its cache in .mypy_cache.
-	$(BIN)/mypy
