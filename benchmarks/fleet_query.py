@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     context = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit.strip() or None,
         "hardware": hardware.describe(hardware.cpu_fingerprint()),
         "python": platform.python_version(),

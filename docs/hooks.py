@@ -34,7 +34,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
 
@@ -285,7 +285,7 @@ DEMO_KEY = "torch/resnet50/gpu8/nodes1/device/bs256/img224/fp32/replicated"
 DEMO_FINGERPRINT = "gpu-nvidia-h100-80gb-hbm3-x8"
 DEMO_NIGHTS, DEMO_STEP = 24, 16  # nightly.db: the step is on the 17th night
 FLEET_DB, FLEET_NODES, FLEET_NIGHTS, FLEET_SLOW = "fleet.db", 8, 7, "gpu-node-06"  # slow from the 4th night
-DEMO_START = datetime(2026, 10, 1, 2, 0, tzinfo=timezone.utc)
+DEMO_START = datetime(2026, 10, 1, 2, 0, tzinfo=UTC)
 _DEMO_LOCK = threading.Lock()
 
 

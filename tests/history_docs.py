@@ -20,7 +20,7 @@ def run_doc(
     **run_fields,
 ) -> dict:
     """One run whose ``bursts`` rows measured ``ips`` (keys ``key``, ``key#1``, ...)."""
-    date = datetime.datetime(2026, 1, 1, 2, 0, tzinfo=datetime.timezone.utc) + datetime.timedelta(days=day)
+    date = datetime.datetime(2026, 1, 1, 2, 0, tzinfo=datetime.UTC) + datetime.timedelta(days=day)
     rows = [
         {
             "key": key if i == 0 else f"{key}#{i}",

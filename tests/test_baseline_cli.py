@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ TF = "tf/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"
 
 
 def _days_ago(days: float) -> str:
-    return (datetime.now(timezone.utc) - timedelta(days=days)).replace(microsecond=0).isoformat()
+    return (datetime.now(UTC) - timedelta(days=days)).replace(microsecond=0).isoformat()
 
 
 def _entry(ips: float, eff: float | None = None, days: float = 0, **extra) -> dict:
@@ -263,7 +263,7 @@ def test_prune_drops_exactly_the_matched_entries(tmp_path, keys, pats, ages, old
     entries = {k: _entry(1.0 + i, days=age + 0.5) for i, (k, age) in enumerate(zip(sorted(keys), ages))}
     _write(path, entries)
     before = baseline.load(path).entries
-    select = summary.prune_selector(pats, older, datetime.now(timezone.utc))
+    select = summary.prune_selector(pats, older, datetime.now(UTC))
     removed, left = baseline.remove_entries(path, select)
 
     def matched(k):

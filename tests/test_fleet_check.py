@@ -8,7 +8,7 @@ import subprocess
 import sys
 import uuid
 import xml.etree.ElementTree as ET
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -51,7 +51,7 @@ def faked(pytester):
 def write_peers(path, key: str, fingerprint: str, rates: dict[str, float], hours_ago: float = 3.0) -> None:
     """One run per node, ``hours_ago`` hours before now, measuring ``key`` at its rate."""
     engine = db.open_history(f"sqlite:///{path}")
-    when = datetime.now(timezone.utc) - timedelta(hours=hours_ago)
+    when = datetime.now(UTC) - timedelta(hours=hours_ago)
     try:
         for i, (node, ips) in enumerate(rates.items()):
             run = {

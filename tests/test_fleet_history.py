@@ -7,7 +7,7 @@ import json
 import random
 import sqlite3
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,7 +19,7 @@ from perfsuite.analysis import stats  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
 from perfsuite.history import db, schema  # noqa: E402
 
-START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)  # night 1
+START = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)  # night 1
 KEYS = ("torch/resnet50/cuda8/nodes1/device/bs64/img224/fp32", "tf/resnet50/cuda8/nodes1/device/bs64/img224/fp32")
 FINGERPRINT = "gpu-h100-sxm-80gb-x8"
 NODES = [f"node-{c}" for c in "abcdefgh"]

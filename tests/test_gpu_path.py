@@ -44,9 +44,8 @@ def test_amp_uses_fp16_with_loss_scaling_below_ampere(monkeypatch, capability, d
 
 
 def test_the_torch_floor_has_the_amp_api():
-    from pathlib import Path
-
     import tomllib
+    from pathlib import Path
 
     project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
     torch_pins = [d for extra in project["optional-dependencies"].values() for d in extra if d.startswith("torch")]
@@ -345,9 +344,8 @@ def test_the_probe_asks_the_framework_itself():
 
 
 def test_extras_give_tensorflow_its_cuda_libraries():
-    from pathlib import Path
-
     import tomllib
+    from pathlib import Path
 
     extras = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"

@@ -8,7 +8,7 @@ import re
 import sqlite3
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ JUMP = "torch/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"  # +15% at ru
 SHARED = "tf/cifar10/cpu1/nodes1/device/bs64/img24/fp32/threads1"  # on both machines
 NIGHTS = 50
 STEP_AT, JUMP_AT = 30, 35  # indices: runs 31 and 36
-START = datetime(2026, 1, 1, 2, 0, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
 
 
 def _row(key: str, ips: float, verdict: str = "pass") -> dict:

@@ -11,7 +11,7 @@ import argparse
 import fnmatch
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ def _prune(args: argparse.Namespace) -> int:
     if not patterns and args.older_than is None:
         raise UsageError("prune needs --older-than DAYS or --key PATTERN (or both)")
     current = _load(args.file)
-    select = prune_selector(patterns, args.older_than, datetime.now(timezone.utc))
+    select = prune_selector(patterns, args.older_than, datetime.now(UTC))
     for p in patterns:
         if not any(fnmatch.fnmatchcase(k, p) for k in current.entries):
             print(f"note: --key {p!r} matches no entry")

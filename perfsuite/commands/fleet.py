@@ -307,7 +307,7 @@ def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history.fleet import night_windows, read_nights
     from perfsuite.history.url import shown
 
-    end = args.at if args.at is not None else datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    end = args.at if args.at is not None else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     since = datetime.timedelta(hours=args.since)
     patterns = args.key or []
     kept: dict[str, bool] = {}

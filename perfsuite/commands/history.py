@@ -12,12 +12,11 @@ import difflib
 import fnmatch
 import json
 import math
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from perfsuite.commands import Failure, UsageError, fleet
 from perfsuite.common.numbers import fixed

@@ -96,7 +96,7 @@ def utc(date: str) -> datetime.datetime:
     except ValueError:
         raise HistoryError(f"run date {date!r} is not an ISO date") from None
     if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        when = when.astimezone(datetime.UTC).replace(tzinfo=None)
     return when
 
 

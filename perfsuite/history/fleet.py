@@ -153,7 +153,7 @@ def read_peers(
     Never raises for an unusable history: the gate's peer check is skipped, said once."""
     from perfsuite.history import db
 
-    end = now or datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    end = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     engine = None
     try:
         engine = db.open_history(url, write=False)

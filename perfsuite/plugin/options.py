@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from perfsuite.analysis.stats import ALPHA, MIN_SAMPLES
 from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECISIONS, VARIABLE_UPDATES

@@ -16,7 +16,7 @@ import stat
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -344,4 +344,4 @@ def git_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
 
 def now_iso() -> str:
     """Current UTC time, ISO-8601 to the second: '2025-01-31T12:00:00+00:00'."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()

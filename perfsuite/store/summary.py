@@ -7,7 +7,7 @@ import fnmatch
 import json
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from perfsuite.analysis import stats
@@ -29,7 +29,7 @@ def as_date(value: Any) -> datetime | None:
         when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)  # the store writes UTC
+    return when if when.tzinfo else when.replace(tzinfo=UTC)  # the store writes UTC
 
 
 def _hardware(fp: dict[str, Any]) -> tuple[str | None, str]:
@@ -149,7 +149,7 @@ def prune_selector(
         try:
             cutoff = now - timedelta(days=older_than)
         except OverflowError:  # before year 1: nothing is that old
-            cutoff = datetime.min.replace(tzinfo=timezone.utc)
+            cutoff = datetime.min.replace(tzinfo=UTC)
 
     def select(key: str, entry: dict[str, Any]) -> bool:
         if patterns and not any(fnmatch.fnmatchcase(key, p) for p in patterns):
