@@ -89,6 +89,14 @@ def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
     assert noisy.beyond and not noisy.reproducible
 
 
+def test_ends_that_moved_during_the_search_void_the_answer():
+    good = _bursts(100.0, (1.0, 1.004, 0.997))
+    bad = _bursts(77.0, (1.0, 0.996, 1.003))
+    assert not decide.drift(good, bad, [100.5] * 5, [76.8] * 5).moved
+    moved = decide.drift(good, bad, [92.0] * 5, [71.0] * 5)  # 8% slower: a third of the step
+    assert moved.moved and moved.as_dict()["good"] == pytest.approx(-0.08)
+
+
 def test_the_step_interval_holds_the_step():
     change, lo, hi = decide.step([100.0, 101, 99, 100.5, 99.5], [77.0, 78, 76, 77.5, 76.5])
     assert lo <= change <= hi and change == pytest.approx(0.77 - 1)
@@ -261,6 +269,7 @@ def test_bisect_names_the_commit_that_made_it_slower(main_repo, resumed):
     assert resumed["first_bad"]["author"] == "Tess Ter <tess@example.com>"
     assert resumed["first_bad"]["date"].startswith("2026-01-11")
     assert resumed["midpoints"] <= resumed["expected_midpoints"] == 4
+    assert resumed["checks_run"] == 2 and not resumed["drift"]["moved"]  # the ends, once more after the search
     for t in resumed["tested"]:  # every verdict is the truth
         assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
         assert t["bursts"] >= 1 and t["images_per_sec"] > 0
@@ -406,6 +415,7 @@ def test_a_change_hidden_in_noise_costs_bursts_never_a_wrong_answer(tmp_path):
     )
     assert done.returncode in (0, 1), done.stderr
     out = json.loads(done.stdout)
+    assert out["status"] in ("found", "unresolved", "drifted", "no change")
     for t in out["tested"]:
         if t["verdict"] != "skipped":
             assert t["verdict"] == ("bad" if t["order"] >= culprit - 1 else "good"), t

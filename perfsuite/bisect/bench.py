@@ -13,7 +13,7 @@ from pathlib import Path
 
 from perfsuite.analysis import stats
 from perfsuite.bisect import measure
-from perfsuite.bisect.cache import Cache
+from perfsuite.bisect.cache import CHECK, Cache
 from perfsuite.bisect.repo import GitError
 from perfsuite.bisect.selection import Selection, SelectionError, one_key
 from perfsuite.bisect.worktree import Worktrees
@@ -45,7 +45,9 @@ class Context:
     key: str | None = None
     fingerprint: str | None = None
     confirmed: bool = False  # a run has given the selection's key: from then on a missing key is the commit's failure
-    bursts_run: int = 0
+    last_setup: str | None = None  # the commit --setup last ran for (its effect may live outside the worktree)
+    bursts_run: int = 0  # pytest runs that measured a commit's burst
+    checks_run: int = 0  # and that measured an end again after the search
     counter: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +82,7 @@ class Bench:
     def __init__(self, ctx: Context, sha: str, name: str):
         self.ctx, self.sha, self.name = ctx, sha, name
         self.bursts: list[list[float]] = []
+        self.checks: list[list[float]] = []  # bursts that checked this end after a search, kept apart
         self.cached = 0
         self.failure: str | None = None
         self._path: Path | None = None
@@ -91,6 +94,7 @@ class Bench:
             return
         entry = self.ctx.cache.get(self.sha, self.ctx.key, self.ctx.fingerprint)
         self.bursts = entry.bursts + self.bursts
+        self.checks = entry.checks + self.checks
         self.cached = len(entry.bursts)
         if self._path is None:  # a failure kept from before, unless this run has just measured it
             self.failure = self.failure or entry.failure
@@ -107,13 +111,21 @@ class Bench:
             self._one()
         return self.failure is None and len(self.bursts) >= n
 
+    def check(self) -> list[float] | None:
+        """One burst more, kept apart from the commit's bursts (an end measured again after the
+        search); None when it failed."""
+        self._load()
+        if self.failure is None:
+            self._one(role=CHECK)
+        return None if self.failure is not None or not self.checks else self.checks[-1]
+
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self.ctx.say(f"{self.name}: {reason}")
         if self.ctx.key is not None and self.ctx.fingerprint is not None:
             self.ctx.cache.fail(self.sha, self.ctx.key, self.ctx.fingerprint, reason)
 
-    def _one(self) -> None:
+    def _one(self, role: str | None = None) -> None:
         ctx = self.ctx
         ctx.counter += 1
         tag = f"{self.sha[:12]}-{ctx.counter}"
@@ -122,9 +134,13 @@ class Bench:
         try:
             if self._path is None:
                 self._path = ctx.worktrees.add(self.sha)
-                if ctx.setup:
-                    ctx.say(f"{self.name}: setup: {ctx.setup}")
-                    measure.setup(ctx.setup, self._path, env, log)
+            if ctx.setup and ctx.last_setup != self.sha:
+                # Again whenever the commit measured changes: a `pip install -e .` into --python's
+                # venv points it at this worktree, whatever was installed last.
+                ctx.say(f"{self.name}: setup: {ctx.setup}")
+                ctx.last_setup = None
+                measure.setup(ctx.setup, self._path, env, log)
+                ctx.last_setup = self.sha
             labels = [f"{HISTORY_LABEL}={self.sha}"]
             args = measure.pytest_args(
                 ctx.selection.args_for(self._path),
@@ -141,16 +157,20 @@ class Bench:
         except measure.StepFailed as exc:
             self._fail(str(exc))
             return
-        ctx.bursts_run += 1
+        if role == CHECK:
+            ctx.checks_run += 1
+        else:
+            ctx.bursts_run += 1
         self._load()  # a key learned just now: the cache may already hold bursts of this commit
         if key in run.errors:
             self._fail(f"burst failed: {run.errors[key]}")
             return
         assert ctx.fingerprint is not None  # learn() set it with the key
         for samples in run.bursts.get(key, []):
-            self.bursts.append(samples)
-            ctx.cache.add_burst(self.sha, key, ctx.fingerprint, samples)
-            ctx.say(f"{self.name}: burst {len(self.bursts)}: {fixed(stats.median(samples))} img/s")
+            (self.checks if role == CHECK else self.bursts).append(samples)
+            ctx.cache.add_burst(self.sha, key, ctx.fingerprint, samples, role)
+            what = "measured again" if role == CHECK else f"burst {len(self.bursts)}"
+            ctx.say(f"{self.name}: {what}: {fixed(stats.median(samples))} img/s")
 
     def close(self) -> None:
         if self._path is not None:

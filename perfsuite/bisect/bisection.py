@@ -99,6 +99,8 @@ class Outcome:
     step: tuple[float, float, float] | None = None  # change, 95% interval
     bursts_run: int = 0
     seconds: float = 0.0
+    drift: decide.Drift | None = None  # the ends measured once more after the search
+    checks_run: int = 0  # bursts that measured them
 
     @property
     def midpoints(self) -> int:
@@ -109,8 +111,14 @@ class Outcome:
         return search.expected_midpoints(len(self.commits) - 1)
 
     @property
-    def first_bad(self) -> str | None:
+    def answer(self) -> str | None:
+        """The one commit the search ended on, trusted or not."""
         return self.commits[self.found.hi] if self.found is not None and self.found.exact else None
+
+    @property
+    def first_bad(self) -> str | None:
+        """The answer, where the machine held still enough to trust it."""
+        return self.answer if self.status == "found" else None
 
     @property
     def candidates(self) -> list[str]:
@@ -196,10 +204,44 @@ class Run:
                     if not bench.ensure(count):
                         raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured: {bench.failure}")
                 change = decide.ends_change(good.bursts, bad.bursts, self.opts.min_change)
-        finally:
+            # Scattered bursts make every midpoint need several: a few more at the ends narrow
+            # the bound on that scatter, which all of the midpoints then pay less for.
+            while (
+                change.reproducible
+                and decide.bursts_needed(good.bursts, bad.bursts) > 2
+                and count < self.opts.max_repeats
+            ):
+                count += 1
+                self.say(
+                    f"the ends' bursts scatter ({decide.bursts_needed(good.bursts, bad.bursts)} bursts a commit "
+                    "would need): another burst each"
+                )
+                for bench, end in ((good, "GOOD"), (bad, "BAD")):
+                    if not bench.ensure(count):
+                        raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured: {bench.failure}")
+                change = decide.ends_change(good.bursts, bad.bursts, self.opts.min_change)
+        except BaseException:
             good.close()
             bad.close()
-        return good, bad, change
+            raise
+        return good, bad, change  # their worktrees stay: the ends are measured again after the search
+
+    def drift(self, good: Bench, bad: Bench, measured: bool) -> decide.Drift | None:
+        """GOOD and BAD once more after a search that measured something (else the last time
+        they were, from the cache), against their bursts before it."""
+        if measured:
+            self.say("GOOD and BAD once more: did the machine's speed move during the search?")
+            again = good.check(), bad.check()
+            for samples, bench, end in ((again[0], good, "GOOD"), (again[1], bad, "BAD")):
+                if samples is None:
+                    raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured again: {bench.failure}")
+        elif good.checks and bad.checks:
+            again = good.checks[-1], bad.checks[-1]
+        else:
+            return None
+        g, b = again
+        assert g is not None and b is not None
+        return decide.drift(good.bursts, bad.bursts, g, b)
 
     def end_tested(self, bench: Bench, order: int, change: decide.Change) -> Tested:
         role = "GOOD" if order == 0 else "BAD"
@@ -253,6 +295,7 @@ def bisect(
         def update(status: str) -> None:
             outcome.status = status
             outcome.bursts_run = run.ctx.bursts_run
+            outcome.checks_run = run.ctx.checks_run
             outcome.seconds = time.monotonic() - run.started
             record(outcome)
 
@@ -267,14 +310,17 @@ def bisect(
             update("running")
             return {decide.GOOD: search.GOOD, decide.BAD: search.BAD}.get(tested.verdict, search.SKIP)
 
+        before_search = run.ctx.bursts_run
         found = search.search(n, judge)
         outcome.found = found
         if found.exact:
             by_order = {t.order: t for t in outcome.tested}
             outcome.step = decide.step(by_order[found.lo].samples, by_order[found.hi].samples)
-            update("found")
+        outcome.drift = run.drift(good, bad, measured=run.ctx.bursts_run > before_search)
+        if outcome.drift is not None and outcome.drift.moved:
+            update("drifted")
         else:
-            update("unresolved")
+            update("found" if found.exact else "unresolved")
         return outcome
 
 

@@ -37,6 +37,10 @@ def default_root() -> Path:
 class Entry:
     bursts: list[list[float]] = field(default_factory=list)
     failure: str | None = None
+    checks: list[list[float]] = field(default_factory=list)  # an end measured again after the search: apart
+
+
+CHECK = "check"  # the role of a burst that checks an end after the search; never pooled with its bursts
 
 
 class Cache:
@@ -63,14 +67,16 @@ class Cache:
         if not self.read:
             return Entry()
         data = self._load(self._path(sha, key, fingerprint))
-        bursts = [
-            [float(x) for x in b["samples"]]
+        kept = [
+            b
             for b in data.get("bursts") or []
             if isinstance(b, dict) and isinstance(b.get("samples"), list) and b["samples"] and self._fresh(b)
         ]
+        bursts = [[float(x) for x in b["samples"]] for b in kept if b.get("role") != CHECK]
+        checks = [[float(x) for x in b["samples"]] for b in kept if b.get("role") == CHECK]
         failure = data.get("failure")
         reason = failure.get("reason") if isinstance(failure, dict) and self._fresh(failure) else None
-        return Entry(bursts, reason)
+        return Entry(bursts, reason, checks)
 
     def _fresh(self, item: dict) -> bool:
         return self.since is None or str(item.get("date") or "") >= self.since
@@ -92,8 +98,9 @@ class Cache:
             change(data)
             atomic_write(path, json.dumps(data, indent=1).encode())
 
-    def add_burst(self, sha: str, key: str, fingerprint: str, samples: list[float]) -> None:
-        self._update(sha, key, fingerprint, lambda d: d["bursts"].append({"samples": list(samples), "date": now_iso()}))
+    def add_burst(self, sha: str, key: str, fingerprint: str, samples: list[float], role: str | None = None) -> None:
+        burst = {"samples": list(samples), "date": now_iso(), **({"role": role} if role else {})}
+        self._update(sha, key, fingerprint, lambda d: d["bursts"].append(burst))
 
     def fail(self, sha: str, key: str, fingerprint: str, reason: str) -> None:
         def change(data: dict) -> None:

@@ -22,6 +22,11 @@ agree do not promise more than they can), and never below 0.5%.
 * **Like BAD**: the mirror image. Anything else is undecided: the commit gets another
   burst, up to ``--max-repeats``, and is skipped after that. Noise costs bursts; it does
   not turn into a verdict.
+* **The machine held still**: every verdict rests on the ends' levels measured before the
+  search. GOOD and BAD are measured once more after it; an end that moved by more than a
+  quarter of the step (or 2.5 times its bursts' scatter, where larger, never half the step)
+  voids the answer: commits measured in between may have been judged against the wrong
+  level.
 """
 
 from __future__ import annotations
@@ -53,11 +58,9 @@ def log_medians(bursts: Bursts) -> list[float]:
     return [math.log(stats.median(b)) for b in bursts if b]
 
 
-def scatter(good: Bursts, bad: Bursts) -> float:
-    """Upper bound of the standard deviation of a burst's log median around its commit's level,
-    from the ends' bursts; infinite while there are too few to tell."""
-    from scipy.stats import chi2
-
+def _pooled_sd(good: Bursts, bad: Bursts) -> tuple[float, int]:
+    """The standard deviation of the ends' bursts' log medians around each end's mean, and its
+    degrees of freedom."""
     squares, count, groups = 0.0, 0, 0
     for bursts in (good, bad):
         logs = log_medians(bursts)
@@ -67,9 +70,17 @@ def scatter(good: Bursts, bad: Bursts) -> float:
             count += len(logs)
             groups += 1
     df = count - groups
+    return (math.sqrt(squares / df) if df >= 1 else math.inf), df
+
+
+def scatter(good: Bursts, bad: Bursts) -> float:
+    """Upper bound of the standard deviation of a burst's log median around its commit's level,
+    from the ends' bursts; infinite while there are too few to tell."""
+    from scipy.stats import chi2
+
+    sd, df = _pooled_sd(good, bad)
     if df < 1:
         return math.inf
-    sd = math.sqrt(squares / df)
     upper = sd * math.sqrt(df / chi2.ppf(1 - SCATTER_CONFIDENCE, df))
     return max(upper, MIN_SCATTER)
 
@@ -201,6 +212,43 @@ def judge(bursts: Bursts, good: Bursts, bad: Bursts) -> Call:
     need = bursts_needed(good, bad)
     more = f"; the ends' bursts scatter: {need} bursts on one side needed" if need > 1 else ""
     return Call(UNDECIDED, x, p_good, p_bad, min(tail_good, tail_bad), where + more)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """GOOD and BAD measured once more after the search, against their bursts before it."""
+
+    good_move: float  # log(median of the new burst / median of the end's windows)
+    bad_move: float
+    allowed: float  # a quarter of the step (log), or the bursts' own scatter if larger, at most half the step
+
+    @property
+    def moved(self) -> bool:
+        return max(abs(self.good_move), abs(self.bad_move)) > self.allowed
+
+    def as_dict(self) -> dict:
+        return {
+            "good": math.expm1(self.good_move),
+            "bad": math.expm1(self.bad_move),
+            "allowed": math.expm1(self.allowed),
+            "moved": self.moved,
+        }
+
+
+def drift(good: Bursts, bad: Bursts, good_again: Sequence[float], bad_again: Sequence[float]) -> Drift:
+    """Did the machine's speed move during the search? A verdict on a commit rests on the ends'
+    levels measured before it: if an end, measured again at the end, has moved by more than a
+    quarter of the step (or by more than 2.5 times the scatter its bursts showed, where that is
+    larger, but never half the step), commits measured in between may have been judged against
+    the wrong level."""
+    span = abs(_span(good, bad))
+    sd, _ = _pooled_sd(good, bad)
+    allowed = min(max(span / 4, 2.5 * sd if math.isfinite(sd) else 0.0), span / 2)
+    return Drift(
+        math.log(stats.median(good_again) / stats.median(pooled(good))),
+        math.log(stats.median(bad_again) / stats.median(pooled(bad))),
+        allowed,
+    )
 
 
 def interval(samples: Sequence[float]) -> tuple[float, float, float]:

@@ -478,10 +478,13 @@ def as_json(outcome) -> dict[str, Any]:
         "step": None
         if outcome.step is None
         else {"change": outcome.step[0], "ci_low": outcome.step[1], "ci_high": outcome.step[2]},
+        "answer": outcome.answer,  # the commit the search ended on, also when drift makes it untrustworthy
+        "drift": outcome.drift.as_dict() if outcome.drift is not None else None,
         "midpoints": outcome.midpoints,
         "expected_midpoints": outcome.expected_midpoints,
         "bursts": outcome.bursts,
         "bursts_run": outcome.bursts_run,
+        "checks_run": outcome.checks_run,
         "seconds": round(outcome.seconds, 1),
         "tested": [t.as_dict(info.get(t.sha)) for t in outcome.tested_in_order()],
     }
@@ -523,6 +526,16 @@ def report(outcome) -> list[str]:
         lines += [_distribution("GOOD", ends["GOOD"]), _distribution("BAD ", ends["BAD"])]
         return lines
     first = outcome.first_bad
+    moved = outcome.drift
+    if outcome.status == "drifted" and moved is not None:
+        lines.append(
+            f"the machine's speed moved during the bisect: GOOD measured again {_pct(moved.as_dict()['good'])}, "
+            f"BAD {_pct(moved.as_dict()['bad'])} against their bursts before it (more than "
+            f"{moved.as_dict()['allowed']:.1%}): commits measured in between may have been judged against the "
+            "wrong level, so there is no answer; run it again when the machine is quieter"
+        )
+        if outcome.answer is not None:
+            lines.append(f"  (the search ended on {outcome.answer[:10]})")
     if first is not None:
         info = outcome.info.get(first)
         lines.append(f"first bad commit: {first}")
@@ -536,7 +549,7 @@ def report(outcome) -> list[str]:
             f"{fixed(before.figures()[0])} -> {fixed(after.figures()[0])} img/s, "
             f"from {before.sha[:10]} ({before.order}) to {after.sha[:10]} ({after.order})"
         )
-    else:
+    elif outcome.status == "unresolved":
         cands = outcome.candidates
         lines.append(
             f"no single commit: the first bad commit is one of {len(cands)}, every one between "
@@ -552,11 +565,18 @@ def report(outcome) -> list[str]:
         f"burst {outcome.key} on {outcome.fingerprint}; GOOD -> BAD {_pct(change.change)} "
         f"(windows p={change.p_value:.2g}, bursts p={change.p_bursts:.2g}, min change {change.min_change:.0%})"
     )
+    if moved is not None and outcome.status != "drifted":
+        lines.append(
+            f"GOOD and BAD measured again after the search: {_pct(moved.as_dict()['good'])}, "
+            f"{_pct(moved.as_dict()['bad'])} (the machine held within {moved.as_dict()['allowed']:.1%})"
+        )
     lines.append(
         f"cost: {outcome.midpoints} midpoint{'s' if outcome.midpoints != 1 else ''} "
         f"(at most {outcome.expected_midpoints} for {len(outcome.commits) - 1} commits without skips), "
         f"{outcome.bursts} bursts ({outcome.bursts_run} run now, "
-        f"{outcome.bursts - outcome.bursts_run} from the cache), "
+        f"{outcome.bursts - outcome.bursts_run} from the cache)"
+        + (f", {outcome.checks_run} more of GOOD and BAD after the search" if outcome.checks_run else "")
+        + ", "
         f"{_minutes(outcome.seconds)}"
     )
     lines.append("")
