@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from perfsuite.common.files import atomic_write, cache_root
@@ -26,7 +26,7 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
 
 
 def default_root() -> Path:

@@ -9,11 +9,11 @@ SELECTION is one burst key, or a pytest selection (paths, ``-k``, ``-m``, ``--pe
 after ``--`` nothing is read as bisect's own) that gives exactly one burst key.
 
 Exit codes of ``bisect``: 0 the first bad commit found; 1 no reproducible change between
-GOOD and BAD, an end that cannot be measured, or only skipped commits left; 2 bad
-arguments or a selection that names no single burst; 130 interrupted (``--resume``
-continues). ``bisect-step``: 0 good, 1 bad, 125 skip, and 128 when it cannot judge at
-all (bad arguments, GOOD and BAD without a reproducible change), which stops
-``git bisect run`` instead of marking the commit.
+GOOD and BAD, an end that cannot be measured, only skipped commits left, or ends that moved
+during the search; 2 bad arguments or a selection that names no single burst; 130
+interrupted (``--resume`` continues). ``bisect-step``: 0 good, 1 bad, 125 skip, and 128
+when it cannot judge at all (bad arguments, GOOD and BAD without a reproducible change),
+which stops ``git bisect run`` instead of marking the commit.
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ import shlex
 import signal
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from perfsuite.commands import CommandError, Failure, UsageError
 
@@ -169,7 +168,8 @@ def add_parser(sub: Any) -> None:
         description="Measure GOOD and BAD, then midpoints of the first-parent line between them, each in a "
         "private worktree until its bursts are decisively like GOOD's or like BAD's, and name the first bad "
         "commit with the size of its step. Every burst is cached by commit, key and hardware.",
-        epilog="exit codes: 0 found, 1 no reproducible change or no single commit, 2 bad arguments, 130 interrupted",
+        epilog="exit codes: 0 found, 1 no reproducible change, no single commit or the machine drifted, "
+        "2 bad arguments, 130 interrupted",
     )
     _options(b)
     b.add_argument("--plot", metavar="FILE.png", help="draw img/s against commit order into this PNG")
