@@ -18,6 +18,7 @@ from perfsuite.history import db, spool  # noqa: E402
 pytest_plugins = ["pytester"]
 
 FAKE = FAKE_ARGS
+NODE_A = ("--perf-node", "node-a")  # the node history_docs.run_doc's runs ran on
 
 
 @pytest.fixture
@@ -139,7 +140,16 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
 def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
     result = faked.runpytest_subprocess(
-        *FAKE, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json", "--perf-report", "report"
+        *FAKE,
+        *NODE_A,
+        "--perf-history",
+        "perf.db",
+        "--perf-drift",
+        "fail",
+        "--perf-json",
+        "r.json",
+        "--perf-report",
+        "report",
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
@@ -164,7 +174,7 @@ def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
 
 def test_drift_warns_by_default(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db")
+    result = faked.runpytest_subprocess(*FAKE, *NODE_A, "--perf-history", "perf.db")
     result.assert_outcomes(passed=1, warnings=1)
     assert "PerfWarning: drift: torch cifar10 on 1 CPU worker" in result.stdout.str()
 
@@ -172,11 +182,23 @@ def test_drift_warns_by_default(faked, monkeypatch):
 def test_a_flat_history_is_no_drift(faked, monkeypatch):
     _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
     result = faked.runpytest_subprocess(
-        *FAKE, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
+        *FAKE, *NODE_A, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
     )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["drift"] is None and row["drift_runs"] == 31
+
+
+def test_drift_reads_this_nodes_runs_only(faked, monkeypatch):
+    # In a fleet's shared history the drifting series is node-a's: node-b has no drift of its
+    # own (how it compares with node-a is the peer check's question, not drift's).
+    _drifting_history(faked, monkeypatch)
+    result = faked.runpytest_subprocess(
+        *FAKE, "--perf-node", "node-b", "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
+    )
+    result.assert_outcomes(passed=1)
+    (row,) = json.loads((faked.path / "r.json").read_text())["results"]
+    assert row["drift"] is None and row["drift_runs"] == 1  # this run alone: node-b's first night
 
 
 # -- options and preflight (no pytest session needed) ---------------------------------

@@ -239,10 +239,13 @@ META_FIELDS = ("git_commit", "host", "frameworks", "driver", "cuda", "cudnn", "n
 
 
 def all_series(
-    engine: sa.Engine, fingerprints: Iterable[str | None] | None = None, key: str | None = None
+    engine: sa.Engine,
+    fingerprints: Iterable[str | None] | None = None,
+    key: str | None = None,
+    node: str | None = None,
 ) -> dict[tuple[str | None, str], list[SeriesPoint]]:
     """(fingerprint, key) -> measured img/s, oldest first, one point per run; of every key (or
-    ``key``) on these fingerprints (or all), in one query."""
+    ``key``) on these fingerprints (or all), of one node's runs (or every node's), in one query."""
     r, b = schema.runs, schema.bursts
     query = (
         sa.select(
@@ -269,6 +272,8 @@ def all_series(
         )
     if key is not None:
         query = query.where(b.c.key == key)
+    if node is not None:
+        query = query.where(r.c.node == node)
     out: dict[tuple[str | None, str], list[SeriesPoint]] = {}
     with engine.connect() as conn:
         for m in conn.execute(query).mappings():

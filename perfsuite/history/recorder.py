@@ -66,14 +66,18 @@ def _spool(url: str, doc: dict[str, Any], why: str) -> str:
 
 
 def load_series(
-    url: str, fingerprints: Iterable[str]
+    url: str, fingerprints: Iterable[str], node: str | None = None
 ) -> tuple[dict[tuple[str | None, str], list[db.SeriesPoint]] | None, str | None]:
-    """(fingerprint, key) -> past points oldest first, spooled runs included; or (None, why)."""
+    """(fingerprint, key) -> past points oldest first, spooled runs included; or (None, why).
+
+    ``node``: only that node's runs. In a fleet's shared history the nodes of one
+    fingerprint interleave in each series, and a drift made of peers' runs is none of
+    this node's (the peer check compares nodes)."""
     fingerprints = [f for f in fingerprints if f]
     engine = None
     try:
         engine = db.open_history(url, write=False)
-        found = db.all_series(engine, fingerprints)
+        found = db.all_series(engine, fingerprints, node=node)
     except db.NoHistory:
         found = {}  # the first night of a new history
     except db.UNAVAILABLE as exc:
@@ -85,6 +89,8 @@ def load_series(
         try:
             doc = spool.read(path)
         except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if node is not None and doc["run"].get("node", doc["run"].get("host")) != node:
             continue
         for series, point in spooled_points(doc, fingerprints):
             found.setdefault(series, []).append(point)

@@ -233,15 +233,16 @@ class PerfSession:
         self.messages.extend(recorder.record(self.options.perf_history, doc))
 
     def history_series(self, spec: BurstSpec) -> list | None:
-        """Past points (perfsuite.history.db.SeriesPoint) of ``spec``'s key on this hardware, oldest first (this run not
-        included); None without a history or when it cannot be read (said once, in the summary)."""
+        """Past points (perfsuite.history.db.SeriesPoint) of ``spec``'s key on this hardware and this node, oldest
+        first (this run not included); None without a history or when it cannot be read (said once, in the
+        summary)."""
         if self.options.perf_history is None:
             return None
         fingerprint = self.fingerprint(spec.device_kind).id
         if fingerprint not in self._history:
             from perfsuite.history import recorder
 
-            found, warning = recorder.load_series(self.options.perf_history, [fingerprint])
+            found, warning = recorder.load_series(self.options.perf_history, [fingerprint], node=self.node)
             self._history[fingerprint] = None if found is None else {k: v for (_, k), v in found.items()}
             if warning and warning not in self.messages:
                 self.messages.append(warning)
