@@ -2,8 +2,10 @@
 whose ``--perf-json`` file gives the burst's window samples.
 
 Each runs in a process group of its own, with its output in a log file. When this process is
-interrupted (Ctrl-C, SIGTERM) the group gets SIGINT, so pytest stops its burst the way it
-does under Ctrl-C, and whatever is left after a grace period is killed.
+interrupted (Ctrl-C, SIGTERM) the group gets SIGTERM, which perfsuite's plugin handles as it
+does Ctrl-C (the burst is stopped, nothing is left running) and which, unlike SIGINT, a
+process started from a background job does not ignore; whatever is left after a grace
+period is killed.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def run_process(command: list[str] | str, cwd: Path, env: dict[str, str], log: P
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """SIGINT to the process group, as Ctrl-C at a terminal would; SIGKILL after the grace period."""
-    for sig, wait in ((signal.SIGINT, GRACE_S), (signal.SIGKILL, 10.0)):
+    """SIGTERM to the process group (pytest stops as under Ctrl-C); SIGKILL after the grace period."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
