@@ -57,49 +57,66 @@ def test_expected_midpoints_is_log2(n, expected):
     assert search.expected_midpoints(n) == expected
 
 
-def _bursts(level, spreads, windows=(0.99, 1.0, 1.01, 0.995, 1.005)):
-    return [[level * f * w for w in windows] for f in spreads]
+WINDOWS = (0.99, 1.0, 1.01, 0.995, 1.005)
 
 
-def test_quiet_bursts_are_called_with_one_burst_each():
-    good = _bursts(100.0, (1.0, 1.004, 0.997))
-    bad = _bursts(77.0, (1.0, 0.996, 1.003))
-    assert decide.ends_change(good, bad, 0.10).reproducible
-    assert decide.bursts_needed(good, bad) == 1
-    assert decide.judge(_bursts(100.5, (1.0,)), good, bad).verdict == decide.GOOD
-    assert decide.judge(_bursts(76.5, (1.0,)), good, bad).verdict == decide.BAD
-    # halfway between: neither
-    assert decide.judge(_bursts(88.0, (1.0,)), good, bad).verdict == decide.UNDECIDED
+def _burst(level):
+    return [level * w for w in WINDOWS]
 
 
-def test_scattered_bursts_need_more_bursts_and_a_stray_one_is_not_a_verdict():
-    good = _bursts(100.0, (1.0, 1.05, 0.96))
-    bad = _bursts(77.0, (1.0, 1.06, 0.95))
-    assert decide.bursts_needed(good, bad) >= 2
-    slow_burst_of_a_good_commit = _bursts(84.0, (1.0,))
-    assert decide.judge(slow_burst_of_a_good_commit, good, bad).verdict == decide.UNDECIDED
-    assert decide.judge(_bursts(99.0, (1.0,)), good, bad).verdict == decide.UNDECIDED  # one is not enough
-    assert decide.judge(_bursts(99.0, (1.0, 1.01, 0.99)), good, bad).verdict == decide.GOOD
+def _ends(good, bad, ratios):
+    """Pairs of a GOOD burst at level ``good`` and a BAD burst beside it at ``bad`` times each ratio
+    (the machine's speed moves between pairs, the ratios are what a pair measures)."""
+    speeds = (1.0, 0.8, 1.15, 0.9, 1.05)
+    return decide.Ends.of([(_burst(good * v), _burst(bad * r * v)) for v, r in zip(speeds, ratios)])
+
+
+def _round(level, end, beside):
+    return decide.Round(tuple(_burst(level)), end, tuple(_burst(beside)))
+
+
+def test_quiet_pairs_call_a_commit_on_one_round():
+    ends = _ends(100.0, 77.0, (1.0, 1.003, 0.997))
+    assert decide.ends_change(ends, 0.10).reproducible
+    assert ends.rounds_needed() == 1
+    # the machine runs 30% slower now: what counts is the end measured beside the commit
+    assert decide.judge([_round(70.2, decide.BAD, 54.0)], ends).verdict == decide.GOOD
+    assert decide.judge([_round(54.2, decide.GOOD, 70.0)], ends).verdict == decide.BAD
+    # halfway between the ends: neither
+    assert decide.judge([_round(88.0, decide.BAD, 77.0)], ends).verdict == decide.UNDECIDED
+    # beside the end it looks like, a round cannot set it apart from the other end
+    assert decide.judge([_round(100.0, decide.GOOD, 100.0)], ends).verdict == decide.UNDECIDED
+
+
+def test_the_next_round_is_measured_beside_the_end_the_commit_looks_least_like():
+    ends = _ends(100.0, 77.0, (1.0, 1.003, 0.997))
+    assert decide.next_reference([], ends, _burst(99.0)) == decide.BAD
+    assert decide.next_reference([], ends, _burst(78.0)) == decide.GOOD
+    # its rounds outweigh where its burst lies against the ends measured earlier
+    assert decide.next_reference([_round(70.2, decide.BAD, 54.0)], ends, _burst(70.0)) == decide.BAD
+
+
+def test_scattered_pairs_need_more_rounds_and_one_stray_round_is_not_a_verdict():
+    ends = _ends(100.0, 77.0, (1.0, 1.06, 0.95))
+    assert ends.rounds_needed() >= 2
+    one = _round(100.0, decide.BAD, 77.0)
+    assert decide.judge([one], ends).verdict == decide.UNDECIDED  # one is not enough
+    assert decide.judge([one] * ends.rounds_needed(), ends).verdict == decide.GOOD
+    stray = _round(80.0, decide.BAD, 77.0)  # a round past the half-way mark among good ones
+    assert decide.judge([one] * ends.rounds_needed() + [stray], ends).verdict != decide.BAD
 
 
 def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
-    good = _bursts(100.0, (1.0, 1.004, 0.997))
-    assert not decide.ends_change(good, _bursts(95.0, (1.0, 0.996, 1.003)), 0.10).reproducible  # 5% < 10%
-    noisy = decide.ends_change(_bursts(100, (1.0, 1.2, 0.8)), _bursts(88, (1.0, 1.2, 0.8)), 0.10)
+    assert not decide.ends_change(_ends(100.0, 95.0, (1.0, 1.003, 0.997)), 0.10).reproducible  # 5% < 10%
+    noisy = decide.ends_change(_ends(100.0, 88.0, (1.0, 1.25, 0.85)), 0.10)
     assert noisy.beyond and not noisy.reproducible
+    one_pair = decide.ends_change(_ends(100.0, 77.0, (1.0,)), 0.10)
+    assert not one_pair.reproducible  # one pair shows no scatter
 
 
-def test_ends_that_moved_during_the_search_void_the_answer():
-    good = _bursts(100.0, (1.0, 1.004, 0.997))
-    bad = _bursts(77.0, (1.0, 0.996, 1.003))
-    assert not decide.drift(good, bad, [100.5] * 5, [76.8] * 5).moved
-    moved = decide.drift(good, bad, [92.0] * 5, [71.0] * 5)  # 8% slower: a third of the step
-    assert moved.moved and moved.as_dict()["good"] == pytest.approx(-0.08)
-
-
-def test_the_step_interval_holds_the_step():
-    change, lo, hi = decide.step([100.0, 101, 99, 100.5, 99.5], [77.0, 78, 76, 77.5, 76.5])
-    assert lo <= change <= hi and change == pytest.approx(0.77 - 1)
+def test_the_step_and_its_interval_come_from_the_pairs():
+    change, lo, hi = decide.step(_ends(100.0, 77.0, (1.0, 1.01, 0.99)))
+    assert lo <= change <= hi and change == pytest.approx(0.77 - 1, abs=0.002)
 
 
 def test_a_key_becomes_the_options_of_its_throughput_case():
@@ -142,15 +159,19 @@ def test_the_default_min_change_is_the_gates_tolerance():
     assert bisect.DEFAULT_MIN_CHANGE == tolerance.default
 
 
-def test_the_cache_keeps_bursts_by_commit_key_and_fingerprint(tmp_path):
+def test_the_cache_keeps_pairs_rounds_and_failures(tmp_path):
+    from perfsuite.bisect.cache import StoredRound
+
     cache = Cache(tmp_path)
-    cache.add_burst("a" * 40, KEY, "cpu-x", [1.0, 2.0])
-    cache.add_burst("a" * 40, KEY, "cpu-x", [3.0])
-    cache.fail("b" * 40, KEY, "cpu-x", "setup failed")
-    assert cache.get("a" * 40, KEY, "cpu-x").bursts == [[1.0, 2.0], [3.0]]
-    assert cache.get("a" * 40, KEY, "cpu-y").bursts == []  # other hardware: nothing
-    assert cache.get("b" * 40, KEY, "cpu-x").failure == "setup failed"
-    assert Cache(tmp_path, read=False).get("a" * 40, KEY, "cpu-x").bursts == []
+    g, b, m = "a" * 40, "b" * 40, "c" * 40
+    cache.add_pair(g, b, KEY, "cpu-x", ([1.0, 2.0], [3.0]))
+    cache.add_round(m, KEY, "cpu-x", StoredRound([4.0], "good", g, [5.0]))
+    cache.fail("d" * 40, KEY, "cpu-x", "setup failed")
+    assert cache.pairs(g, b, KEY, "cpu-x") == [([1.0, 2.0], [3.0])]
+    assert cache.pairs(g, b, KEY, "cpu-y") == []  # other hardware: nothing
+    assert cache.get(m, KEY, "cpu-x").rounds == [StoredRound([4.0], "good", g, [5.0])]
+    assert cache.get("d" * 40, KEY, "cpu-x").failure == "setup failed"
+    assert Cache(tmp_path, read=False).pairs(g, b, KEY, "cpu-x") == []
 
 
 @pytest.mark.parametrize(
@@ -230,7 +251,7 @@ def interrupted(main_repo) -> Interrupted:
     from perfsuite.bisect import state
 
     kept = state.load(state.state_path(repo / ".git"))
-    measured = len(re.findall(r": burst \d+: ", stderr))
+    measured = 2 * len(re.findall(r"(GOOD and BAD, pair|: round) \d+: ", stderr))  # two bursts each
     return Interrupted(code, stderr, before, snapshot(repo), leftovers(tmp), measured, kept)
 
 
@@ -269,7 +290,6 @@ def test_bisect_names_the_commit_that_made_it_slower(main_repo, resumed):
     assert resumed["first_bad"]["author"] == "Tess Ter <tess@example.com>"
     assert resumed["first_bad"]["date"].startswith("2026-01-11")
     assert resumed["midpoints"] <= resumed["expected_midpoints"] == 4
-    assert resumed["checks_run"] == 2 and not resumed["drift"]["moved"]  # the ends, once more after the search
     for t in resumed["tested"]:  # every verdict is the truth
         assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
         assert t["bursts"] >= 1 and t["images_per_sec"] > 0
@@ -285,21 +305,33 @@ def test_the_step_comes_with_its_interval_and_every_commit_with_its_figures(resu
         assert t["windows"] == sum(len(b) for b in t["burst_samples"])
 
 
-def test_each_midpoint_is_judged_on_the_bursts_it_has(resumed):
-    """Bursts are added to a commit only while it is undecided: each verdict needed its last burst."""
-    ends = {t["role"]: t["burst_samples"] for t in resumed["tested"] if t["role"] in ("GOOD", "BAD")}
+def _ends_of(outcome):
+    ends = {t["role"]: t["burst_samples"] for t in outcome["tested"] if t["role"] in ("GOOD", "BAD")}
+    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])))
+
+
+def _rounds_of(tested):
+    return [decide.Round(tuple(r["burst"]), r["end"], tuple(r["reference"])) for r in tested["rounds"]]
+
+
+def test_each_midpoint_is_judged_on_the_rounds_it_has(resumed):
+    """A round is added to a commit only while it is undecided: each verdict needed its last round,
+    and each round was measured beside the end the commit looked least like."""
+    ends = _ends_of(resumed)
     for t in resumed["tested"]:
         if t["role"] != "midpoint":
             continue
-        bursts = t["burst_samples"]
-        assert decide.judge(bursts, ends["GOOD"], ends["BAD"]).verdict == t["verdict"]
-        for k in range(1, len(bursts)):
-            assert decide.judge(bursts[:k], ends["GOOD"], ends["BAD"]).verdict == decide.UNDECIDED
+        rounds = _rounds_of(t)
+        assert decide.judge(rounds, ends).verdict == t["verdict"]
+        for k in range(1, len(rounds)):
+            assert decide.judge(rounds[:k], ends).verdict == decide.UNDECIDED
+        for k, r in enumerate(rounds):
+            assert r.end == decide.next_reference(rounds[:k], ends, r.burst)
 
 
 def test_resume_continues_where_it_stopped(interrupted, resumed):
     assert "resuming: python -m perfsuite bisect" in resumed["_stderr"]
-    # nothing measured before Ctrl-C was measured again
+    # nothing measured before Ctrl-C was measured again (a round cut short is measured whole)
     assert resumed["bursts_run"] == resumed["bursts"] - interrupted.bursts_measured
     assert resumed["_after"] == interrupted.before
     assert resumed["_leftovers"] == []
@@ -344,7 +376,7 @@ def test_a_rerun_costs_nothing_twice_and_prints_the_table(main_repo, resumed):
     assert "  subject: commit 11: the step does 30% more work" in out
     assert re.search(r"^step: -\d+\.\d% \(95% interval -\d+\.\d% to -\d+\.\d%\)", out, re.M)
     assert f"{resumed['bursts']} bursts (0 run now, {resumed['bursts']} from the cache)" in out
-    table = out[out.index("#  commit") :].splitlines()[1:]
+    table = out[out.index("#  commit") :].split("\n\n")[0].splitlines()[1:]
     assert len(table) == len(resumed["tested"])
     assert any(row.endswith("<- first bad") and shas[CULPRIT - 1][:10] in row for row in table)
     assert leftovers(tmp) == []
@@ -423,9 +455,8 @@ def test_a_change_hidden_in_noise_costs_bursts_never_a_wrong_answer(tmp_path):
         assert out["first_bad"]["commit"] == shas[culprit - 1]
     elif out["status"] == "unresolved":
         assert shas[culprit - 1] in [c["commit"] for c in out["candidates"]]
-    ends = {t["role"]: t["burst_samples"] for t in out["tested"] if t["role"] in ("GOOD", "BAD")}
     if out["status"] != "no change":
-        assert decide.bursts_needed(ends["GOOD"], ends["BAD"]) >= 2
-        for t in out["tested"]:  # more repeats: no midpoint was called on one burst
+        assert _ends_of(out).rounds_needed() >= 2
+        for t in out["tested"]:  # more repeats: no midpoint was called on one round
             if t["role"] == "midpoint" and t["verdict"] != "skipped":
-                assert t["bursts"] >= 2
+                assert len(t["rounds"]) >= 2

@@ -49,10 +49,10 @@ def test_each_step_said_good_or_bad_and_the_first_wrote_the_ends(bisected):
     assert "git bisect skip" not in log
     ends = json.loads((repo / ".git" / "perfsuite-bisect" / "ends.json").read_text())
     assert (ends["good"], ends["bad"], ends["key"]) == (shas[0], shas[-1], KEY)
-    assert len(ends["good_bursts"]) >= 3 and len(ends["bad_bursts"]) >= 3
+    assert len(ends["pairs"]) >= 3 and all(len(pair) == 2 for pair in ends["pairs"])
     assert ends["change"]["reproducible"] and ends["change"]["change"] < 0
     # only the first step measured the ends
-    assert done.stderr.count(f"GOOD {shas[0][:10]} (0/1): burst 1:") == 1
+    assert done.stderr.count("GOOD and BAD, pair 1: ") == 1
 
 
 @pytest.mark.parametrize("which, code", [(0, 0), (-1, 1)])
@@ -69,7 +69,7 @@ def test_the_ends_are_answered_from_the_ends_file(bisected, which, code):
     assert step.returncode == code, step.stderr
     out = json.loads(step.stdout)
     assert out["verdict"] == ("good" if code == 0 else "bad") and not out["ends_written"]
-    assert ": burst " not in step.stderr  # nothing measured
+    assert "pair" not in step.stderr and "round" not in step.stderr  # nothing measured
 
 
 def test_a_commit_is_judged_once_and_then_read_from_the_cache(bisected):

@@ -1,8 +1,10 @@
-"""One commit's measurements: its bursts from the cache, and more on demand in its worktree.
+"""One commit's bursts, measured on demand in its worktree.
 
-The worktree is checked out and ``--setup`` run once, at the first burst the cache did not
-have; every burst is written to the cache the moment it is measured. A failed checkout,
-setup or burst is the commit's failure (git bisect's 125: the commit is skipped).
+The worktree is checked out at the commit's first burst and kept until the commit is
+done. ``--setup`` runs before a burst whenever the commit measured last was another one
+(a `pip install -e .` into ``--python``'s venv points it at the worktree installed last).
+A failed checkout, setup or burst is the commit's failure (git bisect's 125: the commit is
+skipped). What is kept of the bursts is the caller's: pairs and rounds (``cache``).
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfsuite.analysis import stats
 from perfsuite.bisect import measure
-from perfsuite.bisect.cache import CHECK, Cache
+from perfsuite.bisect.cache import Cache
 from perfsuite.bisect.repo import GitError
 from perfsuite.bisect.selection import Selection, SelectionError, one_key
 from perfsuite.bisect.worktree import Worktrees
 from perfsuite.common import hardware
-from perfsuite.common.numbers import fixed
 from perfsuite.contract.spec import key_fields
 
 HISTORY_LABEL = "bisect_commit"  # the --perf-label each burst's run is stored with in --perf-history
@@ -46,8 +46,7 @@ class Context:
     fingerprint: str | None = None
     confirmed: bool = False  # a run has given the selection's key: from then on a missing key is the commit's failure
     last_setup: str | None = None  # the commit --setup last ran for (its effect may live outside the worktree)
-    bursts_run: int = 0  # pytest runs that measured a commit's burst
-    checks_run: int = 0  # and that measured an end again after the search
+    bursts_run: int = 0  # pytest runs that measured a burst
     counter: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
@@ -77,55 +76,17 @@ class Context:
 
 
 class Bench:
-    """The bursts of one commit, cached and new."""
+    """One commit: new bursts on demand."""
 
     def __init__(self, ctx: Context, sha: str, name: str):
         self.ctx, self.sha, self.name = ctx, sha, name
-        self.bursts: list[list[float]] = []
-        self.checks: list[list[float]] = []  # bursts that checked this end after a search, kept apart
-        self.cached = 0
         self.failure: str | None = None
         self._path: Path | None = None
-        self._loaded = False
-        self._load()
 
-    def _load(self) -> None:
-        if self._loaded or self.ctx.key is None or self.ctx.fingerprint is None:
-            return
-        entry = self.ctx.cache.get(self.sha, self.ctx.key, self.ctx.fingerprint)
-        self.bursts = entry.bursts + self.bursts
-        self.checks = entry.checks + self.checks
-        self.cached = len(entry.bursts)
-        if self._path is None:  # a failure kept from before, unless this run has just measured it
-            self.failure = self.failure or entry.failure
-        self._loaded = True
-
-    @property
-    def samples(self) -> list[float]:
-        return [x for b in self.bursts for x in b]
-
-    def ensure(self, n: int) -> bool:
-        """At least ``n`` bursts; False when the commit failed before."""
-        self._load()
-        while len(self.bursts) < n and self.failure is None:
-            self._one()
-        return self.failure is None and len(self.bursts) >= n
-
-    def check(self) -> list[float] | None:
-        """One burst more, kept apart from the commit's bursts (an end measured again after the
-        search); None when it failed."""
-        self._load()
-        if self.failure is None:
-            self._one(role=CHECK)
-        return None if self.failure is not None or not self.checks else self.checks[-1]
-
-    def _fail(self, reason: str) -> None:
-        self.failure = reason
-        self.ctx.say(f"{self.name}: {reason}")
-        if self.ctx.key is not None and self.ctx.fingerprint is not None:
-            self.ctx.cache.fail(self.sha, self.ctx.key, self.ctx.fingerprint, reason)
-
-    def _one(self, role: str | None = None) -> None:
+    def burst(self) -> list[float] | None:
+        """One new burst's window samples; None once the commit has failed (``failure`` says why)."""
+        if self.failure is not None:
+            return None
         ctx = self.ctx
         ctx.counter += 1
         tag = f"{self.sha[:12]}-{ctx.counter}"
@@ -135,8 +96,6 @@ class Bench:
             if self._path is None:
                 self._path = ctx.worktrees.add(self.sha)
             if ctx.setup and ctx.last_setup != self.sha:
-                # Again whenever the commit measured changes: a `pip install -e .` into --python's
-                # venv points it at this worktree, whatever was installed last.
                 ctx.say(f"{self.name}: setup: {ctx.setup}")
                 ctx.last_setup = None
                 measure.setup(ctx.setup, self._path, env, log)
@@ -153,24 +112,26 @@ class Bench:
             key = ctx.learn(run)
         except GitError as exc:
             self._fail(f"checkout failed: {exc}")
-            return
+            return None
         except measure.StepFailed as exc:
             self._fail(str(exc))
-            return
-        if role == CHECK:
-            ctx.checks_run += 1
-        else:
-            ctx.bursts_run += 1
-        self._load()  # a key learned just now: the cache may already hold bursts of this commit
+            return None
+        ctx.bursts_run += 1
         if key in run.errors:
             self._fail(f"burst failed: {run.errors[key]}")
-            return
-        assert ctx.fingerprint is not None  # learn() set it with the key
-        for samples in run.bursts.get(key, []):
-            (self.checks if role == CHECK else self.bursts).append(samples)
-            ctx.cache.add_burst(self.sha, key, ctx.fingerprint, samples, role)
-            what = "measured again" if role == CHECK else f"burst {len(self.bursts)}"
-            ctx.say(f"{self.name}: {what}: {fixed(stats.median(samples))} img/s")
+            return None
+        found = run.bursts.get(key) or []
+        if not found:
+            self._fail(f"ran no burst {key}")
+            return None
+        return [x for b in found for x in b]  # a burst lengthened or pooled by the plugin is one burst here
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self.ctx.say(f"{self.name}: {reason}")
+        if self.ctx.key is not None and self.ctx.fingerprint is not None:
+            self.ctx.cache.fail(self.sha, self.ctx.key, self.ctx.fingerprint, reason)
+        return None
 
     def close(self) -> None:
         if self._path is not None:

@@ -1,11 +1,12 @@
 """A whole bisect: both ends first, then midpoints until one commit is left; and the same
 decision for one commit, for ``git bisect run`` (``bisect-step``).
 
-The ends are measured first, their bursts interleaved (GOOD, BAD, GOOD, BAD) so that a
-machine whose speed drifts drifts over both. Unless BAD differs from GOOD by at least
-``min_change`` and significantly, there is nothing to find. Each midpoint then gets bursts
-until ``decide.judge`` calls it like GOOD or like BAD (its bursts serve both comparisons),
-up to ``max_repeats``; a commit that fails or stays undecided is skipped.
+The ends are measured in pairs (a GOOD burst, then a BAD burst). Unless BAD differs from
+GOOD by at least ``min_change`` and significantly (``decide.ends_change``), there is
+nothing to find. Each midpoint then gets rounds (its burst, then a burst of the end it
+looks least like) until ``decide.judge`` calls it like GOOD or like BAD, up to
+``max_repeats`` rounds; a commit that fails or stays undecided is skipped. The ends'
+worktrees stay for the whole search, since every round measures one of them again.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfsuite.analysis import stats
 from perfsuite.bisect import decide, repo, search, state
 from perfsuite.bisect.bench import Bench, Context
-from perfsuite.bisect.cache import Cache
+from perfsuite.bisect.cache import Cache, StoredRound
 from perfsuite.bisect.selection import Selection
 from perfsuite.bisect.worktree import Worktrees
+from perfsuite.common.numbers import fixed
 
-ENDS = ("GOOD", "BAD")
 SKIPPED = "skipped"
 
 
@@ -39,8 +41,8 @@ class Options:
     python: str
     setup: str | None = None
     min_change: float = 0.10
-    bursts: int = 3  # at each end before anything is judged (the bursts' scatter is read off them)
-    max_repeats: int = 6  # bursts a commit gets at most
+    bursts: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
+    max_repeats: int = 5  # rounds a commit gets at most (and pairs the ends get at most)
     history: str | None = None
     use_cache: bool = True
     cache_root: Path | None = None
@@ -53,11 +55,13 @@ class Tested:
     order: int  # 0 is GOOD, n is BAD
     sha: str
     role: str  # GOOD, BAD or midpoint
-    bursts: list[list[float]]
+    bursts: list[list[float]]  # the commit's own bursts
+    references: int  # bursts of an end measured beside them (a midpoint's rounds)
     cached: int  # of its bursts, how many came from the cache
     verdict: str  # good, bad or skipped
     reason: str
     call: decide.Call | None = None
+    rounds: list[decide.Round] = field(default_factory=list)
 
     @property
     def samples(self) -> list[float]:
@@ -66,7 +70,7 @@ class Tested:
     def figures(self) -> tuple[float, float, float] | None:
         return decide.interval(self.samples) if self.samples else None
 
-    def as_dict(self, info: repo.CommitInfo | None = None) -> dict:
+    def as_dict(self, info: repo.CommitInfo | None, span: float) -> dict:
         fig = self.figures()
         return {
             "order": self.order,
@@ -78,10 +82,13 @@ class Tested:
             "images_per_sec": fig[0] if fig else None,
             "ci_low": fig[1] if fig else None,
             "ci_high": fig[2] if fig else None,
+            "position": self.call.position if self.call else (0.0 if self.role == "GOOD" else 1.0),
             "bursts": len(self.bursts),
+            "references": self.references,
             "bursts_cached": self.cached,
             "windows": len(self.samples),
             "burst_samples": self.bursts,
+            "rounds": [r.as_dict(span) for r in self.rounds],
             "call": self.call.as_dict() if self.call else None,
         }
 
@@ -94,13 +101,12 @@ class Outcome:
     key: str
     fingerprint: str
     change: decide.Change
+    ends: decide.Ends
     tested: list[Tested] = field(default_factory=list)
     found: search.Found | None = None
     step: tuple[float, float, float] | None = None  # change, 95% interval
     bursts_run: int = 0
     seconds: float = 0.0
-    drift: decide.Drift | None = None  # the ends measured once more after the search
-    checks_run: int = 0  # bursts that measured them
 
     @property
     def midpoints(self) -> int:
@@ -111,14 +117,8 @@ class Outcome:
         return search.expected_midpoints(len(self.commits) - 1)
 
     @property
-    def answer(self) -> str | None:
-        """The one commit the search ended on, trusted or not."""
-        return self.commits[self.found.hi] if self.found is not None and self.found.exact else None
-
-    @property
     def first_bad(self) -> str | None:
-        """The answer, where the machine held still enough to trust it."""
-        return self.answer if self.status == "found" else None
+        return self.commits[self.found.hi] if self.found is not None and self.found.exact else None
 
     @property
     def candidates(self) -> list[str]:
@@ -132,7 +132,8 @@ class Outcome:
 
     @property
     def bursts(self) -> int:
-        return sum(len(t.bursts) for t in self.tested)
+        """Every burst the answer rests on: the ends' pairs, and each commit's rounds (two bursts each)."""
+        return sum(len(t.bursts) + t.references for t in self.tested)
 
 
 class Run:
@@ -168,12 +169,15 @@ class Run:
                 history=self.opts.history,
                 say=self.say,
             )
+            n = len(self.commits) - 1
+            self.good_bench = Bench(self.ctx, self.good, self.name(0))
+            self.bad_bench = Bench(self.ctx, self.bad, self.name(n))
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.worktrees.close()
             self._scratch.cleanup()
@@ -185,93 +189,112 @@ class Run:
         role = "GOOD " if i == 0 else "BAD " if i == n else ""
         return f"{role}{self.commits[i][:10]} ({i}/{n})"
 
+    def end_burst(self, end: str) -> list[float]:
+        bench = self.good_bench if end == decide.GOOD else self.bad_bench
+        samples = bench.burst()
+        if samples is None:
+            raise EndFailed(f"{end.upper()} {bench.sha[:10]} cannot be measured: {bench.failure}")
+        return samples
+
     # -- the ends ------------------------------------------------------------------------------
-    def ends(self) -> tuple[Bench, Bench, decide.Change]:
-        n = len(self.commits) - 1
-        good = Bench(self.ctx, self.good, self.name(0))
-        bad = Bench(self.ctx, self.bad, self.name(n))
-        try:
-            count = self.opts.bursts
-            for k in range(1, count + 1):
-                for bench, end in ((good, "GOOD"), (bad, "BAD")):
-                    if not bench.ensure(k):
-                        raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured: {bench.failure}")
-            change = decide.ends_change(good.bursts, bad.bursts, self.opts.min_change)
-            while change.beyond and not change.significant and count < self.opts.max_repeats:
-                count += 1
-                self.say(f"GOOD and BAD differ by {change.change:+.1%}, not yet significantly: another burst each")
-                for bench, end in ((good, "GOOD"), (bad, "BAD")):
-                    if not bench.ensure(count):
-                        raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured: {bench.failure}")
-                change = decide.ends_change(good.bursts, bad.bursts, self.opts.min_change)
-            # Scattered bursts make every midpoint need several: a few more at the ends narrow
-            # the bound on that scatter, which all of the midpoints then pay less for.
-            while (
-                change.reproducible
-                and decide.bursts_needed(good.bursts, bad.bursts) > 2
-                and count < self.opts.max_repeats
-            ):
-                count += 1
-                self.say(
-                    f"the ends' bursts scatter ({decide.bursts_needed(good.bursts, bad.bursts)} bursts a commit "
-                    "would need): another burst each"
-                )
-                for bench, end in ((good, "GOOD"), (bad, "BAD")):
-                    if not bench.ensure(count):
-                        raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured: {bench.failure}")
-                change = decide.ends_change(good.bursts, bad.bursts, self.opts.min_change)
-        except BaseException:
-            good.close()
-            bad.close()
-            raise
-        return good, bad, change  # their worktrees stay: the ends are measured again after the search
+    def ends(self) -> tuple[decide.Ends, decide.Change]:
+        """GOOD and BAD in pairs: ``--bursts`` of them, more while the change is beyond
+        ``--min-change`` but not yet significant, or while their scatter would make every
+        midpoint need three rounds or more (up to ``--max-repeats``)."""
+        first = None
+        if self.ctx.key is None:  # the first burst names the key (and the cache's place)
+            first = self.end_burst(decide.GOOD)
+        assert self.ctx.key is not None and self.ctx.fingerprint is not None
+        key, fp = self.ctx.key, self.ctx.fingerprint
+        pairs = self.cache.pairs(self.good, self.bad, key, fp)
+        self.cached_pairs = len(pairs)
+        if pairs:
+            self.say(f"GOOD and BAD: {len(pairs)} pair{'s' if len(pairs) != 1 else ''} of bursts in the cache")
 
-    def drift(self, good: Bench, bad: Bench, measured: bool) -> decide.Drift | None:
-        """GOOD and BAD once more after a search that measured something (else the last time
-        they were, from the cache), against their bursts before it."""
-        if measured:
-            self.say("GOOD and BAD once more: did the machine's speed move during the search?")
-            again = good.check(), bad.check()
-            for samples, bench, end in ((again[0], good, "GOOD"), (again[1], bad, "BAD")):
-                if samples is None:
-                    raise EndFailed(f"{end} {bench.sha[:10]} cannot be measured again: {bench.failure}")
-        elif good.checks and bad.checks:
-            again = good.checks[-1], bad.checks[-1]
-        else:
-            return None
-        g, b = again
-        assert g is not None and b is not None
-        return decide.drift(good.bursts, bad.bursts, g, b)
+        def another() -> None:
+            nonlocal first
+            g = first if first is not None else self.end_burst(decide.GOOD)
+            first = None
+            b = self.end_burst(decide.BAD)
+            pairs.append((g, b))
+            self.cache.add_pair(self.good, self.bad, key, fp, (g, b))
+            self.say(
+                f"GOOD and BAD, pair {len(pairs)}: {fixed(stats.median(g))} and {fixed(stats.median(b))} img/s "
+                f"({decide.log_ratio(b, g):+.1%} log ratio)"
+            )
 
-    def end_tested(self, bench: Bench, order: int, change: decide.Change) -> Tested:
+        while len(pairs) < self.opts.bursts:
+            another()
+        change = decide.ends_change(decide.Ends.of(pairs), self.opts.min_change)
+        while change.beyond and not change.significant and len(pairs) < max(self.opts.max_repeats, self.opts.bursts):
+            self.say(f"GOOD and BAD differ by {change.change:+.1%}, not yet significantly: another pair")
+            another()
+            change = decide.ends_change(decide.Ends.of(pairs), self.opts.min_change)
+        ends = decide.Ends.of(pairs)
+        while change.reproducible and ends.rounds_needed() > 2 and len(pairs) < self.opts.max_repeats:
+            self.say(f"their pairs scatter ({ends.rounds_needed()} rounds a commit would need): another pair")
+            another()
+            ends = decide.Ends.of(pairs)
+            change = decide.ends_change(ends, self.opts.min_change)
+        return ends, change
+
+    def end_tested(self, ends: decide.Ends, order: int) -> Tested:
         role = "GOOD" if order == 0 else "BAD"
         verdict = decide.GOOD if order == 0 else decide.BAD
-        return Tested(order, bench.sha, role, list(bench.bursts), bench.cached, verdict, f"the {role} end")
+        bursts = ends.good if order == 0 else ends.bad
+        sha = self.commits[0 if order == 0 else -1]
+        return Tested(order, sha, role, bursts, 0, getattr(self, "cached_pairs", 0), verdict, f"the {role} end")
 
     # -- one commit ------------------------------------------------------------------------------
-    def judge(self, i: int, good: Bench, bad: Bench) -> Tested:
-        """Bursts at commit i until it is like GOOD or like BAD, or skipped."""
-        return self.judge_commit(self.commits[i], i, self.name(i), good, bad)
+    def judge(self, i: int, ends: decide.Ends) -> Tested:
+        return self.judge_commit(self.commits[i], i, self.name(i), ends)
 
-    def judge_commit(self, sha: str, i: int, name: str, good: Bench, bad: Bench) -> Tested:
+    def judge_commit(self, sha: str, i: int, name: str, ends: decide.Ends) -> Tested:
+        """Rounds at the commit until it is like GOOD or like BAD, or skipped."""
+        assert self.ctx.key is not None and self.ctx.fingerprint is not None
+        key, fp = self.ctx.key, self.ctx.fingerprint
+        entry = self.cache.get(sha, key, fp)
+        by_end = {decide.GOOD: self.good, decide.BAD: self.bad}
+        rounds = [
+            decide.Round(tuple(r.burst), r.end, tuple(r.reference))
+            for r in entry.rounds
+            if by_end[r.end] == r.end_commit
+        ]
+        cached = len(rounds)
+
+        def tested(verdict: str, reason: str, call: decide.Call | None) -> Tested:
+            bursts = [list(r.burst) for r in rounds]
+            return Tested(i, sha, "midpoint", bursts, len(rounds), cached, verdict, reason, call, list(rounds))
+
+        if entry.failure is not None:
+            self.say(f"{name}: {entry.failure} (in the cache): skipped")
+            return tested(SKIPPED, entry.failure, None)
+        self.say(f"{name}: measuring" + (f" ({cached} rounds in the cache)" if cached else ""))
         bench = Bench(self.ctx, sha, name)
-        self.say(f"{name}: measuring" + (f" ({bench.cached} bursts in the cache)" if bench.cached else ""))
         try:
-            k = 1
             while True:
-                if not bench.ensure(k):  # False once the commit failed, with the reason
-                    reason = bench.failure or "failed"
-                    return Tested(i, bench.sha, "midpoint", list(bench.bursts), bench.cached, SKIPPED, reason)
-                call = decide.judge(bench.bursts, good.bursts, bad.bursts)
+                call = decide.judge(rounds, ends)
                 if call.verdict != decide.UNDECIDED:
-                    self.say(f"{bench.name}: like {call.verdict.upper()} ({call.reason})")
-                    return Tested(i, bench.sha, "midpoint", list(bench.bursts), bench.cached, call.verdict, "", call)
-                if len(bench.bursts) >= self.opts.max_repeats:
-                    reason = f"undecided after {len(bench.bursts)} bursts ({call.reason})"
-                    self.say(f"{bench.name}: {reason}: skipped")
-                    return Tested(i, bench.sha, "midpoint", list(bench.bursts), bench.cached, SKIPPED, reason, call)
-                self.say(f"{bench.name}: undecided ({call.reason}): another burst")
-                k = len(bench.bursts) + 1
+                    self.say(f"{name}: like {call.verdict.upper()} ({call.reason})")
+                    return tested(call.verdict, "", call)
+                if len(rounds) >= self.opts.max_repeats:
+                    reason = f"undecided after {len(rounds)} rounds ({call.reason})"
+                    self.say(f"{name}: {reason}: skipped")
+                    return tested(SKIPPED, reason, call)
+                if rounds:
+                    self.say(f"{name}: undecided ({call.reason}): another round")
+                samples = bench.burst()
+                if samples is None:
+                    return tested(SKIPPED, bench.failure or "failed", None)
+                end = decide.next_reference(rounds, ends, samples)
+                reference = self.end_burst(end)
+                one = decide.Round(tuple(samples), end, tuple(reference))
+                rounds.append(one)
+                self.cache.add_round(sha, key, fp, StoredRound(samples, end, by_end[end], reference))
+                self.say(
+                    f"{name}: round {len(rounds)}: {fixed(stats.median(samples))} img/s, {end.upper()} beside it "
+                    f"{fixed(stats.median(reference))} (at {one.position(ends.span):.2f} of the way)"
+                )
         finally:
             bench.close()
 
@@ -286,41 +309,33 @@ def bisect(
         info = repo.describe(run.repo, run.commits)
         n = len(run.commits) - 1
         say(f"bisecting {n} commit{'s' if n != 1 else ''} after GOOD {run.good[:10]} up to BAD {run.bad[:10]}")
-        good, bad, change = run.ends()
+        ends, change = run.ends()
         key, fingerprint = run.ctx.key, run.ctx.fingerprint
         assert key is not None and fingerprint is not None  # the ends' bursts named them
-        outcome = Outcome("running", run.commits, info, key, fingerprint, change, bursts_run=run.ctx.bursts_run)
-        outcome.tested = [run.end_tested(good, 0, change), run.end_tested(bad, n, change)]
+        outcome = Outcome("running", run.commits, info, key, fingerprint, change, ends)
+        outcome.tested = [run.end_tested(ends, 0), run.end_tested(ends, n)]
 
         def update(status: str) -> None:
             outcome.status = status
             outcome.bursts_run = run.ctx.bursts_run
-            outcome.checks_run = run.ctx.checks_run
             outcome.seconds = time.monotonic() - run.started
             record(outcome)
 
         if not change.reproducible:
             update("no change")
             return outcome
+        outcome.step = decide.step(ends)
         update("running")
 
         def judge(i: int) -> str:
-            tested = run.judge(i, good, bad)
+            tested = run.judge(i, ends)
             outcome.tested.append(tested)
             update("running")
             return {decide.GOOD: search.GOOD, decide.BAD: search.BAD}.get(tested.verdict, search.SKIP)
 
-        before_search = run.ctx.bursts_run
         found = search.search(n, judge)
         outcome.found = found
-        if found.exact:
-            by_order = {t.order: t for t in outcome.tested}
-            outcome.step = decide.step(by_order[found.lo].samples, by_order[found.hi].samples)
-        outcome.drift = run.drift(good, bad, measured=run.ctx.bursts_run > before_search)
-        if outcome.drift is not None and outcome.drift.moved:
-            update("drifted")
-        else:
-            update("found" if found.exact else "unresolved")
+        update("found" if found.exact else "unresolved")
         return outcome
 
 
@@ -333,6 +348,7 @@ class StepOutcome:
     sha: str
     info: repo.CommitInfo | None
     change: decide.Change
+    ends: decide.Ends
     tested: Tested | None
     ends_written: bool
     ends_file: Path
@@ -348,7 +364,7 @@ def _ends_match(found: dict, run: Run, opts: Options) -> bool:
 
 
 def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str], None]) -> StepOutcome:
-    """The verdict on ``commit`` against GOOD's and BAD's bursts, which the first call measures
+    """The verdict on ``commit`` against GOOD's and BAD's pairs, which the first call measures
     and writes to ``ends_file`` (default: in the repository's git folder) and later calls read."""
     with Run(opts, say, line=False) as run:
         path = ends_file or state.ends_path(run.git_dir)
@@ -356,15 +372,12 @@ def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str]
         info = repo.describe(run.repo, [sha]).get(sha)
         found = state.load(path)
         written = False
-        n = len(run.commits) - 1
         if found is not None and _ends_match(found, run, opts):
             run.ctx.key, run.ctx.fingerprint, run.ctx.confirmed = found["key"], found["fingerprint"], True
-            good = Bench(run.ctx, run.good, run.name(0))
-            bad = Bench(run.ctx, run.bad, run.name(n))
-            good.bursts, bad.bursts = found["good_bursts"], found["bad_bursts"]
-            change = decide.ends_change(good.bursts, bad.bursts, opts.min_change)
+            ends = decide.Ends.of([(g, b) for g, b in found["pairs"]])
+            change = decide.ends_change(ends, opts.min_change)
         else:
-            good, bad, change = run.ends()
+            ends, change = run.ends()
             state.save(
                 path,
                 {
@@ -374,16 +387,15 @@ def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str]
                     "min_change": opts.min_change,
                     "key": run.ctx.key,
                     "fingerprint": run.ctx.fingerprint,
-                    "good_bursts": good.bursts,
-                    "bad_bursts": bad.bursts,
+                    "pairs": [[list(g), list(b)] for g, b in ends.pairs],
                     "change": change.as_dict(),
                 },
             )
             written = True
         if not change.reproducible:
-            return StepOutcome("no change", sha, info, change, None, written, path)
+            return StepOutcome("no change", sha, info, change, ends, None, written, path)
         if sha in (run.good, run.bad):
-            tested = run.end_tested(good if sha == run.good else bad, 0 if sha == run.good else n, change)
+            tested = run.end_tested(ends, 0 if sha == run.good else len(run.commits) - 1)
         else:
-            tested = run.judge_commit(sha, -1, sha[:10], good, bad)
-        return StepOutcome(tested.verdict, sha, info, change, tested, written, path)
+            tested = run.judge_commit(sha, -1, sha[:10], ends)
+        return StepOutcome(tested.verdict, sha, info, change, ends, tested, written, path)

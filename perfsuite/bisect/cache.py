@@ -1,13 +1,17 @@
-"""Bursts kept by (commit, burst key, hardware fingerprint), so no commit is measured twice.
+"""Measurements kept by (commit, burst key, hardware fingerprint), so nothing is measured twice.
 
-A commit's bursts, and a failed setup or burst, are written the moment they are known (one
-small JSON file per commit, key and fingerprint, replaced atomically), so a bisect that was
-interrupted, or run again over an overlapping range, starts from what was measured. The
-files live under perfsuite's cache (``$PERFSUITE_CACHE/bisect``, default
-``~/.cache/perfsuite/bisect``); a commit hash names the same code in every clone.
+What is kept, the moment it is known (small JSON files, replaced atomically):
 
-What the cache does not know: ``--setup``, ``--python`` and the burst options of the
-selection. After changing those, ``--no-cache`` measures afresh.
+* the ends' pairs, by (GOOD, BAD): a GOOD burst and the BAD burst measured right after it;
+* a commit's rounds: its burst and the burst of an end measured right after it, with that
+  end's commit (a round counts only in a bisect with the same end);
+* a commit's failed checkout, setup or burst.
+
+So a bisect that was interrupted, or run again over an overlapping range, starts from what
+was measured. The files live under perfsuite's cache (``$PERFSUITE_CACHE/bisect``, default
+``~/.cache/perfsuite/bisect``); a commit hash names the same code in every clone. What the
+cache does not know: ``--setup``, ``--python`` and the burst options of the selection.
+After changing those, ``--no-cache`` measures afresh.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from perfsuite.common.files import atomic_write, cache_root
 
-SCHEMA = 1
+SCHEMA = 2
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -34,13 +40,23 @@ def default_root() -> Path:
 
 
 @dataclass
+class StoredRound:
+    burst: list[float]
+    end: str  # "good" or "bad"
+    end_commit: str
+    reference: list[float]
+
+
+@dataclass
 class Entry:
-    bursts: list[list[float]] = field(default_factory=list)
+    rounds: list[StoredRound] = field(default_factory=list)
     failure: str | None = None
-    checks: list[list[float]] = field(default_factory=list)  # an end measured again after the search: apart
 
 
-CHECK = "check"  # the role of a burst that checks an end after the search; never pooled with its bursts
+def _samples(value: Any) -> list[float] | None:
+    if not isinstance(value, list) or not value or not all(isinstance(x, (int, float)) for x in value):
+        return None
+    return [float(x) for x in value]
 
 
 class Cache:
@@ -53,8 +69,8 @@ class Cache:
         self.read = read
         self.since = since
 
-    def _path(self, sha: str, key: str, fingerprint: str) -> Path:
-        return self.root / _SAFE.sub("_", fingerprint) / _SAFE.sub("+", key) / f"{sha}.json"
+    def _folder(self, key: str, fingerprint: str) -> Path:
+        return self.root / _SAFE.sub("_", fingerprint) / _SAFE.sub("+", key)
 
     def _load(self, path: Path) -> dict:
         try:
@@ -63,50 +79,72 @@ class Cache:
             return {}
         return data if isinstance(data, dict) and data.get("schema") == SCHEMA else {}
 
-    def get(self, sha: str, key: str, fingerprint: str) -> Entry:
-        if not self.read:
-            return Entry()
-        data = self._load(self._path(sha, key, fingerprint))
-        kept = [
-            b
-            for b in data.get("bursts") or []
-            if isinstance(b, dict) and isinstance(b.get("samples"), list) and b["samples"] and self._fresh(b)
-        ]
-        bursts = [[float(x) for x in b["samples"]] for b in kept if b.get("role") != CHECK]
-        checks = [[float(x) for x in b["samples"]] for b in kept if b.get("role") == CHECK]
-        failure = data.get("failure")
-        reason = failure.get("reason") if isinstance(failure, dict) and self._fresh(failure) else None
-        return Entry(bursts, reason, checks)
-
     def _fresh(self, item: dict) -> bool:
         return self.since is None or str(item.get("date") or "") >= self.since
 
-    def _update(self, sha: str, key: str, fingerprint: str, change) -> None:
+    def _update(self, path: Path, change: Callable[[dict], None]) -> None:
         import filelock
 
-        path = self._path(sha, key, fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
         with filelock.FileLock(str(self.root / ".lock")):
-            data = self._load(path) or {
-                "schema": SCHEMA,
-                "commit": sha,
-                "key": key,
-                "fingerprint": fingerprint,
-                "bursts": [],
-                "failure": None,
-            }
+            data = self._load(path) or {"schema": SCHEMA}
             change(data)
             atomic_write(path, json.dumps(data, indent=1).encode())
 
-    def add_burst(self, sha: str, key: str, fingerprint: str, samples: list[float], role: str | None = None) -> None:
-        burst = {"samples": list(samples), "date": now_iso(), **({"role": role} if role else {})}
-        self._update(sha, key, fingerprint, lambda d: d["bursts"].append(burst))
+    # -- the ends' pairs -------------------------------------------------------------------------
+    def _pairs_path(self, good: str, bad: str, key: str, fingerprint: str) -> Path:
+        return self._folder(key, fingerprint) / "pairs" / f"{good}-{bad}.json"
+
+    def pairs(self, good: str, bad: str, key: str, fingerprint: str) -> list[tuple[list[float], list[float]]]:
+        if not self.read:
+            return []
+        found = []
+        for item in self._load(self._pairs_path(good, bad, key, fingerprint)).get("pairs") or []:
+            if isinstance(item, dict) and self._fresh(item):
+                g, b = _samples(item.get("good")), _samples(item.get("bad"))
+                if g and b:
+                    found.append((g, b))
+        return found
+
+    def add_pair(self, good: str, bad: str, key: str, fingerprint: str, pair: tuple[list[float], list[float]]) -> None:
+        item = {"good": list(pair[0]), "bad": list(pair[1]), "date": now_iso()}
+        self._update(self._pairs_path(good, bad, key, fingerprint), lambda d: d.setdefault("pairs", []).append(item))
+
+    # -- a commit's rounds and failure --------------------------------------------------------
+    def _commit_path(self, sha: str, key: str, fingerprint: str) -> Path:
+        return self._folder(key, fingerprint) / f"{sha}.json"
+
+    def get(self, sha: str, key: str, fingerprint: str) -> Entry:
+        if not self.read:
+            return Entry()
+        data = self._load(self._commit_path(sha, key, fingerprint))
+        rounds = []
+        for item in data.get("rounds") or []:
+            if not isinstance(item, dict) or not self._fresh(item):
+                continue
+            burst, reference = _samples(item.get("burst")), _samples(item.get("reference"))
+            end, commit = item.get("end"), item.get("end_commit")
+            if burst and reference and end in ("good", "bad") and isinstance(commit, str):
+                rounds.append(StoredRound(burst, end, commit, reference))
+        failure = data.get("failure")
+        reason = failure.get("reason") if isinstance(failure, dict) and self._fresh(failure) else None
+        return Entry(rounds, reason if isinstance(reason, str) else None)
+
+    def add_round(self, sha: str, key: str, fingerprint: str, stored: StoredRound) -> None:
+        item = {
+            "burst": stored.burst,
+            "end": stored.end,
+            "end_commit": stored.end_commit,
+            "reference": stored.reference,
+            "date": now_iso(),
+        }
+        self._update(self._commit_path(sha, key, fingerprint), lambda d: d.setdefault("rounds", []).append(item))
 
     def fail(self, sha: str, key: str, fingerprint: str, reason: str) -> None:
         def change(data: dict) -> None:
             data["failure"] = {"reason": reason, "date": now_iso()}
 
-        self._update(sha, key, fingerprint, change)
+        self._update(self._commit_path(sha, key, fingerprint), change)
 
     # -- which key a pytest selection gives, once one run has said it ------------------------
     def _selections(self) -> Path:

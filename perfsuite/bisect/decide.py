@@ -1,32 +1,30 @@
-"""The statistics of a bisect: whether GOOD and BAD differ at all, and whether a commit's
-bursts are like GOOD's or like BAD's.
+"""The statistics of a bisect: whether GOOD and BAD differ at all, and whether a commit is
+like GOOD or like BAD.
 
-Two kinds of noise are weighed. Windows of one burst scatter around the burst's level;
-the gate's one-sided Mann-Whitney rank test (``perfsuite.analysis.stats``, at its alpha)
-judges them. Whole bursts scatter too, and by more on a shared machine: a verdict resting
-on the windows of one slow burst would be a guess. That second scatter is read off the
-ends, which get several bursts each: the spread of their bursts' log medians around each
-end's mean, taken at its upper 90% confidence bound (so that two bursts that happen to
-agree do not promise more than they can), and never below 0.5%.
+A shared machine's speed moves by more over minutes than many a regression is worth, so
+no burst is compared with one measured minutes before it. Bursts come in pairs, measured
+one right after the other: at the ends a GOOD burst and a BAD burst; at a commit, a
+**round**, the commit's burst and then one of an end's. Each pair's ratio of medians is
+what the machine's drift cannot move; the pairs' scatter, at the upper bound of its 90%
+interval, is the noise a verdict has to beat.
 
-* **The ends** differ reproducibly when BAD's median is at least ``--min-change`` away from
-  GOOD's, their windows differ by the rank test (p <= alpha), and their bursts' mean log
-  medians differ by more than the bursts' scatter allows at the same alpha.
-* **A commit is like GOOD** when its windows are on GOOD's side of BAD's by the rank test,
-  its median lies in GOOD's half of the way between the ends' medians (within the first
-  quarter if its windows are also set apart from GOOD's: the machine drifted, or a second
-  change sits in the range), and so many of its bursts lie in GOOD's half that BAD-like
-  bursts would have done so with a chance of at most alpha (a binomial tail over the
-  chance that one BAD burst strays past the half-way mark, from the scatter above).
-  With quiet bursts one burst decides; with noisy ones a commit needs two or more.
-* **Like BAD**: the mirror image. Anything else is undecided: the commit gets another
-  burst, up to ``--max-repeats``, and is skipped after that. Noise costs bursts; it does
-  not turn into a verdict.
-* **The machine held still**: every verdict rests on the ends' levels measured before the
-  search. GOOD and BAD are measured once more after it; an end that moved by more than a
-  quarter of the step (or 2.5 times its bursts' scatter, where larger, never half the step)
-  voids the answer: commits measured in between may have been judged against the wrong
-  level.
+* **The ends** differ reproducibly when their pairs' mean log ratio is at least
+  ``--min-change`` away from no change, the pairs agree on it (a one-sided t-test on the
+  log ratios at the gate's alpha) and so do the windows (the gate's one-sided Mann-Whitney
+  rank test, ``perfsuite.analysis.stats``).
+* **A round** places the commit on the way from GOOD (0) to BAD (1) by its ratio to the
+  end measured beside it. The end chosen is the one the commit looks least like so far,
+  so that the round can tell it apart.
+* **A commit is like GOOD** when so many of its rounds place it in GOOD's half that
+  rounds of a BAD-like commit would have done so with a chance of at most alpha (a
+  binomial tail over the chance that one round strays past the half-way mark, from the
+  pairs' scatter), its rounds' median lies in the third of the way nearest GOOD (the middle
+  third is like neither: a second change, or noise more rounds will settle), and its
+  windows are on GOOD's side of the BAD bursts measured beside them by the rank test. With
+  quiet bursts one round decides; with noisy ones it takes more.
+* **Like BAD**: the mirror image. Anything else is undecided: another round, up to
+  ``--max-repeats``, then the commit is skipped. Noise costs bursts; it does not turn into
+  a verdict.
 """
 
 from __future__ import annotations
@@ -41,78 +39,85 @@ ALPHA = stats.ALPHA
 GOOD = "good"
 BAD = "bad"
 UNDECIDED = "undecided"
-# A commit's median within this fraction of the way from one end counts as that end's even
-# when the rank test also sets it apart from that end.
-NEAR = 0.25
-SCATTER_CONFIDENCE = 0.90  # the upper bound taken of the bursts' scatter
-MIN_SCATTER = 0.005  # no two bursts agree better than this, whatever a few of them showed
+# A commit whose rounds' median lies in the middle third of the way between the ends is like
+# neither: a second change in the range, or noise that more rounds will settle.
+OUTER = 1 / 3
+SCATTER_CONFIDENCE = 0.90  # the upper bound taken of the pairs' scatter
+MIN_SCATTER = 0.007  # no two bursts' ratio is known better than this, whatever a few pairs showed
 
-Bursts = Sequence[Sequence[float]]
+Samples = Sequence[float]
 
 
-def pooled(bursts: Bursts) -> list[float]:
+def pooled(bursts: Sequence[Samples]) -> list[float]:
     return [float(x) for b in bursts for x in b]
 
 
-def log_medians(bursts: Bursts) -> list[float]:
-    return [math.log(stats.median(b)) for b in bursts if b]
+def log_ratio(a: Samples, b: Samples) -> float:
+    """log(median of a / median of b)."""
+    return math.log(stats.median(a) / stats.median(b))
 
 
-def _pooled_sd(good: Bursts, bad: Bursts) -> tuple[float, int]:
-    """The standard deviation of the ends' bursts' log medians around each end's mean, and its
-    degrees of freedom."""
-    squares, count, groups = 0.0, 0, 0
-    for bursts in (good, bad):
-        logs = log_medians(bursts)
-        if logs:
-            mean = sum(logs) / len(logs)
-            squares += sum((v - mean) ** 2 for v in logs)
-            count += len(logs)
-            groups += 1
-    df = count - groups
-    return (math.sqrt(squares / df) if df >= 1 else math.inf), df
+@dataclass(frozen=True)
+class Ends:
+    """GOOD's and BAD's bursts, measured in pairs: (GOOD burst, the BAD burst right after it)."""
 
+    pairs: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
 
-def scatter(good: Bursts, bad: Bursts) -> float:
-    """Upper bound of the standard deviation of a burst's log median around its commit's level,
-    from the ends' bursts; infinite while there are too few to tell."""
-    from scipy.stats import chi2
+    @staticmethod
+    def of(pairs: Sequence[tuple[Samples, Samples]]) -> Ends:
+        return Ends(tuple((tuple(map(float, g)), tuple(map(float, b))) for g, b in pairs))
 
-    sd, df = _pooled_sd(good, bad)
-    if df < 1:
-        return math.inf
-    upper = sd * math.sqrt(df / chi2.ppf(1 - SCATTER_CONFIDENCE, df))
-    return max(upper, MIN_SCATTER)
+    @property
+    def good(self) -> list[list[float]]:
+        return [list(g) for g, _ in self.pairs]
 
+    @property
+    def bad(self) -> list[list[float]]:
+        return [list(b) for _, b in self.pairs]
 
-def _span(good: Bursts, bad: Bursts) -> float:
-    """log(median BAD / median GOOD) over the windows."""
-    return math.log(stats.median(pooled(bad)) / stats.median(pooled(good)))
+    @property
+    def ratios(self) -> list[float]:
+        """log(BAD / GOOD) of each pair."""
+        return [log_ratio(b, g) for g, b in self.pairs]
 
+    @property
+    def span(self) -> float:
+        """The step from GOOD to BAD, log: the pairs' mean log ratio."""
+        r = self.ratios
+        return sum(r) / len(r)
 
-def stray_chance(good: Bursts, bad: Bursts) -> float:
-    """The chance that one burst of an end lands past the half-way mark towards the other."""
-    from scipy.stats import norm
+    def scatter(self) -> float:
+        """Upper bound of the standard deviation of one pair's log ratio; infinite with one pair."""
+        from scipy.stats import chi2
 
-    s = scatter(good, bad)
-    return 0.5 if math.isinf(s) else float(norm.cdf(-abs(_span(good, bad)) / 2 / s))
+        r = self.ratios
+        if len(r) < 2:
+            return math.inf
+        mean = sum(r) / len(r)
+        df = len(r) - 1
+        sd = math.sqrt(sum((v - mean) ** 2 for v in r) / df)
+        return max(sd * math.sqrt(df / chi2.ppf(1 - SCATTER_CONFIDENCE, df)), MIN_SCATTER)
 
+    def stray_chance(self) -> float:
+        """The chance that one round of a commit like one end places it past the half-way mark."""
+        from scipy.stats import norm
 
-def bursts_needed(good: Bursts, bad: Bursts) -> int:
-    """How many bursts, all on one side, let a commit be called."""
-    q = stray_chance(good, bad)
-    if q <= ALPHA:
-        return 1
-    return math.ceil(math.log(ALPHA) / math.log(q)) if q < 1 else 10**6
+        s = self.scatter()
+        return 0.5 if math.isinf(s) else float(norm.cdf(-abs(self.span) / 2 / s))
+
+    def rounds_needed(self) -> int:
+        """How many rounds, all on one side, let a commit be called."""
+        q = self.stray_chance()
+        return 1 if q <= ALPHA else math.ceil(math.log(ALPHA) / math.log(q))
 
 
 @dataclass(frozen=True)
 class Change:
     """BAD against GOOD."""
 
-    ratio: float  # median(BAD) / median(GOOD), windows
+    ratio: float  # exp of the pairs' mean log ratio: BAD / GOOD
     p_value: float  # one-sided rank test of the windows in the direction of the change
-    p_bursts: float  # the bursts' mean log medians apart, against their scatter
+    p_pairs: float  # one-sided t-test of the pairs' log ratios
     min_change: float
 
     @property
@@ -121,7 +126,7 @@ class Change:
 
     @property
     def significant(self) -> bool:
-        return self.p_value <= ALPHA and self.p_bursts <= ALPHA
+        return self.p_value <= ALPHA and self.p_pairs <= ALPHA
 
     @property
     def reproducible(self) -> bool:
@@ -135,132 +140,136 @@ class Change:
         return {
             "change": self.change,
             "p_value": self.p_value,
-            "p_bursts": self.p_bursts,
+            "p_pairs": self.p_pairs,
             "min_change": self.min_change,
             "significant": self.significant,
             "reproducible": self.reproducible,
         }
 
 
-def ends_change(good: Bursts, bad: Bursts, min_change: float) -> Change:
-    from scipy.stats import norm
+def ends_change(ends: Ends, min_change: float) -> Change:
+    from scipy.stats import t as student
 
-    g, b = pooled(good), pooled(bad)
-    ratio = stats.median(b) / stats.median(g)
-    if min(len(g), len(b)) < stats.MIN_SAMPLES:
+    g, b = pooled(ends.good), pooled(ends.bad)
+    r = ends.ratios
+    ratio = math.exp(ends.span)
+    if min(len(g), len(b)) < stats.MIN_SAMPLES or len(r) < 2:
         return Change(ratio, 1.0, 1.0, min_change)
     p = stats.drop_p_value(b, g) if ratio < 1 else stats.gain_p_value(b, g)
-    lg, lb = log_medians(good), log_medians(bad)
-    s = scatter(good, bad)
-    if math.isinf(s):
-        p_bursts = 1.0
-    else:
-        z = abs(sum(lb) / len(lb) - sum(lg) / len(lg)) / (s * math.sqrt(1 / len(lg) + 1 / len(lb)))
-        p_bursts = float(norm.sf(z))
-    return Change(ratio, p, p_bursts, min_change)
+    mean = sum(r) / len(r)
+    sd = max(math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1)), MIN_SCATTER)
+    p_pairs = float(student.sf(abs(mean) / (sd / math.sqrt(len(r))), len(r) - 1))
+    return Change(ratio, p, p_pairs, min_change)
+
+
+@dataclass(frozen=True)
+class Round:
+    """A burst of the commit, and the burst of an end measured right after it."""
+
+    burst: tuple[float, ...]
+    end: str  # GOOD or BAD: which end was measured beside it
+    reference: tuple[float, ...]
+
+    def position(self, span: float) -> float:
+        """Where the commit lies on the way from GOOD (0) to BAD (1), by its ratio to the end beside it."""
+        d = log_ratio(self.burst, self.reference) / span
+        return d if self.end == GOOD else 1.0 + d
+
+    def as_dict(self, span: float) -> dict:
+        return {
+            "burst": list(self.burst),
+            "end": self.end,
+            "reference": list(self.reference),
+            "position": self.position(span),
+        }
+
+
+def first_reference(burst: Samples, ends: Ends) -> str:
+    """The end a commit's first burst looks least like, from the ends' windows (measured
+    earlier, so only a guess: the rounds themselves decide)."""
+    g, b = stats.median(pooled(ends.good)), stats.median(pooled(ends.bad))
+    x = math.log(stats.median(burst) / g) / math.log(b / g)
+    return BAD if x < 0.5 else GOOD
+
+
+def next_reference(rounds: Sequence[Round], ends: Ends, burst: Samples) -> str:
+    """The end the commit looks least like so far: the other half's end of its rounds' median."""
+    if not rounds:
+        return first_reference(burst, ends)
+    return BAD if stats.median([r.position(ends.span) for r in rounds]) < 0.5 else GOOD
 
 
 @dataclass(frozen=True)
 class Call:
     verdict: str  # GOOD, BAD or UNDECIDED
-    position: float  # where the commit's median lies: 0 at GOOD's, 1 at BAD's
-    p_like_good: float  # its windows on GOOD's side of BAD's (rank test)
-    p_like_bad: float  # its windows on BAD's side of GOOD's
-    p_bursts: float  # its bursts on the side called, were it the other end's
+    position: float  # the rounds' median position: 0 at GOOD, 1 at BAD
+    p_rounds: float  # the binomial tail of the rounds on the side called (or the nearer side)
+    p_windows: float  # the rank test of its windows against the other end's, beside them
     reason: str
 
     def as_dict(self) -> dict:
         return {
             "verdict": self.verdict,
             "position": self.position,
-            "p_like_good": self.p_like_good,
-            "p_like_bad": self.p_like_bad,
-            "p_bursts": self.p_bursts,
+            "p_rounds": self.p_rounds,
+            "p_windows": self.p_windows,
             "reason": self.reason,
         }
 
 
-def judge(bursts: Bursts, good: Bursts, bad: Bursts) -> Call:
-    """Is the commit whose bursts these are like GOOD, like BAD, or not yet either?"""
+def _windows_p(rounds: Sequence[Round], against: str, slower: bool, towards_good: bool) -> float:
+    """Rank test of the commit's windows against those of the ``against`` end beside them, in the
+    direction of the other end."""
+    mine = pooled([r.burst for r in rounds if r.end == against])
+    theirs = pooled([r.reference for r in rounds if r.end == against])
+    if not mine:
+        return 1.0
+    faster = towards_good == slower  # GOOD is the faster end when BAD is the slow one
+    return stats.gain_p_value(mine, theirs) if faster else stats.drop_p_value(mine, theirs)
+
+
+def judge(rounds: Sequence[Round], ends: Ends) -> Call:
+    """Is the commit whose rounds these are like GOOD, like BAD, or not yet either?"""
     from scipy.stats import binom
 
-    m_samples, g_samples, b_samples = pooled(bursts), pooled(good), pooled(bad)
-    g, b = stats.median(g_samples), stats.median(b_samples)
-    span = math.log(b / g)
-
-    def position(value: float) -> float:
-        return math.log(value / g) / span
-
-    x = position(stats.median(m_samples))
-    if b < g:  # the usual bisect: BAD is the slow one
-        p_good, p_bad = stats.gain_p_value(m_samples, b_samples), stats.drop_p_value(m_samples, g_samples)
-    else:
-        p_good, p_bad = stats.drop_p_value(m_samples, b_samples), stats.gain_p_value(m_samples, g_samples)
-    halves = [position(math.exp(v)) < 0.5 for v in log_medians(bursts)]
-    q = stray_chance(good, bad)
-    near_good = sum(halves)
-    tail_good = float(binom.sf(near_good - 1, len(halves), q)) if near_good else 1.0
-    tail_bad = float(binom.sf(len(halves) - near_good - 1, len(halves), q)) if near_good < len(halves) else 1.0
-    where = (
-        f"at {x:.2f} of the way from GOOD to BAD; windows p={p_good:.2g} against BAD, p={p_bad:.2g} against GOOD; "
-        f"{near_good} of {len(halves)} bursts in GOOD's half"
-    )
-    if p_good <= ALPHA and x < 0.5 and (p_bad > ALPHA or x <= NEAR) and tail_good <= ALPHA:
-        return Call(GOOD, x, p_good, p_bad, tail_good, f"{where} (p={tail_good:.2g})")
-    if p_bad <= ALPHA and x > 0.5 and (p_good > ALPHA or x >= 1 - NEAR) and tail_bad <= ALPHA:
-        return Call(BAD, x, p_good, p_bad, tail_bad, f"{where} (p={tail_bad:.2g} for BAD's)")
-    need = bursts_needed(good, bad)
-    more = f"; the ends' bursts scatter: {need} bursts on one side needed" if need > 1 else ""
-    return Call(UNDECIDED, x, p_good, p_bad, min(tail_good, tail_bad), where + more)
+    if not rounds:
+        return Call(UNDECIDED, math.nan, 1.0, 1.0, "not measured")
+    span = ends.span
+    slower = span < 0
+    xs = [r.position(span) for r in rounds]
+    x = stats.median(xs)
+    q = ends.stray_chance()
+    n, near_good = len(xs), sum(1 for v in xs if v < 0.5)
+    tail_good = float(binom.sf(near_good - 1, n, q)) if near_good else 1.0
+    tail_bad = float(binom.sf(n - near_good - 1, n, q)) if near_good < n else 1.0
+    p_vs_bad = _windows_p(rounds, BAD, slower, towards_good=True)
+    p_vs_good = _windows_p(rounds, GOOD, slower, towards_good=False)
+    where = f"at {x:.2f} of the way from GOOD to BAD, {near_good} of {n} round{'s' if n != 1 else ''} in GOOD's half"
+    if x < OUTER and tail_good <= ALPHA and p_vs_bad <= ALPHA:
+        return Call(GOOD, x, tail_good, p_vs_bad, f"{where} (p={tail_good:.2g}; windows p={p_vs_bad:.2g} against BAD)")
+    if x > 1 - OUTER and tail_bad <= ALPHA and p_vs_good <= ALPHA:
+        return Call(BAD, x, tail_bad, p_vs_good, f"{where} (p={tail_bad:.2g}; windows p={p_vs_good:.2g} against GOOD)")
+    need = ends.rounds_needed()
+    more = f"; the pairs' scatter asks for {need} rounds on one side" if need > 1 else ""
+    return Call(UNDECIDED, x, min(tail_good, tail_bad), min(p_vs_bad, p_vs_good), where + more)
 
 
-@dataclass(frozen=True)
-class Drift:
-    """GOOD and BAD measured once more after the search, against their bursts before it."""
-
-    good_move: float  # log(median of the new burst / median of the end's windows)
-    bad_move: float
-    allowed: float  # a quarter of the step (log), or the bursts' own scatter if larger, at most half the step
-
-    @property
-    def moved(self) -> bool:
-        return max(abs(self.good_move), abs(self.bad_move)) > self.allowed
-
-    def as_dict(self) -> dict:
-        return {
-            "good": math.expm1(self.good_move),
-            "bad": math.expm1(self.bad_move),
-            "allowed": math.expm1(self.allowed),
-            "moved": self.moved,
-        }
-
-
-def drift(good: Bursts, bad: Bursts, good_again: Sequence[float], bad_again: Sequence[float]) -> Drift:
-    """Did the machine's speed move during the search? A verdict on a commit rests on the ends'
-    levels measured before it: if an end, measured again at the end, has moved by more than a
-    quarter of the step (or by more than 2.5 times the scatter its bursts showed, where that is
-    larger, but never half the step), commits measured in between may have been judged against
-    the wrong level."""
-    span = abs(_span(good, bad))
-    sd, _ = _pooled_sd(good, bad)
-    allowed = min(max(span / 4, 2.5 * sd if math.isfinite(sd) else 0.0), span / 2)
-    return Drift(
-        math.log(stats.median(good_again) / stats.median(pooled(good))),
-        math.log(stats.median(bad_again) / stats.median(pooled(bad))),
-        allowed,
-    )
-
-
-def interval(samples: Sequence[float]) -> tuple[float, float, float]:
+def interval(samples: Samples) -> tuple[float, float, float]:
     """(median, 95% interval) of a commit's windows."""
     lo, hi = stats.median_ci(samples)
     return stats.median(samples), lo, hi
 
 
-def step(before: Sequence[float], after: Sequence[float]) -> tuple[float, float, float]:
-    """The step between the last good commit and the first bad one: median(after) / median(before)
-    - 1, with a 95% bootstrap interval (the two commits' windows resampled independently; the
-    same interval the gate gives a scaling efficiency, a ratio of two medians)."""
-    ratio = stats.median(after) / stats.median(before)
-    lo, hi = stats.scaling_efficiency_ci(after, before, devices=1)
-    return ratio - 1.0, lo - 1.0, hi - 1.0
+def step(ends: Ends) -> tuple[float, float, float]:
+    """The step from GOOD to BAD, which the first bad commit brought: exp of the pairs' mean log
+    ratio - 1, with a 95% t-interval over the pairs (each pair measured side by side, so the
+    machine's drift between pairs does not widen it)."""
+    from scipy.stats import t as student
+
+    r = ends.ratios
+    mean = sum(r) / len(r)
+    if len(r) < 2:
+        return math.expm1(mean), math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1))
+    half = float(student.ppf(0.975, len(r) - 1)) * sd / math.sqrt(len(r))
+    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half)

@@ -2,7 +2,7 @@
 
 * ``perfsuite-bisect/state.json``: the arguments of the last ``bisect`` and every commit it
   tested so far, rewritten after each; ``bisect --resume`` reads it back;
-* ``perfsuite-bisect/ends.json``: GOOD's and BAD's bursts, written by the first
+* ``perfsuite-bisect/ends.json``: GOOD's and BAD's pairs of bursts, written by the first
   ``bisect-step`` of a ``git bisect run`` and read by every later one;
 * ``perfsuite-bisect/run.lock``: held while a bisect measures, so two bisects of one
   repository never run bursts side by side (each would measure the other).

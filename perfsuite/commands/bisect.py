@@ -9,17 +9,18 @@ SELECTION is one burst key, or a pytest selection (paths, ``-k``, ``-m``, ``--pe
 after ``--`` nothing is read as bisect's own) that gives exactly one burst key.
 
 Exit codes of ``bisect``: 0 the first bad commit found; 1 no reproducible change between
-GOOD and BAD, an end that cannot be measured, only skipped commits left, or ends that moved
-during the search; 2 bad arguments or a selection that names no single burst; 130
-interrupted (``--resume`` continues). ``bisect-step``: 0 good, 1 bad, 125 skip, and 128
-when it cannot judge at all (bad arguments, GOOD and BAD without a reproducible change),
-which stops ``git bisect run`` instead of marking the commit.
+GOOD and BAD, an end that cannot be measured, or only skipped commits left; 2 bad arguments
+or a selection that names no single burst; 130 interrupted (``--resume`` continues).
+``bisect-step``: 0 good, 1 bad, 125 skip, and 128 when it cannot judge at all (bad
+arguments, GOOD and BAD without a reproducible change), which stops ``git bisect run``
+instead of marking the commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import signal
 import sys
@@ -34,7 +35,7 @@ from perfsuite.commands import CommandError, Failure, UsageError
 
 DEFAULT_MIN_CHANGE = 0.10  # the gate's default --perf-tolerance (perfsuite.plugin.options)
 DEFAULT_BURSTS = 3
-DEFAULT_MAX_REPEATS = 6
+DEFAULT_MAX_REPEATS = 5
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
 STEP_CANNOT = 128  # git bisect run stops on an exit code above 127
@@ -142,14 +143,16 @@ def _options(p: argparse.ArgumentParser) -> None:
         type=_end_bursts,
         default=DEFAULT_BURSTS,
         metavar="N",
-        help=f"bursts at each end before anything is judged, 2 or more (default: {DEFAULT_BURSTS})",
+        help="pairs of bursts of GOOD and BAD, one right after the other, before anything is judged, "
+        f"2 or more (default: {DEFAULT_BURSTS})",
     )
     p.add_argument(
         "--max-repeats",
         type=_count,
         default=DEFAULT_MAX_REPEATS,
         metavar="N",
-        help=f"bursts a commit gets at most before it is skipped as undecided (default: {DEFAULT_MAX_REPEATS})",
+        help="rounds (a burst of the commit, then one of an end) a commit gets at most before it is skipped "
+        f"as undecided; also the most pairs the ends get (default: {DEFAULT_MAX_REPEATS})",
     )
     p.add_argument(
         "--perf-history",
@@ -168,8 +171,7 @@ def add_parser(sub: Any) -> None:
         description="Measure GOOD and BAD, then midpoints of the first-parent line between them, each in a "
         "private worktree until its bursts are decisively like GOOD's or like BAD's, and name the first bad "
         "commit with the size of its step. Every burst is cached by commit, key and hardware.",
-        epilog="exit codes: 0 found, 1 no reproducible change, no single commit or the machine drifted, "
-        "2 bad arguments, 130 interrupted",
+        epilog="exit codes: 0 found, 1 no reproducible change or no single commit, 2 bad arguments, 130 interrupted",
     )
     _options(b)
     b.add_argument("--plot", metavar="FILE.png", help="draw img/s against commit order into this PNG")
@@ -463,6 +465,7 @@ def _figures(t) -> str:
 def as_json(outcome) -> dict[str, Any]:
     info = outcome.info
     first = outcome.first_bad
+    span = outcome.ends.span
     return {
         "status": outcome.status,
         "key": outcome.key,
@@ -471,6 +474,8 @@ def as_json(outcome) -> dict[str, Any]:
         "bad": outcome.commits[-1],
         "commits": len(outcome.commits) - 1,
         "change": {**outcome.change.as_dict(), "ratio": outcome.change.ratio},
+        "pairs": len(outcome.ends.pairs),
+        "rounds_needed": outcome.ends.rounds_needed(),
         "first_bad": info[first].as_dict() if first and first in info else ({"commit": first} if first else None),
         "candidates": [info[c].as_dict() if c in info else {"commit": c} for c in outcome.candidates]
         if outcome.status == "unresolved"
@@ -478,15 +483,12 @@ def as_json(outcome) -> dict[str, Any]:
         "step": None
         if outcome.step is None
         else {"change": outcome.step[0], "ci_low": outcome.step[1], "ci_high": outcome.step[2]},
-        "answer": outcome.answer,  # the commit the search ended on, also when drift makes it untrustworthy
-        "drift": outcome.drift.as_dict() if outcome.drift is not None else None,
         "midpoints": outcome.midpoints,
         "expected_midpoints": outcome.expected_midpoints,
         "bursts": outcome.bursts,
         "bursts_run": outcome.bursts_run,
-        "checks_run": outcome.checks_run,
         "seconds": round(outcome.seconds, 1),
-        "tested": [t.as_dict(info.get(t.sha)) for t in outcome.tested_in_order()],
+        "tested": [t.as_dict(info.get(t.sha), span) for t in outcome.tested_in_order()],
     }
 
 
@@ -507,6 +509,10 @@ def _minutes(seconds: float) -> str:
     return f"{m} min {s} s" if m else f"{s} s"
 
 
+def _ratios(outcome) -> str:
+    return ", ".join(f"{math.expm1(r):+.1%}" for r in outcome.ends.ratios)
+
+
 def report(outcome) -> list[str]:
     from perfsuite.analysis.stats import ALPHA
     from perfsuite.common.numbers import fixed
@@ -514,42 +520,35 @@ def report(outcome) -> list[str]:
 
     change = outcome.change
     ends = {t.role: t for t in outcome.tested if t.role in ("GOOD", "BAD")}
+    pairs = len(outcome.ends.pairs)
     lines = []
     if outcome.status == "no change":
         why = (
             f"{_pct(change.change)} is smaller than --min-change {change.min_change:.0%}"
             if not change.beyond
-            else f"{_pct(change.change)} is not significant (windows p={change.p_value:.2g}, "
-            f"bursts p={change.p_bursts:.2g}, needs {ALPHA:g})"
+            else f"{_pct(change.change)} is not significant (pairs p={change.p_pairs:.2g}, "
+            f"windows p={change.p_value:.2g}, needs {ALPHA:g})"
         )
         lines.append(f"no reproducible change between GOOD and BAD: {why} ({outcome.key})")
         lines += [_distribution("GOOD", ends["GOOD"]), _distribution("BAD ", ends["BAD"])]
+        lines.append(f"  BAD against GOOD in each of the {pairs} pairs measured side by side: {_ratios(outcome)}")
         return lines
     first = outcome.first_bad
-    moved = outcome.drift
-    if outcome.status == "drifted" and moved is not None:
-        lines.append(
-            f"the machine's speed moved during the bisect: GOOD measured again {_pct(moved.as_dict()['good'])}, "
-            f"BAD {_pct(moved.as_dict()['bad'])} against their bursts before it (more than "
-            f"{moved.as_dict()['allowed']:.1%}): commits measured in between may have been judged against the "
-            "wrong level, so there is no answer; run it again when the machine is quieter"
-        )
-        if outcome.answer is not None:
-            lines.append(f"  (the search ended on {outcome.answer[:10]})")
     if first is not None:
         info = outcome.info.get(first)
         lines.append(f"first bad commit: {first}")
         if info:
             lines += [f"  subject: {info.subject}", f"  author:  {info.author}", f"  date:    {info.date}"]
+        step, lo, hi = outcome.step
         by_order = {t.order: t for t in outcome.tested}
         before, after = by_order[outcome.found.lo], by_order[outcome.found.hi]
-        step, lo, hi = outcome.step
         lines.append(
-            f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}): "
-            f"{fixed(before.figures()[0])} -> {fixed(after.figures()[0])} img/s, "
-            f"from {before.sha[:10]} ({before.order}) to {after.sha[:10]} ({after.order})"
+            f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}), GOOD to BAD in {pairs} pairs measured "
+            f"side by side; the last good commit {before.sha[:10]} ({before.order}) "
+            f"{fixed(before.figures()[0])} img/s, the first bad {after.sha[:10]} ({after.order}) "
+            f"{fixed(after.figures()[0])} img/s"
         )
-    elif outcome.status == "unresolved":
+    else:
         cands = outcome.candidates
         lines.append(
             f"no single commit: the first bad commit is one of {len(cands)}, every one between "
@@ -563,24 +562,16 @@ def report(outcome) -> list[str]:
             lines.append(f"  {c[:10]} {subject}{why}")
     lines.append(
         f"burst {outcome.key} on {outcome.fingerprint}; GOOD -> BAD {_pct(change.change)} "
-        f"(windows p={change.p_value:.2g}, bursts p={change.p_bursts:.2g}, min change {change.min_change:.0%})"
+        f"(pairs p={change.p_pairs:.2g}, windows p={change.p_value:.2g}, min change {change.min_change:.0%})"
     )
-    if moved is not None and outcome.status != "drifted":
-        lines.append(
-            f"GOOD and BAD measured again after the search: {_pct(moved.as_dict()['good'])}, "
-            f"{_pct(moved.as_dict()['bad'])} (the machine held within {moved.as_dict()['allowed']:.1%})"
-        )
     lines.append(
         f"cost: {outcome.midpoints} midpoint{'s' if outcome.midpoints != 1 else ''} "
         f"(at most {outcome.expected_midpoints} for {len(outcome.commits) - 1} commits without skips), "
-        f"{outcome.bursts} bursts ({outcome.bursts_run} run now, "
-        f"{outcome.bursts - outcome.bursts_run} from the cache)"
-        + (f", {outcome.checks_run} more of GOOD and BAD after the search" if outcome.checks_run else "")
-        + ", "
-        f"{_minutes(outcome.seconds)}"
+        f"{outcome.bursts} bursts ({outcome.bursts_run} run now, {max(0, outcome.bursts - outcome.bursts_run)} "
+        f"from the cache), {_minutes(outcome.seconds)}"
     )
     lines.append("")
-    header = ("#", "commit", "subject", "img/s", "95% CI", "bursts", "verdict")
+    header = ("#", "commit", "subject", "img/s", "95% CI", "bursts", "position", "verdict")
     rows = []
     for t in outcome.tested_in_order():
         fig = t.figures()
@@ -590,6 +581,9 @@ def report(outcome) -> list[str]:
             verdict += f": {t.reason}"
         if t.sha == first:
             verdict += "  <- first bad"
+        position = (
+            "0" if t.role == "GOOD" else "1" if t.role == "BAD" else (f"{t.call.position:.2f}" if t.call else "-")
+        )
         rows.append(
             (
                 str(t.order),
@@ -597,11 +591,17 @@ def report(outcome) -> list[str]:
                 subject[:40],
                 fixed(fig[0]) if fig else "-",
                 f"{fixed(fig[1])}-{fixed(fig[2])}" if fig else "-",
-                str(len(t.bursts)),
+                f"{len(t.bursts)}" + (f"+{t.references}" if t.references else ""),
+                position,
                 verdict,
             )
         )
-    lines += columns(header, rows, left=(1, 2, 6))
+    lines += columns(header, rows, left=(1, 2, 7))
+    lines.append("")
+    lines.append(
+        "bursts: the commit's own (+ an end's beside each, its rounds); position: 0 like GOOD, 1 like BAD, "
+        "from the rounds"
+    )
     return lines
 
 
@@ -648,7 +648,7 @@ def _step(args: argparse.Namespace) -> int:
             "ends_file": str(found.ends_file),
             "ends_written": found.ends_written,
             "change": change.as_dict(),
-            "tested": t.as_dict(found.info),
+            "tested": t.as_dict(found.info, found.ends.span),
         }
         print(json.dumps(out, indent=1, default=str))
     else:
