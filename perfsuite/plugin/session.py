@@ -383,7 +383,8 @@ class PerfSession:
             self.baselines[kind] = found
             if unused is not None:
                 self.baselines_unused[kind] = unused
-                self.messages.append(f"warning: {unused}")
+                if not self.options.save_baseline:  # a save writes this hardware's own file: nothing to warn of
+                    self.messages.append(f"warning: {unused}")
         return self.baselines[kind]
 
     def baseline_entry(self, spec: BurstSpec) -> dict | None:
