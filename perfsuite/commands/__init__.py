@@ -6,6 +6,11 @@ A command that cannot do what it was asked raises one of these; ``main`` prints 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+from perfsuite.common.files import atomic_write
+
 
 class CommandError(Exception):
     """What a command says instead of a result: one line, and the process's exit code."""
@@ -23,3 +28,17 @@ class Failure(CommandError):
     """A file, the history or what was asked of it cannot be used."""
 
     exit_code = 1
+
+
+def write_plot(where: str, render: Callable[[], bytes]) -> str:
+    """``--plot FILE.png``: the PNG ``render`` draws, written atomically; the path written."""
+    try:
+        png = render()
+    except ImportError as exc:
+        raise Failure(f"--plot needs matplotlib ({exc})") from None
+    path = Path(where)
+    try:
+        atomic_write(path, png)
+    except OSError as exc:
+        raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+    return str(path)

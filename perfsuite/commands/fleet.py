@@ -21,11 +21,10 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet
-from perfsuite.commands import Failure
+from perfsuite.commands import Failure, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 
@@ -273,7 +272,6 @@ def _flagged_hosts(flagged_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _plot(where: str, groups: list[Group], tolerance: float, title: str) -> str:
-    from perfsuite.common.files import atomic_write
     from perfsuite.reporting.fleet import Strip, fleet_png
 
     strips = []
@@ -287,16 +285,7 @@ def _plot(where: str, groups: list[Group], tolerance: float, title: str) -> str:
             )
         )
     strips.sort(key=lambda s: (not any(f for _, _, f in s.hosts), min(d for _, d, _ in s.hosts)))
-    try:
-        png = fleet_png(strips, tolerance, title)
-    except ImportError as exc:
-        raise Failure(f"--plot needs matplotlib ({exc})") from None
-    path = Path(where)
-    try:
-        atomic_write(path, png)
-    except OSError as exc:
-        raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
-    return str(path)
+    return write_plot(where, lambda: fleet_png(strips, tolerance, title))
 
 
 # --- the command -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet
+from perfsuite.commands import Failure, UsageError, fleet, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.history import spool
@@ -284,7 +284,6 @@ def _trend(args: argparse.Namespace, url: str) -> int:
 
 
 def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> str:
-    from perfsuite.common.files import atomic_write
     from perfsuite.reporting.trend import Trend, trend_png
 
     trend = Trend(
@@ -295,16 +294,7 @@ def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> st
         ci_high=[p.ci_high for p in points],
         change_points=[(cp.index, cp.change) for cp in cps],
     )
-    try:
-        png = trend_png(trend)
-    except ImportError as exc:
-        raise Failure(f"--plot needs matplotlib ({exc})") from None
-    path = Path(where)
-    try:
-        atomic_write(path, png)
-    except OSError as exc:
-        raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
-    return str(path)
+    return write_plot(where, lambda: trend_png(trend))
 
 
 # --- changes -----------------------------------------------------------------------
