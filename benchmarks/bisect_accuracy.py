@@ -151,9 +151,12 @@ def trial(tmp: Path, n: int, drop: float, commits: int, culprit: int, extra: lis
         "candidates": [shas.index(c["commit"]) for c in out.get("candidates") or []],
         "step": (out.get("step") or {}).get("change"),
         "ends": out.get("change"),
+        "pairs": out.get("pairs"),
+        "rounds_needed": out.get("rounds_needed"),
         "tested": [
-            {k: t.get(k) for k in ("order", "verdict", "bursts", "images_per_sec", "reason")}
+            {k: t.get(k) for k in ("order", "verdict", "bursts", "references", "images_per_sec", "reason")}
             | {"burst_medians": [round(statistics.median(b), 2) for b in t.get("burst_samples") or []]}
+            | {"positions": [round(r["position"], 2) for r in t.get("rounds") or []]}
             for t in out.get("tested") or []
         ],
         "midpoints": out.get("midpoints"),
@@ -215,8 +218,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bisect-accuracy-") as tmp:
         tmp = Path(tmp)
         print(f"load average {load():.2f}", flush=True)
-        for drop in a.drop:
-            for i in range(a.trials):
+        # The drops take turns, so that a run cut short has figures of each, measured in the same hours.
+        for i in range(a.trials):
+            for drop in a.drop:
                 culprit = rng.randint(1, a.commits)
                 row = trial(tmp, len(rows), drop, a.commits, culprit, a.bisect_args)
                 rows.append(row)

@@ -152,7 +152,7 @@ def _options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_REPEATS,
         metavar="N",
         help="rounds (a burst of the commit, then one of an end) a commit gets at most before it is skipped "
-        f"as undecided; also the most pairs the ends get (default: {DEFAULT_MAX_REPEATS})",
+        f"as undecided; the ends get twice as many pairs at most (default: {DEFAULT_MAX_REPEATS})",
     )
     p.add_argument(
         "--perf-history",
