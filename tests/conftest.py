@@ -26,6 +26,23 @@ def _run_folder(config, tmp_path_factory) -> Path:
 def pytest_configure(config):
     # pytest-xdist's marker (--dist loadgroup), declared too for runs without it
     config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group")
+    if config.getoption("dist", None) == "loadgroup" and not hasattr(config, "workerinput"):
+        _check_loadgroup_works()
+
+
+def _check_loadgroup_works():
+    """pytest-xdist up to 3.8 drops every xdist_group mark without a word under pytest 9.2
+    (pytest-dev/pytest-xdist#1386): the groups' shared fixtures would be built on every worker
+    and the run would take half as long again."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    if Version(version("pytest")) >= Version("9.2") and Version(version("pytest-xdist")) <= Version("3.8.0"):
+        raise pytest.UsageError(
+            f"pytest {version('pytest')} with pytest-xdist {version('pytest-xdist')} ignores xdist_group "
+            "(pytest-dev/pytest-xdist#1386): install the pytest the dev extra names (pip install -e '.[dev]')"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

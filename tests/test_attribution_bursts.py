@@ -9,6 +9,10 @@ the matmul costs tens of milliseconds a step against a step of a few.
 
 import gzip
 import json
+import os
+import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -40,6 +44,8 @@ ARGS = [
     "no:benchmark",
 ]
 FRAMEWORKS = [pytest.param("torch", marks=needs("torch")), pytest.param("tf", marks=needs("tensorflow"))]
+# The tests share each framework's saved baseline (_saved_projects): one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("attribution")
 
 
 def junit_properties(path: Path) -> dict[str, str]:
@@ -47,26 +53,58 @@ def junit_properties(path: Path) -> dict[str, str]:
     return {p.get("name"): p.get("value") for p in case.iter("property")}
 
 
+@pytest.fixture(scope="module")
+def _saved_projects(tmp_path_factory):
+    """One saved baseline per framework for the whole module (each save is a profiled burst
+    and a framework import): framework -> the project folder it was saved in."""
+    projects: dict[str, Path] = {}
+
+    def project(framework: str) -> Path:
+        if framework not in projects:
+            folder = tmp_path_factory.mktemp(f"attribution-{framework}")
+            (folder / "conftest.py").write_text(MODELS)
+            (folder / "test_suite.py").write_text(THROUGHPUT)
+            changes = ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB")
+            env = {k: v for k, v in os.environ.items() if k not in changes}
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    *ARGS,
+                    "--perf-framework",
+                    framework,
+                    "--perf-save-baseline",
+                    "--perf-baseline-runs",
+                    "1",
+                    "--perf-json",
+                    "saved.json",
+                ],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+            projects[framework] = folder
+        return projects[framework]
+
+    return project
+
+
 @pytest.fixture
-def saved(pytester, monkeypatch):
-    """The model's baseline, saved with its op profile and peak memory."""
+def saved(pytester, monkeypatch, _saved_projects):
+    """The model's baseline, saved with its op profile and peak memory, copied into this test's
+    project (saved.json beside it)."""
     for name in ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(MODELS)
     pytester.makepyfile(test_suite=THROUGHPUT)
 
     def save(framework: str) -> dict:
-        result = pytester.runpytest_subprocess(
-            *ARGS,
-            "--perf-framework",
-            framework,
-            "--perf-save-baseline",
-            "--perf-baseline-runs",
-            "1",
-            "--perf-json",
-            "saved.json",
-        )
-        result.assert_outcomes(passed=1)
+        folder = _saved_projects(framework)
+        shutil.copytree(folder / "baselines", pytester.path / "baselines")
+        shutil.copy(folder / "saved.json", pytester.path / "saved.json")
         (path,) = (pytester.path / "baselines").glob("*.json")
         (entry,) = json.loads(path.read_text())["entries"].values()
         return entry

@@ -424,39 +424,3 @@ def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(mai
     for t in out["tested"]:
         if t["verdict"] != "skipped":
             assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
-
-
-# -- a change hidden in noise -------------------------------------------------------------------------
-
-
-def test_a_change_hidden_in_noise_costs_bursts_never_a_wrong_answer(tmp_path):
-    """Whole bursts wander by up to 11% (a fixed cycle, so the ends' bursts surely scatter) and
-    the steps of a burst by up to a whole step's cost: the 30% step is still found, or the
-    range is left open, but no commit is called wrong."""
-    commits, culprit = 6, 4
-    repo = tmp_path / "noisy"
-    shas = build(repo, commits, culprit)
-    env = environment(tmp_path, BISECTNET_BURSTS=str(tmp_path / "bursts.count"), BISECTNET_JITTER="1.0")
-    done = subprocess.run(
-        command("bisect", shas[0], shas[-1], KEY, *BURST, "--json"),
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    out = json.loads(done.stdout)
-    assert out["status"] in ("found", "unresolved", "drifted", "no change")
-    for t in out["tested"]:
-        if t["verdict"] != "skipped":
-            assert t["verdict"] == ("bad" if t["order"] >= culprit - 1 else "good"), t
-    if out["status"] == "found":
-        assert out["first_bad"]["commit"] == shas[culprit - 1]
-    elif out["status"] == "unresolved":
-        assert shas[culprit - 1] in [c["commit"] for c in out["candidates"]]
-    if out["status"] != "no change":
-        assert _ends_of(out).rounds_needed() >= 2
-        for t in out["tested"]:  # more repeats: no midpoint was called on one round
-            if t["role"] == "midpoint" and t["verdict"] != "skipped":
-                assert len(t["rounds"]) >= 2

@@ -10,13 +10,13 @@ from bisect_repos import BURST, KEY, build, command, environment, git, leftovers
 
 pytestmark = pytest.mark.xdist_group("bisect-step")
 
-COMMITS, CULPRIT = 6, 4
+COMMITS, CULPRIT = 4, 3
 TIMEOUT = 1200
 
 
 @pytest.fixture(scope="module")
 def bisected(tmp_path_factory):
-    """``git bisect run`` over a repository whose commit 4 made the step 30% heavier."""
+    """``git bisect run`` over a repository whose commit 3 made the step 30% heavier."""
     tmp = tmp_path_factory.mktemp("bisect-step")
     repo = tmp / "repo"
     shas = build(repo, COMMITS, CULPRIT)
@@ -39,7 +39,7 @@ def test_git_bisect_run_finds_the_commit(bisected):
     tmp, repo, shas, env, done, log = bisected
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{shas[CULPRIT - 1]} is the first bad commit" in done.stdout
-    assert "commit 4: the step does 30% more work" in done.stdout
+    assert f"commit {CULPRIT}: the step does 30% more work" in done.stdout
     assert git(repo, "rev-parse", "HEAD") == shas[-1]  # git bisect reset brought the branch back
     assert leftovers(tmp) == []
 
@@ -83,7 +83,7 @@ def test_a_commit_is_judged_once_and_then_read_from_the_cache(bisected):
         timeout=TIMEOUT,
     )
     assert step.returncode == 1, step.stderr
-    assert step.stdout.startswith(f"bad: {shas[CULPRIT - 1][:10]} commit 4: the step does 30% more work: ")
+    assert step.stdout.startswith(f"bad: {shas[CULPRIT - 1][:10]} commit {CULPRIT}: the step does 30% more work: ")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from suite_files import free_port  # noqa: E402
 
 from perfsuite.contract.spec import BurstSpec  # noqa: E402
 
@@ -27,7 +26,7 @@ def _train(spec, rank, world):
     return model
 
 
-def _ranks(rank, world, port, folder):
+def _ranks(rank, world, folder):
     """Both ranks of one process group: each variable update in turn, then the loss-scale check
     (every experiment in one spawn: each spawn pays a torch import per rank)."""
     import contextlib
@@ -35,7 +34,9 @@ def _ranks(rank, world, port, folder):
     import perfsuite.worker.backends.torch.train as train
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A file rendezvous: a port picked free beforehand can be taken by another test's process
+    # (a gloo pair's listener) before rank 0 binds it.
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
     try:
         for update in ("replicated", "parameter_server"):
             spec = BurstSpec(
@@ -71,7 +72,7 @@ def _ranks(rank, world, port, folder):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("variable-update")
-    mp.spawn(_ranks, args=(2, free_port(), str(folder)), nprocs=2, join=True)
+    mp.spawn(_ranks, args=(2, str(folder)), nprocs=2, join=True)
     return folder
 
 
