@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from suite_files import needs
+from suite_files import copy_baselines, needs
 
 MODELS = (Path(__file__).parent / "attribution_models.py").read_text()
 THROUGHPUT = "from perfsuite.suite.test_throughput import test_throughput\n"
@@ -44,6 +44,7 @@ ARGS = [
     "no:benchmark",
 ]
 FRAMEWORKS = [pytest.param("torch", marks=needs("torch")), pytest.param("tf", marks=needs("tensorflow"))]
+CHANGES = ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB")  # what the model does more of
 # The tests share each framework's saved baseline (_saved_projects): one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("attribution")
 
@@ -64,8 +65,7 @@ def _saved_projects(tmp_path_factory):
             folder = tmp_path_factory.mktemp(f"attribution-{framework}")
             (folder / "conftest.py").write_text(MODELS)
             (folder / "test_suite.py").write_text(THROUGHPUT)
-            changes = ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB")
-            env = {k: v for k, v in os.environ.items() if k not in changes}
+            env = {k: v for k, v in os.environ.items() if k not in CHANGES}
             done = subprocess.run(
                 [
                     sys.executable,
@@ -96,16 +96,15 @@ def _saved_projects(tmp_path_factory):
 def saved(pytester, monkeypatch, _saved_projects):
     """The model's baseline, saved with its op profile and peak memory, copied into this test's
     project (saved.json beside it)."""
-    for name in ("PERFSUITE_EXTRA_MATMUL", "PERFSUITE_EXTRA_MEMORY_MB"):
+    for name in CHANGES:
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(MODELS)
     pytester.makepyfile(test_suite=THROUGHPUT)
 
     def save(framework: str) -> dict:
         folder = _saved_projects(framework)
-        shutil.copytree(folder / "baselines", pytester.path / "baselines")
+        path = copy_baselines(folder, pytester.path)
         shutil.copy(folder / "saved.json", pytester.path / "saved.json")
-        (path,) = (pytester.path / "baselines").glob("*.json")
         (entry,) = json.loads(path.read_text())["entries"].values()
         return entry
 
