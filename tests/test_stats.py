@@ -75,6 +75,19 @@ def test_median_interval_brackets_the_median(xs):
     assert min(xs) <= lo <= stats.median(xs) <= hi <= max(xs)
 
 
+@given(st.integers(min_value=1, max_value=400), st.sampled_from([0.5, 0.9, 0.95, 0.99]))
+def test_median_interval_ranks_are_scipys_binomial_quantiles(n, confidence):
+    from scipy.special import bdtr
+
+    xs = list(range(n))
+    expected = (0, n - 1)
+    for k in range(n // 2, 0, -1):
+        if 1 - 2 * bdtr(k - 1, n, 0.5) >= confidence:
+            expected = (k - 1, n - k)
+            break
+    assert stats.median_ci(xs, confidence) == expected
+
+
 def test_median_interval_narrows_with_more_samples():
     wide = stats.median_ci(list(range(1, 8)))
     narrow = stats.median_ci(list(range(1, 101)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from statistics import median as _median
 
 ALPHA = 0.01
@@ -48,18 +49,23 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float
     The ranks come from the Binomial(n, 1/2) quantiles; with too few samples for the
     requested confidence the interval is the whole sample range.
     """
-    # The binomial CDF from scipy.special: a third of scipy.stats' import time, which every
-    # burst worker that adapts its length would pay.
-    from scipy.special import bdtr
-
     xs = sorted(float(x) for x in samples)
     n = len(xs)
     if n == 0:
         raise ValueError("no samples")
+    # The binomial CDF at p = 1/2 summed exactly in integers, in units of 2**-n: no scipy
+    # import (a quarter of a second) for every pytest session that records a burst and every
+    # burst worker that adapts its length.
+    below = [0]  # below[k]: 2**n * P(X <= k - 1)
+    term = 1  # comb(n, i)
+    for i in range(n // 2):
+        below.append(below[-1] + term)
+        term = term * (n - i) // (i + 1)
+    whole, wanted = 2**n, Fraction(confidence)
     # Largest k whose interval [x_(k), x_(n+1-k)] still covers the median with the
     # requested confidence; none for tiny n, then the full range.
     for k in range(n // 2, 0, -1):
-        if 1 - 2 * bdtr(k - 1, n, 0.5) >= confidence:
+        if whole - 2 * below[k] >= wanted * whole:
             return xs[k - 1], xs[n - k]
     return xs[0], xs[-1]
 
