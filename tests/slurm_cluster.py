@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from suite_files import free_ports
+
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel", "munged")
 INSTALL_TIMEOUT_S = 300
@@ -108,19 +110,6 @@ def ensure_installed() -> None:
 
 def _binary(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
-
-
-def _free_ports(count: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def _listening(port: int) -> bool:
@@ -268,7 +257,7 @@ class SlurmCluster:
 
     def _config(self) -> str:
         root = self.root
-        self.ctld_port, *node_ports = _free_ports(1 + len(self.node_names))
+        self.ctld_port, *node_ports = free_ports(1 + len(self.node_names))
         cpus = os.cpu_count() or 1
         host = socket.gethostname().split(".")[0]
         lines = [

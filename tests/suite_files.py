@@ -1,5 +1,6 @@
 """Files the plugin's own tests write into scratch projects."""
 
+import contextlib
 import shutil
 import socket
 from pathlib import Path
@@ -67,9 +68,17 @@ TINY = (Path(__file__).parent / "tiny_model.py").read_text()
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free ports: each socket stays bound until all are picked, or the kernel could
+    hand the same port out twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 TINY_STEP_MS = "20"  # a sleep-dominated step: the tiny model's timings barely depend on load

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from suite_files import SUITE, free_port
+from suite_files import SUITE, free_ports
 
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin import cases, launch
@@ -82,7 +82,7 @@ def project(tmp_path):
 
 
 def _hosts() -> str:
-    return f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    return ",".join(f"127.0.0.1:{port}" for port in free_ports(2))
 
 
 def test_two_nodes_on_loopback(project):
