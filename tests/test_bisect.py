@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -235,7 +236,8 @@ def _interrupt_after_a_midpoint_starts(argv, repo, env) -> tuple[int, str]:
 def main_repo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bisect-main")
     repo = tmp / "repo"
-    shas = build(repo, COMMITS, CULPRIT)
+    # Its commit 8 fails to build, which only a bisect with --setup sees
+    shas = build(repo, COMMITS, CULPRIT, broken=BROKEN)
     dirty(repo)
     return tmp, repo, shas
 
@@ -401,14 +403,18 @@ def test_a_range_without_a_real_change_is_no_reproducible_change(main_repo, resu
 
 
 def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(main_repo, resumed, tmp_path):
-    tmp, _, main_shas = main_repo
-    repo = tmp_path / "broken"
-    shas = build(repo, COMMITS, CULPRIT, broken=BROKEN)
-    assert shas[: BROKEN - 1] == main_shas[: BROKEN - 1]  # shared commits: GOOD's bursts are in the cache
+    """The main run's cache, less the broken commit's verdict: the ends and the commits it measured
+    come from there, the broken commit and the neighbours tried instead of it are measured now."""
+    tmp, repo, shas = main_repo
+    broken = shas[BROKEN - 1]
+    assert broken in {t["commit"] for t in resumed["tested"]}  # the first midpoint, so the search meets it
+    shutil.copytree(tmp / "cache", tmp_path / "cache")
+    (forgotten,) = (tmp_path / "cache").rglob(f"{broken}.json")
+    forgotten.unlink()
     done = subprocess.run(
         command("bisect", shas[0], shas[-1], "--setup", "sh build.sh", "--json", "--", *SELECTION),
         cwd=repo,
-        env=environment(tmp),  # the main run's cache
+        env=environment(tmp_path),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -418,9 +424,11 @@ def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(mai
     assert out["first_bad"]["commit"] == shas[CULPRIT - 1]
     assert out["key"] == KEY
     skipped = [t for t in out["tested"] if t["verdict"] == "skipped"]
-    assert [t["commit"] for t in skipped] == [shas[BROKEN - 1]]
+    assert [t["commit"] for t in skipped] == [broken]
     assert skipped[0]["reason"].startswith("setup failed (exit 1)") and skipped[0]["bursts"] == 0
+    assert out["bursts_run"] > 0  # the neighbours tried instead were measured, with their setup
     assert out["midpoints"] <= out["expected_midpoints"] + 1
     for t in out["tested"]:
         if t["verdict"] != "skipped":
             assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
+    assert leftovers(tmp_path) == []
