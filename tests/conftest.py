@@ -1,3 +1,4 @@
+import contextlib
 import os
 import subprocess
 import sys
@@ -5,10 +6,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-import scipy.special  # noqa: F401  here once: pytester's in-process runs forget modules they import, and numpy can't be imported twice
+import scipy.stats  # noqa: F401  (see below)
 from hypothesis import settings
 from postgres_server import create_database, postgres_server
 from suite_files import FAST, SUITE, TINY, TINY_STEP_MS
+
+# pytester's in-process runs forget the modules they import. Those the plugin's sessions use
+# are imported here once: numpy cannot be imported twice, SQLAlchemy warns when its dialects
+# register their functions again, and scipy.stats would cost each run 0.6 s.
+with contextlib.suppress(ImportError):
+    import sqlalchemy.dialects.postgresql  # noqa: F401
+    import sqlalchemy.dialects.sqlite  # noqa: F401
 
 NO_HYPOTHESIS = "-p no:hypothesispytest"
 
@@ -67,6 +75,16 @@ def _test_environment(request, tmp_path_factory):
 
 # Modules that register test models when imported (the rest of the suite sees the zoo only).
 MODEL_MODULES = ("tiny_model", "attribution_models")
+
+
+@pytest.fixture(autouse=True)
+def _the_real_launcher_after_each_test():
+    """A faked project's launcher must not outlive its in-process pytest session: a later real
+    burst on the same worker would be faked and pass without measuring anything."""
+    from perfsuite.plugin import launch, session
+
+    yield
+    assert session.run_burst is launch.run_burst, "a faked launcher outlived its pytest session"
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,7 @@ from perfsuite.suite.test_throughput import test_throughput
 FAKE_BURSTS = """
 import os
 import perfsuite.plugin.session
+import pytest
 from perfsuite.contract.record import WorkerRecord
 
 def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
@@ -37,7 +38,12 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
                         peak_memory_bytes=int(float(os.environ.get("PERFSUITE_FAKE_PEAK_MB", "0")) * 2**20),
                         warmup_seconds=0.0)
 
-perfsuite.plugin.session.run_burst = fake_run_burst
+_fake = pytest.MonkeyPatch()
+
+def pytest_configure(config):
+    # Undone when the session ends: after an in-process run, the real launcher is back.
+    _fake.setattr(perfsuite.plugin.session, "run_burst", fake_run_burst)
+    config.add_cleanup(_fake.undo)
 """
 
 # One CPU worker, cifar10 in torch: the case the faked-burst tests gate.

@@ -121,7 +121,7 @@ def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, mo
     assert row["profile_seconds"] > 0 and row["profile_error"] is None
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MATMUL", "1024")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         *ARGS,
         "--perf-framework",
         framework,
@@ -156,7 +156,7 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MEMORY_MB", "512")
     # A throughput tolerance no shared machine's noise reaches: this test is about memory.
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         *ARGS,
         "--perf-framework",
         framework,
@@ -183,7 +183,7 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
 def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
     saved("torch")
     # A throughput tolerance no shared machine's noise reaches: the verdict is not the point.
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         *ARGS, "--perf-framework", "torch", "--perf-profile", "--perf-tolerance", "0.9", "--perf-report", "report"
     )
     result.assert_outcomes(passed=1)

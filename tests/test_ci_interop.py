@@ -51,7 +51,7 @@ def suite(pytester, monkeypatch):
 
 
 def run(pytester, *args):
-    return pytester.runpytest_subprocess(*FAST, *args)
+    return pytester.runpytest_inprocess(*FAST, *args)
 
 
 def properties(path, name_part):

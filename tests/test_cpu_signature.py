@@ -171,21 +171,21 @@ def test_the_gate_skips_with_the_reason_and_the_run_is_not_a_failure(pytester):
         pytest.skip("this machine's CPU has no signature in /proc/cpuinfo")
     project = faked_project(pytester)
     _write(project.path / "baselines" / f"{here.legacy_cpu_id}.json", Fingerprint("cpu", here.cpu_model, 2).as_dict())
-    result = project.runpytest_subprocess(*FAKE_ARGS, "-rs", "--perf-json", "r.json")
+    result = project.runpytest_inprocess(*FAKE_ARGS, "-rs", "--perf-json", "r.json")
     result.assert_outcomes(skipped=1)
     assert result.ret == 0  # measured and reported: a machine kind without a baseline is no failure
     out = result.stdout.str()
     assert "names the CPU by model name and core count only" in out
     assert f"--perf-save-baseline (it goes to baselines/{here.id}.json)" in out.replace(str(project.path) + "/", "")
     assert json.loads((project.path / "r.json").read_text())["results"]  # the burst ran and was recorded
-    strict = project.runpytest_subprocess(*FAKE_ARGS, "--perf-missing-baseline", "fail")
+    strict = project.runpytest_inprocess(*FAKE_ARGS, "--perf-missing-baseline", "fail")
     strict.assert_outcomes(failed=1)  # the nightly's setting: never green without a baseline
     shutil.rmtree(project.path / "baselines")
 
 
 def test_a_machine_kind_without_baselines_measures_reports_and_says_how_to_keep_them(pytester):
     project = faked_project(pytester)
-    result = project.runpytest_subprocess(*FAKE_ARGS, "--perf-json", "r.json")
+    result = project.runpytest_inprocess(*FAKE_ARGS, "--perf-json", "r.json")
     result.assert_outcomes(skipped=1)
     assert result.ret == 0
     here = hardware.cpu_fingerprint()

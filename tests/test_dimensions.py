@@ -205,7 +205,7 @@ def test_the_matrix_sweeps_every_new_dimension_with_skips_that_say_why(faked):
 
 def test_an_unsupported_device_skips_with_its_reason_and_measures_nothing(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_UNSUPPORTED", "bf16 needs compute capability 8.0 or later; this GPU is 7.0")
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "-rs")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "-rs")
     out = result.stdout.str()
     assert "bf16 needs compute capability 8.0 or later; this GPU is 7.0" in out
     assert "no burst ran" in out and result.ret != 0  # a gate that measured nothing is not green
@@ -225,7 +225,7 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
         "out.json",
         "test_suite.py::test_throughput",
     ]
-    result = faked.runpytest_subprocess(*args, "--perf-min-input-efficiency", "0.9")
+    result = faked.runpytest_inprocess(*args, "--perf-min-input-efficiency", "0.9")
     result.assert_outcomes(passed=1, failed=1)
     assert (
         "input efficiency: torch cifar10 on 1 CPU worker, batch 64/device, data location host: 60 img/s is "
@@ -233,7 +233,7 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
     ) in result.stdout.str()
     rows = {r["data_location"]: r for r in json.loads(faked.path.joinpath("out.json").read_text())["results"]}
     assert rows["host"]["input_efficiency"] == pytest.approx(0.6)
-    faked.runpytest_subprocess(*args, "--perf-min-input-efficiency", "0.5").assert_outcomes(passed=2)
+    faked.runpytest_inprocess(*args, "--perf-min-input-efficiency", "0.5").assert_outcomes(passed=2)
 
 
 def test_the_independent_twin_states_the_communication_overhead(faked, monkeypatch):
@@ -253,7 +253,7 @@ def test_the_independent_twin_states_the_communication_overhead(faked, monkeypat
         "--perf-report",
         "report",
     ]
-    result = faked.runpytest_subprocess(*args)
+    result = faked.runpytest_inprocess(*args)
     out = result.stdout.str()
     # replicated at 80 img/s a device against 100 alone: 20% of the step is the gradient exchange.
     # (A floor no burst reaches makes the scaling tests fail, so their messages show.)

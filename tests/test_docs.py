@@ -196,10 +196,10 @@ def _line(output: str, prefix: str) -> str:
 def test_quoted_failure_lines_have_the_shape_the_gate_prints(pytester, monkeypatch):
     project = faked_project(pytester)
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1000")
-    project.runpytest_subprocess(*FAKE_ARGS, "--perf-save-baseline").assert_outcomes(passed=1)
+    project.runpytest_inprocess(*FAKE_ARGS, "--perf-save-baseline").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")
-    out = project.runpytest_subprocess(*FAKE_ARGS).stdout.str()
+    out = project.runpytest_inprocess(*FAKE_ARGS).stdout.str()
     for prefix, shape in SHAPES.items():
         live = _line(out, prefix)
         assert shape.match(live), f"the gate prints a {prefix!r} line of another shape now:\n{live}"

@@ -77,7 +77,7 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     key, fingerprint = probe
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "90")
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FLEET,
         "--perf-fleet-check",
         "fail",
@@ -129,7 +129,7 @@ def test_warn_passes_with_a_warning(faked, probe, monkeypatch):
     key, fingerprint = probe
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "90")
-    result = faked.runpytest_subprocess(*FLEET, "--perf-fleet-check", "warn", "--perf-missing-baseline", "pass")
+    result = faked.runpytest_inprocess(*FLEET, "--perf-fleet-check", "warn", "--perf-missing-baseline", "pass")
     result.assert_outcomes(passed=1, warnings=1)
     assert "PerfWarning: fleet check: node node-x is slow" in result.stdout.str()
 
@@ -138,7 +138,7 @@ def test_a_node_among_its_peers_passes(faked, probe, monkeypatch):
     key, fingerprint = probe
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "99.5")
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FLEET, "--perf-fleet-check", "fail", "--perf-missing-baseline", "pass", "--perf-json", "r.json"
     )
     result.assert_outcomes(passed=1)
@@ -148,10 +148,10 @@ def test_a_node_among_its_peers_passes(faked, probe, monkeypatch):
 
 def test_a_regression_against_the_baseline_and_a_slow_node_both_say_so(faked, probe, monkeypatch):
     key, fingerprint = probe
-    faked.runpytest_subprocess(*FAKE_ARGS, "--perf-save-baseline").assert_outcomes(passed=1)  # at 100 img/s
+    faked.runpytest_inprocess(*FAKE_ARGS, "--perf-save-baseline").assert_outcomes(passed=1)  # at 100 img/s
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "80")
-    result = faked.runpytest_subprocess(*FLEET, "--perf-fleet-check", "fail")
+    result = faked.runpytest_inprocess(*FLEET, "--perf-fleet-check", "fail")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "regression: torch cifar10" in out and "fleet check: node node-x is slow" in out
@@ -162,13 +162,13 @@ def test_peers_outside_the_window_and_the_nodes_own_runs_are_not_peers(faked, pr
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS, hours_ago=40)  # before the 36 h window
     write_peers(faked.path / "perf.db", key, fingerprint, {"node-x": 100.0, "node-y": 100.0})  # itself, one peer
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FLEET, "--perf-fleet-check", "fail", "--perf-missing-baseline", "pass", "--perf-json", "r.json"
     )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((faked.path / "r.json").read_text())["results"]
     assert row["fleet"]["peers"] == 1 and not row["fleet"]["judged"] and not row["fleet"]["flagged"]
-    wider = faked.runpytest_subprocess(
+    wider = faked.runpytest_inprocess(
         *FLEET, "--perf-fleet-check", "fail", "--perf-fleet-window", "48", "--perf-missing-baseline", "pass"
     )
     wider.assert_outcomes(failed=1)
@@ -192,7 +192,7 @@ fleet.read_peers = counted
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     argv = [a for a in FLEET if a != "1"]  # two CPU workers: a key per worker count, each tested
     argv[argv.index("--perf-cpu-workers") + 1 : argv.index("--perf-cpu-workers") + 1] = ["2"]
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *argv, "--perf-fleet-check", "warn", "--perf-missing-baseline", "pass", "-k", "throughput"
     )
     result.assert_outcomes(passed=2)
@@ -201,14 +201,14 @@ fleet.read_peers = counted
 
 def test_the_node_defaults_to_slurms_then_the_hosts_name(faked, monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "gpu042")
-    faked.runpytest_subprocess(
+    faked.runpytest_inprocess(
         *FAKE_ARGS, "--perf-history", "perf.db", "--perf-missing-baseline", "pass", "--perf-json", "r.json"
     ).assert_outcomes(passed=1)
     assert json.loads((faked.path / "r.json").read_text())["run"]["node"] == "gpu042"
     monkeypatch.delenv("SLURMD_NODENAME")
     import socket
 
-    faked.runpytest_subprocess(*FAKE_ARGS, "--perf-missing-baseline", "pass", "--perf-json", "r.json")
+    faked.runpytest_inprocess(*FAKE_ARGS, "--perf-missing-baseline", "pass", "--perf-json", "r.json")
     assert json.loads((faked.path / "r.json").read_text())["run"]["node"] == socket.gethostname()
     engine = db.open_history(f"sqlite:///{faked.path / 'perf.db'}", write=False)
     assert [r["node"] for r in db.runs(engine)] == ["gpu042"]
@@ -217,7 +217,7 @@ def test_the_node_defaults_to_slurms_then_the_hosts_name(faked, monkeypatch):
 
 def test_an_unusable_history_skips_the_check_and_says_so(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FAKE_ARGS,
         "--perf-history",
         "postgresql://perf@127.0.0.1:1/nightly",  # nothing listens on port 1
@@ -270,6 +270,6 @@ def test_bad_fleet_options_are_one_line(tmp_path, cli, message):
 
 
 def test_the_check_without_a_history_is_refused_up_front(faked):
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-fleet-check", "warn")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-fleet-check", "warn")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "add --perf-history URL" in result.stderr.str() and result.stderr.str().count("\n") <= 2

@@ -72,14 +72,14 @@ def test_every_option_is_prefixed():
 
 
 def test_a_foreign_project_runs_as_without_perfsuite(foreign):
-    without = foreign.runpytest_subprocess(*NO_PROFILING, "-p", "no:perfsuite", *FOREIGN_ARGS, "--profile")
-    beside = foreign.runpytest_subprocess(*NO_PROFILING, *FOREIGN_ARGS, "--profile")
+    without = foreign.runpytest_inprocess(*NO_PROFILING, "-p", "no:perfsuite", *FOREIGN_ARGS, "--profile")
+    beside = foreign.runpytest_inprocess(*NO_PROFILING, *FOREIGN_ARGS, "--profile")
     assert _outcome(without) == _outcome(beside) == (0, {"passed": 2, "deselected": 1})
     assert "conflicting option string" not in beside.stderr.str()
 
 
 def test_a_foreign_project_keeps_its_own_gpu_marker(foreign):
-    out = foreign.runpytest_subprocess(*NO_PROFILING, "--markers").stdout.str()
+    out = foreign.runpytest_inprocess(*NO_PROFILING, "--markers").stdout.str()
     assert "@pytest.mark.gpu: this project's own GPU tests" in out
     assert "a burst on CUDA devices" not in out  # perfsuite's meaning of it is not registered here
     assert "@pytest.mark.perfsuite(" in out  # the one marker it always registers, namespaced
@@ -88,7 +88,7 @@ def test_a_foreign_project_keeps_its_own_gpu_marker(foreign):
 def test_strict_markers_still_catch_a_foreign_typo(pytester):
     # Without perfsuite registering `cpu`, a foreign suite's unregistered `cpu` mark is an error.
     pytester.makepyfile(test_typo="import pytest\n\n@pytest.mark.cpu\ndef test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("--strict-markers")
+    result = pytester.runpytest_subprocess("--strict-markers")  # a fresh process: no marker registered before
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "'cpu' not found in `markers` configuration option" in result.stdout.str()
 
@@ -99,17 +99,17 @@ def test_beside_pytest_profiling(pytester):
     pytester.makeconftest(FOREIGN_CONFTEST.replace('    parser.addoption("--profile", action="store_true")\n', ""))
     pytester.makepyfile(test_foreign=FOREIGN_TESTS.format(profile=True))
     pytester.makeini("[pytest]\nmarkers =\n    gpu: this project's own GPU tests\n")
-    without = pytester.runpytest_subprocess("-p", "no:perfsuite", *FOREIGN_ARGS, "--profile")
+    without = pytester.runpytest_inprocess("-p", "no:perfsuite", *FOREIGN_ARGS, "--profile")
     shutil.rmtree(pytester.path / "prof")
-    beside = pytester.runpytest_subprocess(*FOREIGN_ARGS, "--profile")
+    beside = pytester.runpytest_inprocess(*FOREIGN_ARGS, "--profile")
     assert _outcome(without) == _outcome(beside) == (0, {"passed": 2, "deselected": 1})
     assert (pytester.path / "prof" / "combined.prof").is_file()  # pytest-profiling's --profile ran
-    assert "--perf-profile" in pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--perf-profile" in pytester.runpytest_inprocess("--help").stdout.str()
 
 
 def test_a_perf_suite_registers_its_case_markers_where_it_runs(pytester):
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "--strict-markers", "-m", "cpu and torch", "--co", "-q", "--perf-framework", "torch", "--perf-model", "cifar10"
     )
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
@@ -139,7 +139,7 @@ def test_short_spellings_live_in_this_repository_only(pytester):
     for line in CASE_MARKERS:
         assert f"@pytest.mark.{line}" in markers
     # ...and elsewhere they are not there.
-    elsewhere = pytester.runpytest_subprocess("--gpus", "2")
+    elsewhere = pytester.runpytest_inprocess("--gpus", "2")
     assert elsewhere.ret == pytest.ExitCode.USAGE_ERROR
     assert "unrecognized arguments: --gpus" in elsewhere.stderr.str()
 
@@ -150,10 +150,10 @@ def test_short_and_prefixed_spellings_mean_the_same(pytester):
         "from perfsuite.plugin.options import add_short_spellings\n\n"
         "def pytest_addoption(parser):\n    add_short_spellings(parser)\n"
     )
-    short = pytester.runpytest_subprocess(
+    short = pytester.runpytest_inprocess(
         "--co", "-q", "--framework", "torch", "--model", "cifar10", "--cpu-workers", "3"
     )
-    prefixed = pytester.runpytest_subprocess(
+    prefixed = pytester.runpytest_inprocess(
         "--co", "-q", "--perf-framework", "torch", "--perf-model", "cifar10", "--perf-cpu-workers", "3"
     )
     assert short.ret == prefixed.ret == 0

@@ -33,7 +33,7 @@ def _history(pytester):
 def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
     monkeypatch.setenv("NVIDIA_PYTORCH_VERSION", "24.05")
     monkeypatch.setenv("NVIDIA_BUILD_ID", "9001")
-    first = faked.runpytest_subprocess(
+    first = faked.runpytest_inprocess(
         *FAKE,
         "--perf-history",
         "perf.db",
@@ -48,7 +48,7 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
     )
     first.assert_outcomes(passed=1)
     assert "perf history: run 1 (1 burst) written to sqlite:///" in first.stdout.str()
-    saved = faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db", "--perf-save-baseline")
+    saved = faked.runpytest_inprocess(*FAKE, "--perf-history", "perf.db", "--perf-save-baseline")
     saved.assert_outcomes(passed=1)
 
     engine = _history(faked)
@@ -67,9 +67,9 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
 
 
 def test_a_failed_run_is_kept_too(faked, monkeypatch):
-    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
-    faked.runpytest_subprocess(*FAKE, "--perf-history", "perf.db").assert_outcomes(failed=1)
+    faked.runpytest_inprocess(*FAKE, "--perf-history", "perf.db").assert_outcomes(failed=1)
     (run,) = db.runs(_history(faked))
     assert run["outcome"] == "failed" and run["failing"] == 1
 
@@ -82,25 +82,25 @@ def test_without_a_history_nothing_new_is_written(faked, tmp_path, monkeypatch):
 
     before = files()
     # pytest-benchmark makes its .benchmarks folder on its own: left out, to see perfsuite's files.
-    faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", "pass", "-p", "no:benchmark").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", "pass", "-p", "no:benchmark").assert_outcomes(passed=1)
     assert files() - before == {"bursts.log"}
     assert not (tmp_path / "cache" / "history-spool").exists()
 
 
 def test_labels_need_a_history_and_a_form(faked):
-    result = faked.runpytest_subprocess(*FAKE, "--perf-label", "pool=a")
+    result = faked.runpytest_inprocess(*FAKE, "--perf-label", "pool=a")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "labels are kept by the results history" in result.stderr.str()
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "h.db", "--perf-label", "no-equals")
+    result = faked.runpytest_inprocess(*FAKE, "--perf-history", "h.db", "--perf-label", "no-equals")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "expected KEY=VALUE" in result.stderr.str()
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", "mysql://h/db")
+    result = faked.runpytest_inprocess(*FAKE, "--perf-history", "mysql://h/db")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "unsupported URL scheme 'mysql'" in result.stderr.str()
 
 
 def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
     url = "postgresql://perf:secret@127.0.0.1:1/nightly"  # nothing listens on port 1
-    result = faked.runpytest_subprocess(*FAKE, "--perf-history", url, "--perf-missing-baseline", "pass")
+    result = faked.runpytest_inprocess(*FAKE, "--perf-history", url, "--perf-missing-baseline", "pass")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()
@@ -119,7 +119,7 @@ def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path,
 def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 9) -> None:
     """``nights`` flat nights, then ``drift_nights`` each 3% slower than the one before; tonight
     (the fake burst, 100 img/s) is the next 3% down."""
-    first = faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
+    first = faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
     first.assert_outcomes(passed=1)
     probe = json.loads((faked.path / "probe.json").read_text())
     (row,) = probe["results"]
@@ -133,13 +133,13 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
     engine.dispose()
     # Yesterday's level as the baseline: tonight is 3% below it, inside the 10% tolerance.
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", f"{levels[-1]:.3f}")
-    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
 
 
 def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FAKE,
         *NODE_A,
         "--perf-history",
@@ -174,14 +174,14 @@ def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
 
 def test_drift_warns_by_default(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
-    result = faked.runpytest_subprocess(*FAKE, *NODE_A, "--perf-history", "perf.db")
+    result = faked.runpytest_inprocess(*FAKE, *NODE_A, "--perf-history", "perf.db")
     result.assert_outcomes(passed=1, warnings=1)
     assert "PerfWarning: drift: torch cifar10 on 1 CPU worker" in result.stdout.str()
 
 
 def test_a_flat_history_is_no_drift(faked, monkeypatch):
     _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FAKE, *NODE_A, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
     )
     result.assert_outcomes(passed=1)
@@ -193,7 +193,7 @@ def test_drift_reads_this_nodes_runs_only(faked, monkeypatch):
     # In a fleet's shared history the drifting series is node-a's: node-b has no drift of its
     # own (how it compares with node-a is the peer check's question, not drift's).
     _drifting_history(faked, monkeypatch)
-    result = faked.runpytest_subprocess(
+    result = faked.runpytest_inprocess(
         *FAKE, "--perf-node", "node-b", "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
     )
     result.assert_outcomes(passed=1)

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 def faked(pytester, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1000")
     project = faked_project(pytester)
-    project.runpytest_subprocess(*FAKE_ARGS, "--perf-save-baseline", "--perf-baseline-runs", "1").assert_outcomes(
+    project.runpytest_inprocess(*FAKE_ARGS, "--perf-save-baseline", "--perf-baseline-runs", "1").assert_outcomes(
         passed=1
     )
     return project
@@ -32,7 +32,7 @@ def test_a_save_stores_the_peak_of_each_burst(faked):
 
 def test_growth_beyond_the_default_tolerance_fails_as_memory_after_a_rerun(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-json", "out.json")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-json", "out.json")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert (
@@ -51,7 +51,7 @@ def test_a_wider_tolerance_passes(faked, monkeypatch, where):
     if where == "[tool.perfsuite]":
         faked.makepyprojecttoml("[tool.perfsuite]\nmemory_tolerance = 0.5\nbaseline_dir = 'baselines'\n")
         args = []
-    faked.runpytest_subprocess(*FAKE_ARGS, *args).assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS, *args).assert_outcomes(passed=1)
 
 
 def test_the_marker_and_a_hand_set_entry_tolerance_win(faked, monkeypatch):
@@ -65,23 +65,23 @@ def test_marked(perf, burst_spec):
     perf.assert_throughput(burst_spec)
 """
     )
-    faked.runpytest_subprocess(*FAKE_ARGS, "test_marked.py").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS, "test_marked.py").assert_outcomes(passed=1)
     (path,) = (faked.path / "baselines").glob("*.json")
     data = json.loads(path.read_text())
     for found in data["entries"].values():
         found["memory_tolerance"] = 0.5
     path.write_text(json.dumps(data))
-    faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py", "--perf-save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS, "test_suite.py", "--perf-save-baseline").assert_outcomes(passed=1)
     assert entry(faked)["memory_tolerance"] == 0.5  # survives a refresh
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1900")  # +38% on the refreshed 1380 MiB: within 50%
-    faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS, "test_suite.py").assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "2200")  # +59%
-    faked.runpytest_subprocess(*FAKE_ARGS, "test_suite.py").assert_outcomes(failed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS, "test_suite.py").assert_outcomes(failed=1)
 
 
 def test_less_memory_warns_and_an_old_entry_without_a_peak_is_not_gated(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "500")
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "-W", "always")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "-W", "always")
     result.assert_outcomes(passed=1)
     assert "less memory than baseline, refresh it with --perf-save-baseline" in result.stdout.str()
     (path,) = (faked.path / "baselines").glob("*.json")
@@ -90,7 +90,7 @@ def test_less_memory_warns_and_an_old_entry_without_a_peak_is_not_gated(faked, m
         del found["peak_memory_bytes"]
     path.write_text(json.dumps(data))
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "5000")
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-json", "out.json")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-json", "out.json")
     result.assert_outcomes(passed=1)
     (row,) = json.loads(faked.path.joinpath("out.json").read_text())["results"]
     assert row["memory_verdict"] == "no baseline"
@@ -98,7 +98,7 @@ def test_less_memory_warns_and_an_old_entry_without_a_peak_is_not_gated(faked, m
 
 @pytest.mark.parametrize("value", ["-0.1", "ten", "11"])
 def test_a_bad_memory_tolerance_is_one_line(faked, value):
-    result = faked.runpytest_subprocess(*FAKE_ARGS, "--perf-memory-tolerance", value)
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-memory-tolerance", value)
     assert result.ret == 4
     (line,) = [x for x in result.stderr.str().splitlines() if "--perf-memory-tolerance" in x]
     assert line.startswith("ERROR: --perf-memory-tolerance")
@@ -111,7 +111,7 @@ def test_entries_saved_without_peak_memory_or_an_op_profile_are_counted(faked):
     for found in data["entries"].values():
         del found["peak_memory_bytes"]
     path.write_text(json.dumps(data))
-    result = faked.runpytest_subprocess(*FAKE_ARGS)
+    result = faked.runpytest_inprocess(*FAKE_ARGS)
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     assert "1 baseline entry has no op profile to compare with: refresh it with --perf-save-baseline" in out
@@ -126,8 +126,8 @@ def test_the_spread_of_the_baselines_own_bursts_widens_the_tolerance(faked, monk
     path.write_text(json.dumps(data))
     # The 25% spread widens the 10% tolerance to 20%, twice the tolerance at most.
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1190")  # +19%
-    faked.runpytest_subprocess(*FAKE_ARGS).assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE_ARGS).assert_outcomes(passed=1)
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1300")  # +30%
-    result = faked.runpytest_subprocess(*FAKE_ARGS)
+    result = faked.runpytest_inprocess(*FAKE_ARGS)
     result.assert_outcomes(failed=1)
     assert "(+30%, tolerance 20%" in result.stdout.str()

@@ -36,7 +36,7 @@ def faked(pytester):
 
 
 def run(pytester, *args):
-    return pytester.runpytest_subprocess(*FAST, *args)
+    return pytester.runpytest_inprocess(*FAST, *args)
 
 
 def baseline_files(pytester):
@@ -49,7 +49,7 @@ FAKE = FAKE_ARGS
 
 
 def test_missing_baseline_skips_by_default_with_advice(faked):
-    result = faked.runpytest_subprocess(*FAKE, "-rs")
+    result = faked.runpytest_inprocess(*FAKE, "-rs")
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.OK  # measured, nothing to compare: not a failure
     assert "run with --perf-save-baseline" in result.stdout.str()
@@ -58,7 +58,7 @@ def test_missing_baseline_skips_by_default_with_advice(faked):
 
 @pytest.mark.parametrize("policy, outcome", [("fail", {"failed": 1}), ("pass", {"passed": 1})])
 def test_missing_baseline_policies(faked, policy, outcome):
-    faked.runpytest_subprocess(*FAKE, "--perf-missing-baseline", policy).assert_outcomes(**outcome)
+    faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", policy).assert_outcomes(**outcome)
 
 
 # -- against the shared saved baseline ---------------------------------------------------------
@@ -86,7 +86,7 @@ def test_a_save_run_pools_its_bursts_into_each_entry(saved_tiny):
 
 
 def test_a_save_pools_baseline_runs_bursts_into_each_entry(faked):
-    saved = faked.runpytest_subprocess(
+    saved = faked.runpytest_inprocess(
         *FAKE, "--perf-cpu-workers", "2", "--perf-save-baseline", "--perf-baseline-runs", "3"
     )
     saved.assert_outcomes(passed=3)
@@ -101,20 +101,20 @@ def test_a_save_pools_baseline_runs_bursts_into_each_entry(faked):
 
 
 def test_a_scaling_floor_fails_the_scaling_test_alone(faked):
-    faked.runpytest_subprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-save-baseline").assert_outcomes(passed=3)
+    faked.runpytest_inprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-save-baseline").assert_outcomes(passed=3)
     # An absolute floor no 2-device run can reach (the fake bursts scale perfectly).
-    result = faked.runpytest_subprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-min-scaling-efficiency", "1.9")
+    result = faked.runpytest_inprocess(*FAKE, "--perf-cpu-workers", "2", "--perf-min-scaling-efficiency", "1.9")
     result.assert_outcomes(passed=2, failed=1)
     out = result.stdout.str()
     assert "scaling regression" in out and "floor 190%" in out
 
 
 def test_a_slowdown_fails_as_a_confirmed_regression(faked, monkeypatch):
-    faked.runpytest_subprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
+    faked.runpytest_inprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
     (path,) = baseline_files(faked)
     before = path.read_bytes()
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
-    slow = faked.runpytest_subprocess(*FAKE, "--perf-tolerance", "0.3", "--perf-json", "r.json")
+    slow = faked.runpytest_inprocess(*FAKE, "--perf-tolerance", "0.3", "--perf-json", "r.json")
     slow.assert_outcomes(failed=1)
     out = slow.stdout.str()
     (record,) = json.loads((faked.path / "r.json").read_text())["results"]

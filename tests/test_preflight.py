@@ -47,7 +47,7 @@ needs_no_gpu = pytest.mark.skipif(
 
 @needs_no_gpu
 def test_gpus_asked_for_but_absent_fail_up_front_and_say_what_was_found(suite):
-    result = suite.runpytest_subprocess("-m", "gpu", "--perf-gpus", "4", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("-m", "gpu", "--perf-gpus", "4", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = error_line(result)
     assert line.startswith("ERROR: --perf-gpus 4: 4 CUDA devices asked for, 0 visible (")
@@ -58,7 +58,7 @@ def test_gpus_asked_for_but_absent_fail_up_front_and_say_what_was_found(suite):
 @needs_no_gpu
 def test_a_selection_of_gpu_cases_fails_without_gpus_too(suite, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    result = suite.runpytest_subprocess("-m", "gpu", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("-m", "gpu", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = error_line(result)
     assert "the selected GPU cases: 1 CUDA device asked for, 0 visible" in line
@@ -67,7 +67,7 @@ def test_a_selection_of_gpu_cases_fails_without_gpus_too(suite, monkeypatch):
 
 @needs_no_gpu
 def test_a_mixed_fleet_skips_but_a_run_that_measured_nothing_fails(suite):
-    result = suite.runpytest_subprocess("-m", "gpu", "--perf-gpus", "4", "--perf-missing-gpus", "skip", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("-m", "gpu", "--perf-gpus", "4", "--perf-missing-gpus", "skip", *TORCH_CIFAR)
     result.assert_outcomes(skipped=5)  # throughput on 1, 2, 4 GPUs; scaling on 2, 4
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["no burst ran: 5 selected cases, all skipped: needs 2 CUDA devices, found 0 (2)*"])
@@ -75,7 +75,7 @@ def test_a_mixed_fleet_skips_but_a_run_that_measured_nothing_fails(suite):
 
 @needs_no_gpu
 def test_a_plain_run_on_a_cpu_node_measures_its_cpu_cases(suite):
-    result = suite.runpytest_subprocess("--perf-missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("--perf-missing-baseline", "pass", *TORCH_CIFAR)
     result.assert_outcomes(passed=3, skipped=1)  # the 1-GPU case alone is skipped
     assert result.ret == pytest.ExitCode.OK
     assert len(bursts_run(suite)) == 2
@@ -163,7 +163,7 @@ def test_a_fresh_environment_with_the_plugin_alone_fails_with_one_line(tmp_path)
 
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed")
 def test_pytest_xdist_is_refused_with_one_line(suite):
-    result = suite.runpytest_subprocess("-n", "2", "-m", "cpu", "--perf-missing-baseline", "pass", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("-n", "2", "-m", "cpu", "--perf-missing-baseline", "pass", *TORCH_CIFAR)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "pytest-xdist (-n)" in error_line(result)
     assert bursts_run(suite) == []
@@ -190,14 +190,14 @@ def test_pytest_xdist_is_refused_with_one_line(suite):
     ids=["report", "json", "json-dir", "gating", "saving"],
 )
 def test_output_paths_are_checked_before_any_burst(suite, args, words):
-    result = suite.runpytest_subprocess("-m", "cpu", *TORCH_CIFAR, *args)
+    result = suite.runpytest_inprocess("-m", "cpu", *TORCH_CIFAR, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert words in error_line(result)
     assert bursts_run(suite) == []
 
 
 def test_results_line_names_a_file_only_once_written(suite):
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "-m", "cpu", "--perf-missing-baseline", "pass", "--perf-json", "out/r.json", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK
@@ -214,7 +214,7 @@ def test_short(perf, burst_spec):
 
 def test_a_burst_too_short_for_a_verdict_fails_the_test(suite):
     suite.makepyfile(test_suite=SHORT)
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "-m", "cpu", "--perf-cpu-workers", "1", "--perf-missing-baseline", "pass", *TORCH_CIFAR
     )
     result.assert_outcomes(failed=1)
@@ -236,7 +236,7 @@ def mynet(num_classes=4):
 
 def test_the_shipped_suite_runs_from_a_folder_with_a_conftest_alone(pytester):
     pytester.makeconftest(FAKE_BURSTS + TINY)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "--pyargs",
         "perfsuite.suite",
         "-m",
@@ -255,10 +255,10 @@ def test_a_model_registered_in_a_subfolder_conftest_is_known(pytester):
     sub = pytester.mkpydir("perf")
     (sub / "conftest.py").write_text(MYNET)
     (sub / "test_suite.py").write_text(SUITE)
-    result = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet", "-m", "cpu")
+    result = pytester.runpytest_inprocess("--co", "-q", "--perf-model", "mynet", "-m", "cpu")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     assert "test_throughput[torch-mynet-cpu1-device]" in result.stdout.str()
-    unknown = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet2", "-m", "cpu")
+    unknown = pytester.runpytest_inprocess("--co", "-q", "--perf-model", "mynet2", "-m", "cpu")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     assert "--perf-model: unknown model 'mynet2' (known: " in error_line(unknown) and "mynet," in error_line(unknown)
 
@@ -294,7 +294,7 @@ def test_the_models_command_lists_a_conftests_models(pytester):
 def test_a_bad_registration_is_one_line(pytester):
     pytester.makeconftest(MYNET.replace("num_classes=4)\ndef", "num_classes=4, flops='lots')\ndef"))
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_subprocess("--co", "-q", "--perf-model", "mynet")
+    result = pytester.runpytest_inprocess("--co", "-q", "--perf-model", "mynet")
     assert result.ret != pytest.ExitCode.OK
     assert "model 'mynet': flops must be a positive number, got 'lots'" in result.stdout.str() + result.stderr.str()
     assert "TypeError" not in result.stdout.str() + result.stderr.str()
@@ -314,7 +314,7 @@ def test_a_model_without_params_or_flops_gets_them_measured(saved_tiny):
 
 def test_large_figures_print_in_fixed_point(suite, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "10370")
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "-m", "cpu", "--perf-cpu-workers", "1", "--perf-missing-baseline", "pass", *TORCH_CIFAR
     )
     out = result.stdout.str()
@@ -322,7 +322,7 @@ def test_large_figures_print_in_fixed_point(suite, monkeypatch):
 
 
 def test_a_save_run_says_saved_names_the_folder_and_leaves_no_lock_file(suite):
-    result = suite.runpytest_subprocess("-m", "cpu", "--perf-save-baseline", *TORCH_CIFAR)
+    result = suite.runpytest_inprocess("-m", "cpu", "--perf-save-baseline", *TORCH_CIFAR)
     result.assert_outcomes(passed=3)
     out = result.stdout.str()
     assert "saved (3 runs)" in out and "no baseline" not in out
@@ -332,7 +332,7 @@ def test_a_save_run_says_saved_names_the_folder_and_leaves_no_lock_file(suite):
 
 
 def test_a_key_mismatch_names_the_nearest_entry_and_the_field_that_differs(suite):
-    saved = suite.runpytest_subprocess(
+    saved = suite.runpytest_inprocess(
         "-m",
         "cpu",
         "--perf-cpu-workers",
@@ -345,7 +345,7 @@ def test_a_key_mismatch_names_the_nearest_entry_and_the_field_that_differs(suite
         *TORCH_CIFAR,
     )
     saved.assert_outcomes(passed=1)
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "-m", "cpu", "--perf-cpu-workers", "1", "--perf-threads-per-worker", "2", "-rs", *TORCH_CIFAR
     )
     result.assert_outcomes(skipped=1)
@@ -356,7 +356,7 @@ def test_a_key_mismatch_names_the_nearest_entry_and_the_field_that_differs(suite
 
 
 def test_oversubscribed_cores_are_warned_about(suite):
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "--co", "-m", "cpu", "--perf-cpu-workers", "2", "--perf-threads-per-worker", "1000", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK
@@ -365,7 +365,7 @@ def test_oversubscribed_cores_are_warned_about(suite):
 
 @pytest.mark.skipif(importlib.util.find_spec("pytest_benchmark") is None, reason="needs pytest-benchmark")
 def test_pytest_benchmark_shows_no_second_table_of_the_bursts(suite):
-    result = suite.runpytest_subprocess(
+    result = suite.runpytest_inprocess(
         "-m", "cpu", "--perf-missing-baseline", "pass", "--benchmark-json", "b.json", *TORCH_CIFAR
     )
     assert result.ret == pytest.ExitCode.OK

@@ -144,6 +144,7 @@ def test_log_gets_a_line_per_window_not_per_step():
 
 FAKE = """
 import perfsuite.plugin.session
+import pytest
 from perfsuite.contract.record import WorkerRecord
 
 def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
@@ -157,7 +158,12 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
                         images_per_window=100, per_rank=(), loss_first=1.0, loss_last=0.9, peak_memory_bytes=0,
                         warmup_seconds=0.0)
 
-perfsuite.plugin.session.run_burst = fake_run_burst
+_fake = pytest.MonkeyPatch()
+
+def pytest_configure(config):
+    # Undone when the session ends: after an in-process run, the real launcher is back.
+    _fake.setattr(perfsuite.plugin.session, "run_burst", fake_run_burst)
+    config.add_cleanup(_fake.undo)
 """
 TEST = """
 def test_one(burst, burst_spec):
@@ -191,7 +197,7 @@ def faked(pytester):
 
 
 def test_pytest_log_shows_windows(faked):
-    result = faked.runpytest_subprocess(*ARGS)
+    result = faked.runpytest_inprocess(*ARGS)
     result.assert_outcomes(passed=1)
     lines = result.stdout.lines
     label = "torch cifar10 on 1 CPU worker, batch 64/device, data location device"
@@ -201,7 +207,7 @@ def test_pytest_log_shows_windows(faked):
 
 
 def test_quiet_run_shows_no_progress(faked):
-    result = faked.runpytest_subprocess(*ARGS, "-q")
+    result = faked.runpytest_inprocess(*ARGS, "-q")
     result.assert_outcomes(passed=1)
     assert "warming up" not in result.stdout.str() and ": step" not in result.stdout.str()
 

@@ -50,7 +50,7 @@ def test_no_file_a_run_writes_holds_the_password(pytester, monkeypatch, tmp_path
     monkeypatch.setenv("PGPASSWORD", ENV_PASSWORD)  # libpq reads it; perfsuite never writes it
     project = faked_project(pytester)
     url = f"postgresql://perf:{URL_PASSWORD}@127.0.0.1:{free_port()}/perf"  # nothing listens: the run is spooled
-    result = project.runpytest_subprocess(
+    result = project.runpytest_inprocess(
         *FAKE_ARGS,
         "--perf-missing-baseline",
         "pass",
