@@ -5,7 +5,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from suite_files import free_port
 
 SERVER_BINARIES = ("initdb", "pg_ctl")
 PORT_ATTEMPTS = 3
@@ -60,12 +60,6 @@ def _server_user() -> pwd.struct_passwd | None:
         return pwd.getpwnam("postgres")
     except KeyError:
         pytest.skip("running as root and there is no `postgres` system user to run the PostgreSQL server as")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _log_tail(log: Path, start: int = 0) -> str:
@@ -139,7 +133,7 @@ def postgres_server() -> Iterator[str]:
 def _start(run: _Runner, data: Path, log: Path) -> int:
     """Start the server on a free port; another port where one was taken between choosing and binding."""
     for _ in range(PORT_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         log_start = log.stat().st_size if log.exists() else 0
         result = run(
             "pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", str(START_TIMEOUT_S), "start"

@@ -76,8 +76,8 @@ def test_taken_port_is_retried(monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ports = iter([taken.getsockname()[1]])
-        free_port = pg._free_port
-        monkeypatch.setattr(pg, "_free_port", lambda: next(ports, None) or free_port())
+        free_port = pg.free_port
+        monkeypatch.setattr(pg, "free_port", lambda: next(ports, None) or free_port())
         with postgres_server() as url:
             assert urlsplit(url).port != taken.getsockname()[1]
             assert fetch_one(url, "SELECT 1") == (1,)
