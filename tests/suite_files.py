@@ -11,11 +11,22 @@ from perfsuite.suite.test_scaling import test_scaling
 from perfsuite.suite.test_throughput import test_throughput
 """
 
+# The end of a conftest that defines fake_run_burst: the launcher it stands in for, for one
+# pytest session (after an in-process run, the real one is back).
+INSTALL_FAKE = """
+_fake = pytest.MonkeyPatch()
+
+def pytest_configure(config):
+    _fake.setattr(perfsuite.plugin.session, "run_burst", fake_run_burst)
+    config.add_cleanup(_fake.undo)
+"""
+
 # A conftest that stands in for the launcher: each burst returns at once, at
 # $PERFSUITE_FAKE_RATE img/s (default 100) per device ($PERFSUITE_FAKE_RATE_<DATA LOCATION or
 # VARIABLE UPDATE> for those), an Unsupported error with $PERFSUITE_FAKE_UNSUPPORTED, a peak memory of
 # $PERFSUITE_FAKE_PEAK_MB (default 0: none measured), and leaves its key in bursts.log.
-FAKE_BURSTS = """
+FAKE_BURSTS = (
+    """
 import os
 import perfsuite.plugin.session
 import pytest
@@ -37,14 +48,9 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
                         images_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
                         peak_memory_bytes=int(float(os.environ.get("PERFSUITE_FAKE_PEAK_MB", "0")) * 2**20),
                         warmup_seconds=0.0)
-
-_fake = pytest.MonkeyPatch()
-
-def pytest_configure(config):
-    # Undone when the session ends: after an in-process run, the real launcher is back.
-    _fake.setattr(perfsuite.plugin.session, "run_burst", fake_run_burst)
-    config.add_cleanup(_fake.undo)
 """
+    + INSTALL_FAKE
+)
 
 # One CPU worker, cifar10 in torch: the case the faked-burst tests gate.
 FAKE_ARGS = [

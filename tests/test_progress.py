@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from _pytest._io import TerminalWriter
+from suite_files import INSTALL_FAKE
 
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin.progress import ProgressDisplay, text
@@ -142,7 +143,8 @@ def test_log_gets_a_line_per_window_not_per_step():
 
 # -- through pytest, with bursts faked so the states are known --------------------------
 
-FAKE = """
+FAKE = (
+    """
 import perfsuite.plugin.session
 import pytest
 from perfsuite.contract.record import WorkerRecord
@@ -157,14 +159,9 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
                         precision_dtype="float32", fp32_math=None, samples=(100.0,) * n, window_seconds=(1.0,) * n,
                         images_per_window=100, per_rank=(), loss_first=1.0, loss_last=0.9, peak_memory_bytes=0,
                         warmup_seconds=0.0)
-
-_fake = pytest.MonkeyPatch()
-
-def pytest_configure(config):
-    # Undone when the session ends: after an in-process run, the real launcher is back.
-    _fake.setattr(perfsuite.plugin.session, "run_burst", fake_run_burst)
-    config.add_cleanup(_fake.undo)
 """
+    + INSTALL_FAKE
+)
 TEST = """
 def test_one(burst, burst_spec):
     burst(burst_spec)
