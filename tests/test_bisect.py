@@ -14,11 +14,12 @@ import shutil
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 from bisect_repos import BURST, KEY, SELECTION, build, command, dirty, environment, leftovers, snapshot
 
-from perfsuite.bisect import decide, search, selection
+from perfsuite.bisect import bisection, decide, search, selection
 from perfsuite.bisect.cache import Cache
 from perfsuite.commands import bisect
 from perfsuite.commands.main import parser
@@ -76,17 +77,19 @@ def _round(level, end, beside):
     return decide.Round(tuple(_burst(level)), end, tuple(_burst(beside)))
 
 
-def test_quiet_pairs_call_a_commit_on_one_round():
+def test_quiet_pairs_call_a_commit_on_two_rounds_never_on_one():
     ends = _ends(100.0, 77.0, (1.0, 1.003, 0.997))
     assert decide.ends_change(ends, 0.10).reproducible
     assert ends.rounds_needed() == 1
+    # however well three pairs agree, one burst is no verdict
+    assert decide.judge([_round(70.2, decide.BAD, 54.0)], ends).verdict == decide.UNDECIDED
     # the machine runs 30% slower now: what counts is the end measured beside the commit
-    assert decide.judge([_round(70.2, decide.BAD, 54.0)], ends).verdict == decide.GOOD
-    assert decide.judge([_round(54.2, decide.GOOD, 70.0)], ends).verdict == decide.BAD
+    assert decide.judge([_round(70.2, decide.BAD, 54.0)] * 2, ends).verdict == decide.GOOD
+    assert decide.judge([_round(54.2, decide.GOOD, 70.0)] * 2, ends).verdict == decide.BAD
     # halfway between the ends: neither
-    assert decide.judge([_round(88.0, decide.BAD, 77.0)], ends).verdict == decide.UNDECIDED
+    assert decide.judge([_round(88.0, decide.BAD, 77.0)] * 2, ends).verdict == decide.UNDECIDED
     # beside the end it looks like, a round cannot set it apart from the other end
-    assert decide.judge([_round(100.0, decide.GOOD, 100.0)], ends).verdict == decide.UNDECIDED
+    assert decide.judge([_round(100.0, decide.GOOD, 100.0)] * 2, ends).verdict == decide.UNDECIDED
 
 
 def test_the_next_round_is_measured_beside_the_end_the_commit_looks_least_like():
@@ -108,11 +111,51 @@ def test_scattered_pairs_need_more_rounds_and_one_stray_round_is_not_a_verdict()
 
 
 def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
-    assert not decide.ends_change(_ends(100.0, 95.0, (1.0, 1.003, 0.997)), 0.10).reproducible  # 5% < 10%
+    small = decide.ends_change(_ends(100.0, 95.0, (1.0, 1.003, 0.997)), 0.10)
+    assert not small.reproducible and small.within and small.settled  # 5% < 10%, and surely so
     noisy = decide.ends_change(_ends(100.0, 88.0, (1.0, 1.25, 0.85)), 0.10)
-    assert noisy.beyond and not noisy.reproducible
+    assert noisy.beyond and not noisy.reproducible and not noisy.settled
     one_pair = decide.ends_change(_ends(100.0, 77.0, (1.0,)), 0.10)
-    assert not one_pair.reproducible  # one pair shows no scatter
+    assert not one_pair.reproducible and not one_pair.settled  # one pair shows no scatter
+
+
+def test_a_change_below_min_change_whose_interval_reaches_past_it_is_not_settled():
+    """Three pairs of a -9% step that happened to measure -4.2%, +2.1% and -11.6%: their mean is
+    below a 5% --min-change, but not surely; more pairs, not "no change", come next."""
+    scattered = decide.ends_change(_ends(100.0, 100.0, (0.958, 1.021, 0.884)), 0.05)
+    assert not scattered.beyond and not scattered.within and not scattered.settled
+    assert scattered.low < -0.05 < scattered.change < scattered.high
+
+
+def _ends_measured(ratios, tmp_path, min_change=0.05, bursts=3, max_repeats=8):
+    """``Run.ends`` with its bursts scripted: pair k measures BAD at ``ratios[k]`` times GOOD (and
+    the machine's speed moves a little between pairs). Returns the pairs it measured and its change."""
+    run = object.__new__(bisection.Run)
+    run.opts = SimpleNamespace(bursts=bursts, max_repeats=max_repeats, min_change=min_change)
+    run.ctx = SimpleNamespace(key=KEY, fingerprint="fp")
+    run.cache = Cache(tmp_path, read=True)
+    run.good, run.bad, run.say = "a" * 40, "b" * 40, lambda line: None
+    speeds = iter([1.0, 0.99, 1.01, 0.995, 1.005] * 10)
+    levels = iter(level for r in ratios for v in [next(speeds)] for level in (100.0 * v, 100.0 * v * r))
+    run.end_burst = lambda end: _burst(next(levels))
+    ends, change = run.ends()
+    return len(ends.pairs), change
+
+
+def test_the_ends_get_pairs_until_it_is_known_whether_they_differ_by_min_change(tmp_path):
+    # three pairs that agree well: a -9% step surely beyond 5%, and surely no change
+    assert _ends_measured([0.91, 0.912, 0.908], tmp_path / "a")[0] == 3
+    pairs, change = _ends_measured([0.98, 0.981, 0.979], tmp_path / "b")
+    assert pairs == 3 and change.within and not change.reproducible
+    # -4.2%, +2.1%, -11.6% is below 5% but not surely: pairs come until it is known
+    pairs, change = _ends_measured([0.958, 1.021, 0.884] + [0.91, 0.92, 0.905, 0.915] * 4, tmp_path / "c")
+    assert pairs > 3 and change.reproducible
+    # reproducible but scattered: another pair; that it strays asks for more, not for "no change"
+    pairs, change = _ends_measured([0.90, 0.89, 0.92, 1.02] + [0.91, 0.912, 0.908] * 4, tmp_path / "d")
+    assert pairs > 4 and change.reproducible
+    # never more than twice --max-repeats
+    pairs, change = _ends_measured([0.958, 1.021, 0.884] * 4, tmp_path / "e", max_repeats=4)
+    assert pairs == 8 and not change.settled
 
 
 def test_the_step_and_its_interval_come_from_the_pairs():
@@ -182,6 +225,7 @@ def test_the_cache_keeps_pairs_rounds_and_failures(tmp_path):
         ["bisect", "HEAD"],
         ["bisect", "HEAD~1", "HEAD", "--bursts", "1", KEY],
         ["bisect", "HEAD~1", "HEAD", "--min-change", "10", KEY],
+        ["bisect", "HEAD~1", "HEAD", "--max-repeats", "1", KEY],  # a verdict takes two rounds
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, tmp_path):

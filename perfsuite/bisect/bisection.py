@@ -42,7 +42,7 @@ class Options:
     setup: str | None = None
     min_change: float = 0.10
     bursts: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
-    max_repeats: int = 5  # rounds a commit gets at most (the ends get twice as many pairs at most)
+    max_repeats: int = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)
     history: str | None = None
     use_cache: bool = True
     cache_root: Path | None = None
@@ -198,9 +198,10 @@ class Run:
 
     # -- the ends ------------------------------------------------------------------------------
     def ends(self) -> tuple[decide.Ends, decide.Change]:
-        """GOOD and BAD in pairs: ``--bursts`` of them, more while the change is beyond
-        ``--min-change`` but not yet significant, or while their scatter would make every
-        midpoint need three rounds or more (up to twice ``--max-repeats``)."""
+        """GOOD and BAD in pairs: ``--bursts`` of them, then more (up to twice ``--max-repeats``)
+        while it is not known whether they differ by ``--min-change`` (their interval straddles it,
+        or the change is beyond it but not yet significant), and while their scatter would make
+        every midpoint need three rounds or more."""
         first = None
         if self.ctx.key is None:  # the first burst names the key (and the cache's place)
             first = self.end_burst(decide.GOOD)
@@ -225,19 +226,23 @@ class Run:
 
         while len(pairs) < self.opts.bursts:
             another()
-        change = decide.ends_change(decide.Ends.of(pairs), self.opts.min_change)
         # Every midpoint is judged against the ends' pairs: they may have twice a commit's rounds.
         most = max(2 * self.opts.max_repeats, self.opts.bursts)
-        while change.beyond and not change.significant and len(pairs) < most:
-            self.say(f"GOOD and BAD differ by {change.change:+.1%}, not yet significantly: another pair")
-            another()
-            change = decide.ends_change(decide.Ends.of(pairs), self.opts.min_change)
-        ends = decide.Ends.of(pairs)
-        while change.reproducible and ends.rounds_needed() > 2 and len(pairs) < most:
-            self.say(f"their pairs scatter ({ends.rounds_needed()} rounds a commit would need): another pair")
-            another()
+        while True:
             ends = decide.Ends.of(pairs)
             change = decide.ends_change(ends, self.opts.min_change)
+            if len(pairs) >= most:
+                break
+            if not change.settled:
+                self.say(
+                    f"GOOD and BAD differ by {change.change:+.1%} ({change.low:+.1%} to {change.high:+.1%}), "
+                    f"not yet known to be within or beyond {self.opts.min_change:.1%}: another pair"
+                )
+            elif change.reproducible and ends.rounds_needed() > 2:
+                self.say(f"their pairs scatter ({ends.rounds_needed()} rounds a commit would need): another pair")
+            else:
+                break
+            another()
         return ends, change
 
     def end_tested(self, ends: decide.Ends, order: int) -> Tested:

@@ -35,7 +35,7 @@ from perfsuite.commands import CommandError, Failure, UsageError
 
 DEFAULT_MIN_CHANGE = 0.10  # the gate's default --perf-tolerance (perfsuite.plugin.options)
 DEFAULT_BURSTS = 3
-DEFAULT_MAX_REPEATS = 5
+DEFAULT_MAX_REPEATS = 8
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
 STEP_CANNOT = 128  # git bisect run stops on an exit code above 127
@@ -72,6 +72,12 @@ def _count(text: str, least: int = 1) -> int:
 
 def _end_bursts(text: str) -> int:
     return _count(text, least=2)  # the bursts' scatter is read off the ends: two at least
+
+
+def _rounds(text: str) -> int:
+    from perfsuite.bisect.decide import MIN_ROUNDS
+
+    return _count(text, least=MIN_ROUNDS)  # a verdict takes this many rounds
 
 
 def _split(parser: argparse.ArgumentParser, args: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -148,7 +154,7 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-repeats",
-        type=_count,
+        type=_rounds,
         default=DEFAULT_MAX_REPEATS,
         metavar="N",
         help="rounds (a burst of the commit, then one of an end) a commit gets at most before it is skipped "
@@ -523,12 +529,19 @@ def report(outcome) -> list[str]:
     pairs = len(outcome.ends.pairs)
     lines = []
     if outcome.status == "no change":
-        why = (
-            f"{_pct(change.change)} is smaller than --min-change {change.min_change:.0%}"
-            if not change.beyond
-            else f"{_pct(change.change)} is not significant (pairs p={change.p_pairs:.2g}, "
-            f"windows p={change.p_value:.2g}, needs {ALPHA:g})"
-        )
+        interval = f"95% interval {_pct(change.low)} to {_pct(change.high)}"
+        if change.within:
+            why = f"{_pct(change.change)} ({interval}) is within --min-change {change.min_change:.0%} of no change"
+        elif not change.beyond:
+            why = (
+                f"{_pct(change.change)} is smaller than --min-change {change.min_change:.0%}, "
+                f"though after {pairs} pairs its {interval} still reaches past it"
+            )
+        else:
+            why = (
+                f"{_pct(change.change)} is not significant (pairs p={change.p_pairs:.2g}, "
+                f"windows p={change.p_value:.2g}, needs {ALPHA:g})"
+            )
         lines.append(f"no reproducible change between GOOD and BAD: {why} ({outcome.key})")
         lines += [_distribution("GOOD", ends["GOOD"]), _distribution("BAD ", ends["BAD"])]
         lines.append(f"  BAD against GOOD in each of the {pairs} pairs measured side by side: {_ratios(outcome)}")
