@@ -158,7 +158,8 @@ def _options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_REPEATS,
         metavar="N",
         help="rounds (a burst of the commit, then one of an end) a commit gets at most before it is skipped "
-        f"as undecided; the ends get twice as many pairs at most (default: {DEFAULT_MAX_REPEATS})",
+        f"as undecided, 2 or more (a verdict takes two); the ends get twice as many pairs at most "
+        f"(default: {DEFAULT_MAX_REPEATS})",
     )
     p.add_argument(
         "--perf-history",
