@@ -110,6 +110,19 @@ def test_scattered_pairs_need_more_rounds_and_one_stray_round_is_not_a_verdict()
     assert decide.judge([one] * ends.rounds_needed() + [stray], ends).verdict != decide.BAD
 
 
+def test_the_gates_alpha_is_shared_among_the_midpoints_so_two_strays_are_no_verdict_over_32_commits():
+    assert decide.commit_alpha(32) == pytest.approx(0.01 / 5) and decide.commit_alpha(1) == 0.01
+    ratios = (1.0, 1.06, 0.95, 1.03, 0.97)  # a round strays past half the step with a chance of about 0.1
+    one = _ends(100.0, 80.0, ratios)  # a search over one commit: the gate's alpha
+    many = decide.Ends(one.pairs, decide.commit_alpha(32))
+    assert 0.002 < one.stray_chance() ** 2 < 0.01
+    good = _round(100.0, decide.BAD, 80.0)
+    assert decide.judge([good] * 2, one).verdict == decide.GOOD
+    assert decide.judge([good] * 2, many).verdict == decide.UNDECIDED
+    assert many.rounds_needed() > one.rounds_needed()
+    assert decide.judge([good] * many.rounds_needed(), many).verdict == decide.GOOD
+
+
 def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
     small = decide.ends_change(_ends(100.0, 95.0, (1.0, 1.003, 0.997)), 0.10)
     assert not small.reproducible and small.within and small.settled  # 5% < 10%, and surely so
@@ -134,7 +147,7 @@ def _ends_measured(ratios, tmp_path, min_change=0.05, bursts=3, max_repeats=8):
     run.opts = SimpleNamespace(bursts=bursts, max_repeats=max_repeats, min_change=min_change)
     run.ctx = SimpleNamespace(key=KEY, fingerprint="fp")
     run.cache = Cache(tmp_path, read=True)
-    run.good, run.bad, run.say = "a" * 40, "b" * 40, lambda line: None
+    run.good, run.bad, run.say, run.alpha = "a" * 40, "b" * 40, (lambda line: None), decide.ALPHA
     speeds = iter([1.0, 0.99, 1.01, 0.995, 1.005] * 10)
     levels = iter(level for r in ratios for v in [next(speeds)] for level in (100.0 * v, 100.0 * v * r))
     run.end_burst = lambda end: _burst(next(levels))
@@ -151,7 +164,7 @@ def test_the_ends_get_pairs_until_it_is_known_whether_they_differ_by_min_change(
     pairs, change = _ends_measured([0.958, 1.021, 0.884] + [0.91, 0.92, 0.905, 0.915] * 4, tmp_path / "c")
     assert pairs > 3 and change.reproducible
     # reproducible but scattered: another pair; that it strays asks for more, not for "no change"
-    pairs, change = _ends_measured([0.90, 0.89, 0.92, 1.02] + [0.91, 0.912, 0.908] * 4, tmp_path / "d")
+    pairs, change = _ends_measured([0.90, 0.88, 0.925, 1.02] + [0.91, 0.912, 0.908] * 4, tmp_path / "d")
     assert pairs > 4 and change.reproducible
     # never more than twice --max-repeats
     pairs, change = _ends_measured([0.958, 1.021, 0.884] * 4, tmp_path / "e", max_repeats=4)
@@ -353,7 +366,7 @@ def test_the_step_comes_with_its_interval_and_every_commit_with_its_figures(resu
 
 def _ends_of(outcome):
     ends = {t["role"]: t["burst_samples"] for t in outcome["tested"] if t["role"] in ("GOOD", "BAD")}
-    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])))
+    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])), outcome["alpha"])
 
 
 def _rounds_of(tested):

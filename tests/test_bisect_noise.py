@@ -18,7 +18,7 @@ TIMEOUT = 1200  # a generous bound on a whole bisect, never the assertion
 
 def _ends_of(outcome):
     ends = {t["role"]: t["burst_samples"] for t in outcome["tested"] if t["role"] in ("GOOD", "BAD")}
-    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])))
+    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])), outcome["alpha"])
 
 
 def test_a_change_hidden_in_noise_costs_bursts_never_a_wrong_answer(tmp_path):

@@ -149,7 +149,13 @@ class Run:
         self.bad = repo.resolve(self.repo, opts.bad)
         if self.good == self.bad:
             raise repo.GitError("GOOD and BAD are the same commit")
-        self.commits = repo.commit_range(self.repo, self.good, self.bad) if line else [self.good, self.bad]
+        if line:
+            self.commits = repo.commit_range(self.repo, self.good, self.bad)
+            n = len(self.commits) - 1
+        else:  # git bisect chooses among every commit between the ends
+            self.commits = [self.good, self.bad]
+            n = repo.count_between(self.repo, self.good, self.bad)
+        self.alpha = decide.commit_alpha(n)
         self.cache = Cache(opts.cache_root, read=opts.use_cache, since=since)
         self.started = time.monotonic()
 
@@ -201,7 +207,7 @@ class Run:
         """GOOD and BAD in pairs: ``--bursts`` of them, then more (up to twice ``--max-repeats``)
         while it is not known whether they differ by ``--min-change`` (their interval straddles it,
         or the change is beyond it but not yet significant), and while their scatter would make
-        every midpoint need three rounds or more."""
+        every midpoint need more than ``decide.ENOUGH_ROUNDS`` rounds."""
         first = None
         if self.ctx.key is None:  # the first burst names the key (and the cache's place)
             first = self.end_burst(decide.GOOD)
@@ -229,7 +235,7 @@ class Run:
         # Every midpoint is judged against the ends' pairs: they may have twice a commit's rounds.
         most = max(2 * self.opts.max_repeats, self.opts.bursts)
         while True:
-            ends = decide.Ends.of(pairs)
+            ends = decide.Ends.of(pairs, self.alpha)
             change = decide.ends_change(ends, self.opts.min_change)
             if len(pairs) >= most:
                 break
@@ -238,7 +244,7 @@ class Run:
                     f"GOOD and BAD differ by {change.change:+.1%} ({change.low:+.1%} to {change.high:+.1%}), "
                     f"not yet known to be within or beyond {self.opts.min_change:.1%}: another pair"
                 )
-            elif change.reproducible and ends.rounds_needed() > 2:
+            elif change.reproducible and ends.rounds_needed() > decide.ENOUGH_ROUNDS:
                 self.say(f"their pairs scatter ({ends.rounds_needed()} rounds a commit would need): another pair")
             else:
                 break
@@ -381,7 +387,7 @@ def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str]
         written = False
         if found is not None and _ends_match(found, run, opts):
             run.ctx.key, run.ctx.fingerprint, run.ctx.confirmed = found["key"], found["fingerprint"], True
-            ends = decide.Ends.of([(g, b) for g, b in found["pairs"]])
+            ends = decide.Ends.of([(g, b) for g, b in found["pairs"]], run.alpha)
             change = decide.ends_change(ends, opts.min_change)
         else:
             ends, change = run.ends()

@@ -18,9 +18,9 @@ interval, is the noise a verdict has to beat.
   end measured beside it. The end chosen is the one the commit looks least like so far,
   so that the round can tell it apart.
 * **A commit is like GOOD** when so many of its rounds place it in GOOD's half that
-  rounds of a BAD-like commit would have done so with a chance of at most alpha (a
-  binomial tail over the chance that one round strays past the half-way mark, from the
-  pairs' scatter), its rounds' median lies in the third of the way nearest GOOD (the middle
+  rounds of a BAD-like commit would have done so with a chance of at most the commit's
+  alpha (a binomial tail over the chance that one round strays past the half-way mark,
+  from the pairs' scatter), its rounds' median lies in the third of the way nearest GOOD (the middle
   third is like neither: a second change, or noise more rounds will settle), and its
   windows are on GOOD's side of the BAD bursts measured beside them by the rank test. It
   takes two rounds at least, whatever the ends' scatter promises: a few pairs of the ends
@@ -29,6 +29,9 @@ interval, is the noise a verdict has to beat.
 * **Like BAD**: the mirror image. Anything else is undecided: another round, up to
   ``--max-repeats``, then the commit is skipped. Noise costs bursts; it does not turn into
   a verdict.
+* **A commit's alpha** is the gate's alpha shared among the midpoints a search measures
+  (0.002 each over 32 commits): any one wrong verdict names a wrong commit, and at 0.01
+  each, a bisect of a 10% step on a 2-vCPU machine named a wrong commit in 1 of 14.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfsuite.analysis import stats
+from perfsuite.bisect import search
 
 ALPHA = stats.ALPHA
 GOOD = "good"
@@ -51,6 +55,9 @@ MIN_SCATTER = 0.007  # no two bursts' ratio is known better than this, whatever 
 # On a quiet 2-vCPU machine, three pairs of the ends agreed within 0.4% while the rounds beside
 # them strayed past half of a 7% step 5 times in 10: one round is no verdict.
 MIN_ROUNDS = 2
+# The ends get more pairs while their scatter would make every midpoint need more rounds than
+# this; below it, more pairs seldom lower the rounds a commit needs by enough to pay for themselves.
+ENOUGH_ROUNDS = 3
 
 Samples = Sequence[float]
 
@@ -64,15 +71,24 @@ def log_ratio(a: Samples, b: Samples) -> float:
     return math.log(stats.median(a) / stats.median(b))
 
 
+def commit_alpha(commits: int) -> float:
+    """The chance each midpoint's verdict may be wrong: the gate's alpha shared among the midpoints
+    a search over ``commits`` commits after GOOD measures (any one wrong verdict names a wrong
+    commit, so the whole bisect's chance of a wrong answer stays at most alpha)."""
+    return ALPHA / max(1, search.expected_midpoints(commits))
+
+
 @dataclass(frozen=True)
 class Ends:
-    """GOOD's and BAD's bursts, measured in pairs: (GOOD burst, the BAD burst right after it)."""
+    """GOOD's and BAD's bursts, measured in pairs: (GOOD burst, the BAD burst right after it);
+    and ``alpha``, the chance a commit judged against them may be called wrongly."""
 
     pairs: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+    alpha: float = ALPHA
 
     @staticmethod
-    def of(pairs: Sequence[tuple[Samples, Samples]]) -> Ends:
-        return Ends(tuple((tuple(map(float, g)), tuple(map(float, b))) for g, b in pairs))
+    def of(pairs: Sequence[tuple[Samples, Samples]], alpha: float = ALPHA) -> Ends:
+        return Ends(tuple((tuple(map(float, g)), tuple(map(float, b))) for g, b in pairs), alpha)
 
     @property
     def good(self) -> list[list[float]]:
@@ -115,7 +131,7 @@ class Ends:
     def rounds_needed(self) -> int:
         """How many rounds, all on one side, let a commit be called."""
         q = self.stray_chance()
-        return 1 if q <= ALPHA else math.ceil(math.log(ALPHA) / math.log(q))
+        return 1 if q <= self.alpha else math.ceil(math.log(self.alpha) / math.log(q))
 
 
 @dataclass(frozen=True)
@@ -273,9 +289,10 @@ def judge(rounds: Sequence[Round], ends: Ends) -> Call:
     p_vs_bad = _windows_p(rounds, BAD, slower, towards_good=True)
     p_vs_good = _windows_p(rounds, GOOD, slower, towards_good=False)
     where = f"at {x:.2f} of the way from GOOD to BAD, {near_good} of {n} round{'s' if n != 1 else ''} in GOOD's half"
-    if x < OUTER and tail_good <= ALPHA and p_vs_bad <= ALPHA:
+    a = ends.alpha
+    if x < OUTER and tail_good <= a and p_vs_bad <= a:
         return Call(GOOD, x, tail_good, p_vs_bad, f"{where} (p={tail_good:.2g}; windows p={p_vs_bad:.2g} against BAD)")
-    if x > 1 - OUTER and tail_bad <= ALPHA and p_vs_good <= ALPHA:
+    if x > 1 - OUTER and tail_bad <= a and p_vs_good <= a:
         return Call(BAD, x, tail_bad, p_vs_good, f"{where} (p={tail_bad:.2g}; windows p={p_vs_good:.2g} against GOOD)")
     need = ends.rounds_needed()
     more = f"; the pairs' scatter asks for {need} rounds on one side" if need > 1 else ""

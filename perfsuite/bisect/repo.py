@@ -81,6 +81,11 @@ def commit_range(repo: Path, good: str, bad: str) -> list[str]:
     return [good, *line]
 
 
+def count_between(repo: Path, good: str, bad: str) -> int:
+    """The commits git bisect chooses among: those reachable from BAD and not from GOOD."""
+    return int(git(repo, "rev-list", "--count", bad, f"^{good}"))
+
+
 @dataclass(frozen=True)
 class CommitInfo:
     sha: str

@@ -483,6 +483,7 @@ def as_json(outcome) -> dict[str, Any]:
         "change": {**outcome.change.as_dict(), "ratio": outcome.change.ratio},
         "pairs": len(outcome.ends.pairs),
         "rounds_needed": outcome.ends.rounds_needed(),
+        "alpha": outcome.ends.alpha,
         "first_bad": info[first].as_dict() if first and first in info else ({"commit": first} if first else None),
         "candidates": [info[c].as_dict() if c in info else {"commit": c} for c in outcome.candidates]
         if outcome.status == "unresolved"
