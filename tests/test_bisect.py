@@ -271,8 +271,17 @@ class Interrupted:
 def _interrupt_after_a_midpoint_starts(argv, repo, env) -> tuple[int, str]:
     """Start a bisect in a process group of its own and send the group SIGINT (Ctrl-C at a
     terminal) once the first midpoint is being measured."""
+    # SIGINT at its default, as under a terminal: started from a background job (`make test &`)
+    # it would be ignored, and this Python and the bisect would inherit that.
     proc = subprocess.Popen(
-        argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv,
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:
