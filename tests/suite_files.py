@@ -2,6 +2,7 @@
 
 import contextlib
 import shutil
+import signal
 import socket
 from pathlib import Path
 
@@ -131,3 +132,10 @@ def needs(module: str):
     import pytest
 
     return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
+
+
+def sigint_at_default() -> None:
+    """A ``preexec_fn``: SIGINT at its default, as under a terminal. A shell's background job
+    (``make test &``) ignores it and passes that on, and a Python started so never turns
+    Ctrl-C into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

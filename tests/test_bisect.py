@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 from bisect_repos import BURST, KEY, SELECTION, build, command, dirty, environment, leftovers, snapshot
+from suite_files import sigint_at_default
 
 from perfsuite.bisect import bisection, decide, search, selection
 from perfsuite.bisect.cache import Cache
@@ -271,8 +272,6 @@ class Interrupted:
 def _interrupt_after_a_midpoint_starts(argv, repo, env) -> tuple[int, str]:
     """Start a bisect in a process group of its own and send the group SIGINT (Ctrl-C at a
     terminal) once the first midpoint is being measured."""
-    # SIGINT at its default, as under a terminal: started from a background job (`make test &`)
-    # it would be ignored, and this Python and the bisect would inherit that.
     proc = subprocess.Popen(
         argv,
         cwd=repo,
@@ -281,7 +280,7 @@ def _interrupt_after_a_midpoint_starts(argv, repo, env) -> tuple[int, str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=sigint_at_default,
     )
     lines = []
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from suite_files import TINY, needs  # noqa: E402
+from suite_files import TINY, needs, sigint_at_default  # noqa: E402
 
 from perfsuite.contract.spec import BurstSpec  # noqa: E402
 from perfsuite.models.registry import get_model  # noqa: E402
@@ -124,8 +124,6 @@ def start(project: Path, workers: int, *extra: str, only: str = "") -> subproces
     ]
     env = dict(os.environ, TMPDIR=str(project / "tmp"))
     # A session of its own, like a job under a terminal or a CI runner: "the group" is pytest's.
-    # SIGINT at its default, as under a terminal: a shell's background job (`cmd &`) ignores
-    # it and passes that on, and a Python started so never turns Ctrl-C into KeyboardInterrupt.
     STARTED.append(
         subprocess.Popen(
             cmd,
@@ -135,7 +133,7 @@ def start(project: Path, workers: int, *extra: str, only: str = "") -> subproces
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            preexec_fn=sigint_at_default,  # as under a terminal
         )
     )
     return STARTED[-1]
