@@ -2,7 +2,7 @@
 
 A page asks for generated Markdown with a comment on a line of its own:
 
-    <!-- perfsuite:options NAME ... -->   rows of the option table (perfsuite.plugin.options.OPTIONS);
+    <!-- perfsuite:options NAME ... -->   rows of the option table (perfsuite.config.options.OPTIONS);
                                           ``*``: every option no earlier directive of the page placed
     <!-- perfsuite:options-rest TITLE --> a section TITLE with every option the page placed nowhere else
     <!-- perfsuite:fields MODULE CLASS -->  a dataclass's fields: name, type, default
@@ -116,7 +116,7 @@ def version(module: str, name: str, page) -> int:
 
 
 def options_table(names: list[str], placed: set[str]) -> str:
-    from perfsuite.plugin.options import OPTIONS, PLURALS
+    from perfsuite.config.options import OPTIONS, PLURALS
 
     by_name = {o.name: o for o in OPTIONS}
     if names == ["*"]:
@@ -142,7 +142,7 @@ def options_table(names: list[str], placed: set[str]) -> str:
         )
         key = " or ".join(keys) + (f" ({value})" if value else "")
         anchor = f'<a id="{o.flag.lstrip("-")}"></a>'
-        rows.append(f"| {anchor}{spelling} | {_cell(o.help)} | {key} |")
+        rows.append(f"| {anchor}{spelling} | {_cell(o.text)} | {key} |")
     return "\n".join(rows) + "\n"
 
 

@@ -292,7 +292,7 @@ def test_prune_drops_exactly_the_matched_entries(tmp_path, keys, pats, ages, old
         (["prune", "{d}/ok.json", "--older-than", "inf"], 2, "finite"),
         (["diff", "{d}/ok.json", "{d}/ok.json", "--threshold", "abc"], 2, "--threshold"),
         (["diff", "{d}/ok.json"], 2, "required"),
-        (["show"], 2, "required"),
+        (["show", "--frob"], 2, "unrecognized arguments"),
         (["frob"], 2, "invalid choice"),
         ([], 2, "required"),
     ],
@@ -311,6 +311,27 @@ def test_errors_are_one_line_with_an_exit_code(tmp_path, capsys, argv, rc, words
     assert code == rc
     assert err.startswith("error:") and err.count("\n") == 1 and words in err
     assert (tmp_path / "bad.json").read_bytes() == raw  # an unusable file is never rewritten
+
+
+def test_without_a_file_show_and_prune_take_this_machines_in_the_projects_baseline_dir(tmp_path, monkeypatch, capsys):
+    from perfsuite.common import hardware
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hardware, "gpu_fingerprint", lambda: None)
+    assert main(["baseline", "show"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no baseline file of this machine in baselines: no cpu-") and "name the FILE" in err
+    (tmp_path / "pyproject.toml").write_text('[tool.perfsuite]\nbaseline_dir = "stored"\n')
+    here = hardware.cpu_fingerprint()
+    mine = _write(baseline.baseline_path(tmp_path / "stored", here), {ONE: _entry(100.0)}, here)
+    assert main(["baseline", "show", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["file"] == str(mine)
+    assert main(["baseline", "prune", "--key", "*", "--dry-run"]) == 0
+    assert f"would remove 1 of 1 entries from {mine}" in capsys.readouterr().out
+    # A table pytest would refuse is refused here too.
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\nbaseline_dirs = 1\n")
+    assert main(["baseline", "show"]) == 1
+    assert "unknown key 'baseline_dirs' in [tool.perfsuite]" in capsys.readouterr().err
 
 
 def test_module_entry_point_exit_codes(tmp_path):

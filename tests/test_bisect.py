@@ -210,11 +210,25 @@ def test_bisect_options_and_pytest_options_mix_on_the_command_line():
     assert args.selection == ["tests_perf", "-k", "x", "--json"]
 
 
-def test_the_default_min_change_is_the_gates_tolerance():
-    from perfsuite.plugin.options import OPTIONS
+def test_the_default_min_change_is_the_gates_tolerance(tmp_path):
+    from argparse import Namespace
 
-    (tolerance,) = [o for o in OPTIONS if o.name == "perf-tolerance"]
-    assert bisect.DEFAULT_MIN_CHANGE == tolerance.default
+    from perfsuite.commands import UsageError
+    from perfsuite.config.options import default
+
+    given = Namespace(min_change=None)
+    assert bisect._min_change(given, [], tmp_path) == default("perf_tolerance")
+    assert bisect._min_change(given, ["tests_perf", "--perf-tolerance", "0.2"], tmp_path) == 0.2
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\nperf_tolerance = 0.07\n")
+    assert bisect._min_change(given, [], tmp_path) == 0.07
+    assert bisect._min_change(given, ["--perf-tolerance=0.3"], tmp_path) == 0.3
+    assert bisect._min_change(Namespace(min_change=0.04), [], tmp_path) == 0.04
+    # A value pytest refuses is refused here too, with pytest's line, never replaced by a default.
+    (tmp_path / "pyproject.toml").write_text("[tool.perfsuite]\nperf_tolerance = 1.5\n")
+    with pytest.raises(UsageError, match=r"perf_tolerance in \[tool.perfsuite\] of .*: must be <= 0.99, got 1.5"):
+        bisect._min_change(given, [], tmp_path)
+    with pytest.raises(UsageError, match="--perf-tolerance: expected a number, got 'ten'"):
+        bisect._min_change(given, ["--perf-tolerance", "ten"], tmp_path)
 
 
 def test_the_cache_keeps_pairs_rounds_and_failures(tmp_path):

@@ -48,12 +48,12 @@ def _expand(hooks, page: str) -> str:
 
 
 def test_the_option_reference_lists_every_option_once(hooks):
-    from perfsuite.plugin.options import OPTIONS
+    from perfsuite.config.options import OPTIONS
 
     page = _expand(hooks, "reference/options.md")
     for o in OPTIONS:
         assert page.count(f'<a id="{o.flag.lstrip("-")}"></a>') == 1, o.flag
-        assert o.help.replace("%%", "%").replace("|", "\\|").replace("<", "&lt;") in page, o.flag
+        assert o.text.replace("%%", "%").replace("|", "\\|").replace("<", "&lt;") in page, o.flag
 
 
 def test_the_command_reference_shows_every_command(hooks):

@@ -236,7 +236,7 @@ def test_an_unusable_history_skips_the_check_and_says_so(faked, tmp_path, monkey
 
 
 def _options(cli: dict, table: dict, base):
-    from perfsuite.plugin.options import resolve
+    from perfsuite.config.options import resolve
 
     return resolve(lambda dest: cli.get(dest), table, "pyproject.toml", base)
 
@@ -263,7 +263,7 @@ def test_fleet_options_and_their_defaults(tmp_path):
     ],
 )
 def test_bad_fleet_options_are_one_line(tmp_path, cli, message):
-    from perfsuite.plugin.options import OptionError
+    from perfsuite.config.options import OptionError
 
     with pytest.raises(OptionError, match=message):
         _options(cli, {}, tmp_path)

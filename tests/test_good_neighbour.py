@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from suite_files import SUITE
 
+from perfsuite.config.options import OPTIONS
 from perfsuite.plugin.markers import CASE_MARKERS
-from perfsuite.plugin.options import OPTIONS
 
 pytest_plugins = ["pytester"]
 

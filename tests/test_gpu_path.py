@@ -13,9 +13,9 @@ from suite_files import needs
 from perfsuite.analysis import mfu
 from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, INPUT_BOUND, diagnose
 from perfsuite.common import hardware
+from perfsuite.config.options import resolve
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin import cases
-from perfsuite.plugin.options import resolve
 from perfsuite.worker import measure
 from perfsuite.worker.progress import progress_writer
 from perfsuite.worker.record import fp32_kind

@@ -205,7 +205,7 @@ def test_drift_reads_this_nodes_runs_only(faked, monkeypatch):
 
 
 def _options(cli: dict, table: dict, base):
-    from perfsuite.plugin.options import resolve
+    from perfsuite.config.options import resolve
 
     return resolve(lambda dest: cli.get(dest), table, "pyproject.toml", base)
 
@@ -243,7 +243,7 @@ def test_history_options_from_the_table(tmp_path):
     ],
 )
 def test_bad_history_options_are_one_line(tmp_path, cli, message):
-    from perfsuite.plugin.options import OptionError
+    from perfsuite.config.options import OptionError
 
     with pytest.raises(OptionError, match=message):
         _options(cli, {}, tmp_path)

@@ -21,10 +21,11 @@ ALLOWED = {
     "worker": {"common", "contract", "models", "data", "analysis"},
     "reporting": {"common", "contract", "models", "analysis", "store"},
     "history": {"common", "contract", "analysis", "store", "reporting"},
-    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "suite"},
+    "config": {"common", "contract", "models", "analysis", "history"},
+    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "config", "suite"},
     "suite": {"common", "contract", "plugin"},
     "bisect": {"common", "contract", "analysis"},
-    "commands": {"common", "contract", "models", "store", "analysis", "history", "reporting", "bisect"},
+    "commands": {"common", "contract", "models", "store", "analysis", "history", "reporting", "bisect", "config"},
     "top": {"commands", "contract", "models"},  # __init__ (the public names), __main__
 }
 

@@ -11,8 +11,8 @@ from records import result as measured
 from records import worker_record
 
 from perfsuite.analysis import stats
+from perfsuite.config.options import resolve
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.plugin.options import resolve
 from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import content, folder, markdown
 from perfsuite.reporting.perf_json import row

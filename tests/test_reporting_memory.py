@@ -10,10 +10,10 @@ from records import worker_record
 from perfsuite.analysis import stats
 from perfsuite.analysis.attribution import attribute
 from perfsuite.analysis.memory import compare_memory
+from perfsuite.config.options import resolve
 from perfsuite.contract.op_profile import OpProfile, OpTime
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin.benchmark import _extra_info
-from perfsuite.plugin.options import resolve
 from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import content, folder, markdown, terminal
 from perfsuite.reporting.perf_json import row

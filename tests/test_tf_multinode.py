@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from suite_files import SUITE, free_ports
 
+from perfsuite.config.options import OptionError, resolve
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin import cases, launch
-from perfsuite.plugin.options import OptionError, cluster_gap, resolve
+from perfsuite.plugin.cases import cluster_gap
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="tensorflow is not installed")
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.analysis.stats import median
+from perfsuite.analysis.stats import TOLERANCE, median
 
 # benchmarks/changepoint_eval.py, 1,000 trials at this machine's 2.24% noise: Otava's default
 # 0.001 put a change point in 2.6% of flat 60-run histories at 5% noise and 10 into a flat
@@ -27,6 +27,7 @@ MAX_PVALUE = 1e-4
 # Otava's default. 30 found the slide as well but missed a 5% step within 20 nights twice as
 # often (6.1% of trials against 3.5%).
 WINDOW = 50
+DRIFT_WINDOW = 14  # the last runs a drift check reads (--perf-drift-window)
 # Fewer runs rarely hold enough on each side of a change to reach MAX_PVALUE: a 15% step in the
 # middle under 2.24% noise was found in 27% of 6-run histories, 86% of 8-run and 99% of 10-run.
 MIN_POINTS = 8
@@ -120,8 +121,8 @@ def change_points(values: Sequence[float], max_pvalue: float = MAX_PVALUE) -> li
 
 def drift(
     values: Sequence[float],
-    window: int = 14,
-    tolerance: float = 0.10,
+    window: int = DRIFT_WINDOW,
+    tolerance: float = TOLERANCE,
     max_pvalue: float = MAX_PVALUE,
 ) -> Drift | None:
     """A drop beyond ``tolerance`` made of the change points inside the last ``window`` values.

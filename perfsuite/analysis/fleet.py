@@ -32,6 +32,7 @@ MIN_HOSTS = 3  # a group judged needs at least this many hosts
 # night on the same software), only for host-to-host spread: 5% flags a host 8% slower
 # than its peers where the gate's 10% against a baseline would not.
 TOLERANCE = 0.05
+WINDOW_HOURS = 36.0  # tonight: each node's latest run in this many hours (a sweep may start before midnight)
 NORMAL_MAD = 0.6745  # the 0.75 quantile of the standard normal: MAD / 0.6745 estimates sigma
 
 

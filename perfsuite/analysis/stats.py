@@ -18,6 +18,9 @@ ALPHA = 0.01
 # Mann-Whitney one-sided exact p for 5 vs 5 fully separated samples is 1/252 = 0.004;
 # with fewer on either side no drop can reach ALPHA = 0.01.
 MIN_SAMPLES = 5
+# The relative drop tolerated where nothing else is said: the gate's --perf-tolerance,
+# bisect's --min-change and the drift check's.
+TOLERANCE = 0.10
 
 PASS = "pass"
 REGRESSION = "regression"

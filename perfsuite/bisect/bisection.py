@@ -40,7 +40,7 @@ class Options:
     selection: Selection
     python: str
     setup: str | None = None
-    min_change: float = 0.10
+    min_change: float = stats.TOLERANCE
     bursts: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
     max_repeats: int = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)
     history: str | None = None

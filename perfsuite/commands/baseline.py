@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,16 @@ from typing import Any
 from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+from perfsuite.config import arguments, project
+from perfsuite.config.options import OptionError
 from perfsuite.store import baseline
 from perfsuite.store.summary import as_date, as_number, compare, prune_selector, summarize
 
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
+THIS_MACHINE = (
+    "a baseline file (default: the one the gate reads on this machine, its GPUs' where it has any, else its "
+    "CPU's, in baseline_dir of [tool.perfsuite], default baselines/)"
+)
 
 
 # --- reading ---------------------------------------------------------------------
@@ -32,6 +37,25 @@ def _load(path: Path) -> baseline.BaselineFile:
     if bf is None:
         raise baseline.BaselineError(f"{path}: no such file")
     return bf
+
+
+def _this_machine(given: Path | None) -> Path:
+    """FILE, else the file the gate reads on this machine: its GPUs' where it has any, else its
+    CPU's, in baseline_dir of [tool.perfsuite] (default baselines/)."""
+    if given is not None:
+        return given
+    from perfsuite.common import hardware
+
+    try:
+        folder = project.load(Path.cwd()).baseline_dir
+    except OptionError as exc:
+        raise Failure(str(exc)) from None
+    fp = hardware.gpu_fingerprint() or hardware.cpu_fingerprint()
+    found, unused = baseline.find(folder, fp)
+    if found is None:
+        why = unused or f"no {baseline.baseline_path(folder, fp).name} there"
+        raise Failure(f"no baseline file of this machine in {folder}: {why}; name the FILE")
+    return found.path
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -52,7 +76,7 @@ def _versions(frameworks: dict[str, Any]) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    info = summarize(_load(args.file))
+    info = summarize(_load(_this_machine(args.file)))
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -151,6 +175,7 @@ def _prune(args: argparse.Namespace) -> int:
     patterns = args.key or []
     if not patterns and args.older_than is None:
         raise UsageError("prune needs --older-than DAYS or --key PATTERN (or both)")
+    args.file = _this_machine(args.file)
     current = _load(args.file)
     select = prune_selector(patterns, args.older_than, datetime.now(UTC))
     for p in patterns:
@@ -179,16 +204,6 @@ def _prune(args: argparse.Namespace) -> int:
 # --- wiring ----------------------------------------------------------------------
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return value
-
-
 def add_parser(sub: Any) -> None:
     """Add ``baseline`` and its commands to the subparsers of ``python -m perfsuite``."""
     p = sub.add_parser(
@@ -199,7 +214,7 @@ def add_parser(sub: Any) -> None:
     )
     cmds = p.add_subparsers(dest="baseline_command", required=True, metavar="{show,diff,prune}")
     show = cmds.add_parser("show", help="fingerprint and one row per entry")
-    show.add_argument("file", type=Path, metavar="FILE")
+    show.add_argument("file", type=Path, nargs="?", metavar="FILE", help=THIS_MACHINE)
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(run=run, action=_show)
     diff = cmds.add_parser("diff", help="compare two baseline files entry by entry")
@@ -208,7 +223,7 @@ def add_parser(sub: Any) -> None:
     diff.add_argument("--json", action="store_true", help="machine-readable output")
     diff.add_argument(
         "--threshold",
-        type=_non_negative,
+        type=arguments.non_negative,
         default=0.05,
         metavar="FRACTION",
         help="mark throughput changes beyond this fraction and scaling efficiency changes "
@@ -221,9 +236,9 @@ def add_parser(sub: Any) -> None:
         description="Drop the entries every given criterion selects: any --key pattern "
         "matches and, with --older-than, the last save is older.",
     )
-    prune.add_argument("file", type=Path, metavar="FILE")
+    prune.add_argument("file", type=Path, nargs="?", metavar="FILE", help=THIS_MACHINE)
     prune.add_argument(
-        "--older-than", type=_non_negative, metavar="DAYS", help="entries last saved more than DAYS days ago"
+        "--older-than", type=arguments.non_negative, metavar="DAYS", help="entries last saved more than DAYS days ago"
     )
     prune.add_argument(
         "--key",

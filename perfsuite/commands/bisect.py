@@ -25,15 +25,16 @@ import shlex
 import signal
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import CommandError, Failure, UsageError
+from perfsuite.config import arguments, project
+from perfsuite.config.options import OptionError
 
-DEFAULT_MIN_CHANGE = 0.10  # the gate's default --perf-tolerance (perfsuite.plugin.options)
 DEFAULT_BURSTS = 3
 DEFAULT_MAX_REPEATS = 8
 INTERRUPTED = 130
@@ -50,34 +51,10 @@ class StepError(CommandError):
 # --- the command line --------------------------------------------------------------------
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.1, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 (0.1 is 10%), got {text!r}")
-    return value
-
-
-def _count(text: str, least: int = 1) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"expected {least} or more, got {text!r}")
-    return value
-
-
-def _end_bursts(text: str) -> int:
-    return _count(text, least=2)  # the bursts' scatter is read off the ends: two at least
-
-
 def _rounds(text: str) -> int:
     from perfsuite.bisect.decide import MIN_ROUNDS
 
-    return _count(text, least=MIN_ROUNDS)  # a verdict takes this many rounds
+    return arguments.count(least=MIN_ROUNDS)(text)  # a verdict takes this many rounds
 
 
 def _split(parser: argparse.ArgumentParser, args: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -139,14 +116,14 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-change",
-        type=_fraction,
+        type=arguments.fraction(zero=False),
         metavar="F",
-        help="the smallest change between GOOD and BAD worth a bisect (default: the gate's tolerance, "
-        "perf_tolerance of [tool.perfsuite] or --perf-tolerance in the selection, else 0.10)",
+        help="the smallest change between GOOD and BAD worth a bisect (default: the gate's tolerance: "
+        f"--perf-tolerance in the selection, else perf_tolerance of [tool.perfsuite], else {TOLERANCE:g})",
     )
     p.add_argument(
         "--bursts",
-        type=_end_bursts,
+        type=arguments.count(least=2),  # the bursts' scatter is read off the ends: two at least
         default=DEFAULT_BURSTS,
         metavar="N",
         help="pairs of bursts of GOOD and BAD, one right after the other, before anything is judged, "
@@ -219,26 +196,23 @@ def add_parser(sub: Any) -> None:
 
 
 def _min_change(args: argparse.Namespace, selection: list[str], repo: Path) -> float:
+    """--min-change, else the gate's tolerance: the selection's --perf-tolerance over the
+    repository's [tool.perfsuite], checked as pytest checks it."""
     if args.min_change is not None:
         return args.min_change
+    given = None
     for i, arg in enumerate(selection):
-        value = arg.split("=", 1)[1] if arg.startswith("--perf-tolerance=") else None
-        if arg == "--perf-tolerance" and i + 1 < len(selection):
-            value = selection[i + 1]
-        if value is not None:
-            try:
-                return _fraction(value)
-            except argparse.ArgumentTypeError as exc:
-                raise UsageError(f"--perf-tolerance in the selection: {exc}") from None
+        if arg.startswith("--perf-tolerance="):
+            given = arg.split("=", 1)[1]
+        elif arg == "--perf-tolerance" and i + 1 < len(selection):
+            given = selection[i + 1]
     try:
-        with open(repo / "pyproject.toml", "rb") as f:
-            table = tomllib.load(f).get("tool", {}).get("perfsuite", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return DEFAULT_MIN_CHANGE
-    value = table.get("perf_tolerance") if isinstance(table, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
-        return float(value)
-    return DEFAULT_MIN_CHANGE
+        tolerance = project.load(repo, {"perf_tolerance": given}).perf_tolerance
+    except OptionError as exc:
+        raise UsageError(f"the gate's tolerance, bisect's --min-change: {exc}") from None
+    if tolerance <= 0:
+        raise UsageError("the gate's tolerance is 0, and bisect needs a change to look for: give --min-change")
+    return tolerance
 
 
 def _history(url: str | None) -> str | None:

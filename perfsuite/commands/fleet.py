@@ -24,14 +24,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet
+from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import Failure, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+from perfsuite.config import arguments
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when the command runs, not when the parser is built
     from perfsuite.history.fleet import Latest, Nights, Point
 
-DEFAULT_SINCE_H = 36.0
+DEFAULT_SINCE_H = fleet.WINDOW_HOURS
 DEFAULT_NIGHTS = 7
 DEFAULT_LIMIT = 20
 FLAGGED_EXIT = 3
@@ -377,56 +379,6 @@ def run(args: argparse.Namespace, url: str) -> int:
 # --- arguments ---------------------------------------------------------------------
 
 
-def _hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected hours, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected hours above 0, got {text!r}")
-    return value
-
-
-def _nights(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
-    return value
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1) (0.05 means 5%), got {text!r}")
-    return value
-
-
-def _cutoff(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
-    return value
-
-
 def _at(text: str) -> datetime.datetime:
     from perfsuite.history.document import utc
     from perfsuite.history.url import HistoryError
@@ -461,7 +413,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--since",
-        type=_hours,
+        type=arguments.above_zero("hours"),
         default=DEFAULT_SINCE_H,
         metavar="HOURS",
         help=f"tonight is each host's latest run in the HOURS before --at (default: {DEFAULT_SINCE_H:g})",
@@ -471,7 +423,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--nights",
-        type=_nights,
+        type=arguments.count(least=1),
         default=DEFAULT_NIGHTS,
         metavar="N",
         help="count the flags of each host over the last N nights, tonight included: the same window ending "
@@ -479,16 +431,17 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--tolerance",
-        type=_fraction,
+        type=arguments.fraction(),
         default=fleet.TOLERANCE,
         metavar="FRACTION",
         help="how far below its group's median an outlier must be to be flagged (default: "
         f"{fleet.TOLERANCE:g}: hosts of one fingerprint measured the same night need no room for drift "
-        "between nights, as the gate's 0.10 against a baseline does; 0.05 flags a host 8%% slower than its peers)",
+        f"between nights, as the gate's {TOLERANCE:g} against a baseline does; {fleet.TOLERANCE:g} flags a host 8%% "
+        "slower than its peers)",
     )
     p.add_argument(
         "--cutoff",
-        type=_cutoff,
+        type=arguments.above_zero(),
         default=fleet.CUTOFF,
         metavar="Z",
         help=f"an outlier's |modified z-score| is above Z (default: {fleet.CUTOFF:g}, Iglewicz and Hoaglin's)",
@@ -513,7 +466,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--limit",
-        type=_limit,
+        type=arguments.count(),
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"the worst N rows (default: {DEFAULT_LIMIT}; 0: all)",

@@ -12,7 +12,6 @@ import difflib
 import fnmatch
 import json
 import math
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 from perfsuite.commands import Failure, UsageError, fleet, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+from perfsuite.config import arguments, project
+from perfsuite.config.options import OptionError
 from perfsuite.history import spool
 from perfsuite.history.url import HistoryError, normalise, shown
 
@@ -41,23 +42,13 @@ def history_url(given: str | None, cwd: Path) -> str:
             return normalise(given, cwd)
         except HistoryError as exc:
             raise UsageError(f"--history: {exc}") from None
-    pyproject = cwd / "pyproject.toml"
-    if not pyproject.is_file():
-        raise UsageError(NEEDS_URL)
     try:
-        with open(pyproject, "rb") as f:
-            table = tomllib.load(f).get("tool", {}).get("perfsuite", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise Failure(f"{pyproject}: cannot read [tool.perfsuite]: {exc}") from None
-    value = table.get("perf_history") if isinstance(table, dict) else None
-    if value is None:
+        url = project.load(cwd).perf_history
+    except OptionError as exc:
+        raise Failure(str(exc)) from None
+    if url is None:
         raise UsageError(NEEDS_URL)
-    if not isinstance(value, str):
-        raise Failure(f"{pyproject}: perf_history in [tool.perfsuite] must be a path or URL string")
-    try:
-        return normalise(value, pyproject.parent.resolve())
-    except HistoryError as exc:
-        raise Failure(f"{pyproject}: perf_history: {exc}") from None
+    return url
 
 
 @contextmanager
@@ -429,16 +420,6 @@ def _dump(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
-    return value
-
-
 def add_parser(sub: Any) -> None:
     """Add ``history`` and its commands to the subparsers of ``python -m perfsuite``."""
     p = sub.add_parser(
@@ -465,7 +446,7 @@ def add_parser(sub: Any) -> None:
     runs = command("runs", _runs, help="the runs, newest first")
     runs.add_argument(
         "--limit",
-        type=_count,
+        type=arguments.count(),
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"the newest N runs (default: {DEFAULT_LIMIT}; 0: all)",
@@ -490,7 +471,7 @@ def add_parser(sub: Any) -> None:
     changes.add_argument("--fingerprint", metavar="ID", help="only series on this hardware")
     changes.add_argument(
         "--limit",
-        type=_count,
+        type=arguments.count(),
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)",

@@ -12,7 +12,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_MIN_CHANGE = 0.10  # bisect's default --min-change, the gate's default tolerance
+from perfsuite.analysis.stats import TOLERANCE  # bisect's default --min-change, the gate's default tolerance
+
 COMMIT_LABEL = "bisect_commit"  # how bisect labels the runs it stores (perfsuite.bisect.bench)
 
 
@@ -33,6 +34,6 @@ def bisect_command(good: Mapping[str, Any], bad: Mapping[str, Any], key: str, ch
         return None
     parts = ["python", "-m", "perfsuite", "bisect", first, last, key]
     size = abs(change)
-    if math.isfinite(size) and size < 2 * DEFAULT_MIN_CHANGE:
+    if math.isfinite(size) and size < 2 * TOLERANCE:
         parts += ["--min-change", f"{max(0.01, math.floor(size * 50) / 100):.2f}"]
     return shlex.join(parts)

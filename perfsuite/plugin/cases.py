@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 from dataclasses import dataclass
 
 from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD, flops_per_forward
 from perfsuite.common import hardware
+from perfsuite.config.options import PerfOptions
 from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
 from perfsuite.contract.spec import BurstSpec, default_memory_format, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.plugin import framework_gpus
-from perfsuite.plugin.options import PerfOptions, cluster_gap, sweep
 
 # Fixture names the plugin parametrizes, in id order.
 DIMENSIONS = (
@@ -285,3 +286,27 @@ def short_id(names: list[str], case: Case) -> str:
             value = case.value(name)
             parts.append("default" if value in (None, "") else str(value))
     return "-".join(parts)
+
+
+def cluster_gap(options: PerfOptions, framework: str) -> str | None:
+    """Why this run cannot form a multi-node cluster for ``framework``, or None.
+
+    The one place that decides it: the launcher and the workers only assert it.
+    """
+    if options.nnodes < 2:
+        return None
+    if framework == "torch" and not options.rdzv_endpoint:
+        return "a multi-node torch burst needs --perf-rdzv-endpoint HOST:PORT"
+    if framework == "tf" and not options.worker_hosts and not os.environ.get("SLURM_STEP_NODELIST"):
+        return "a multi-node TensorFlow burst needs --perf-worker-hosts H:P,H:P (or to run under Slurm's srun)"
+    return None
+
+
+def sweep(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    counts, c = [], 1
+    while c < n:
+        counts.append(c)
+        c *= 2
+    counts.append(n)
+    return counts

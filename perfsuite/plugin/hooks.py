@@ -16,7 +16,7 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import model_names
 from perfsuite.plugin import benchmark, cases, markers, preflight, progress
 from perfsuite.plugin.gate import PerfGate, marker_tolerance
-from perfsuite.plugin.options import OptionError, add_options, read_table, resolve
+from perfsuite.plugin.options import add_options, session_options
 from perfsuite.plugin.preflight import PreflightError
 from perfsuite.plugin.processes import stop_all
 from perfsuite.plugin.session import PerfSession
@@ -34,15 +34,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     markers.register_gate_marker(config)
-    inipath = config.inipath
-    in_pyproject = inipath is not None and inipath.name == "pyproject.toml"
-    pyproject = inipath if inipath is not None and in_pyproject else config.rootpath / "pyproject.toml"
-    try:
-        table, source = read_table(pyproject)
-        options = resolve(lambda dest: config.getoption(f"perf_{dest}"), table, source, pyproject.parent)
-    except OptionError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    config.stash[SESSION] = PerfSession(options, config.rootpath)
+    config.stash[SESSION] = PerfSession(session_options(config), config.rootpath)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -53,7 +53,7 @@ WORKER = "perfsuite.worker"
 
 def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions) -> list[str]:
     if spec.nodes > 1 and spec.framework == "torch":
-        assert options.rdzv_endpoint, "perfsuite.plugin.options refuses a multi-node run without --perf-rdzv-endpoint"
+        assert options.rdzv_endpoint, "perfsuite.config.options refuses a multi-node run without --perf-rdzv-endpoint"
     if spec.framework != "torch" or spec.world_size == 1:
         return [sys.executable, "-m", WORKER, str(job), str(out)]
     # torchrun itself, armed to die with pytest (perfsuite.worker.torchrun).

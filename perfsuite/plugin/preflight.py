@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfsuite.analysis.changes import OTAVA_INSTALL
+from perfsuite.config.options import BY_DEST, PerfOptions
 from perfsuite.contract.frameworks import SUPPORTED
-from perfsuite.plugin.options import BY_DEST, PerfOptions
 
 INSTALL = {"torch": 'pip install -e ".[torch]"', "tf": 'pip install -e ".[tf]"'}
 NOT_ON_PYPI = "run in the perfsuite checkout; perfsuite is not published on PyPI"

@@ -17,11 +17,11 @@ from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.common import hardware
 from perfsuite.common.files import shown_path
+from perfsuite.config.options import PerfOptions
 from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.spec import BurstSpec, device_kind_of, short_kind
 from perfsuite.models.registry import get_model
 from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
-from perfsuite.plugin.options import PerfOptions
 from perfsuite.reporting.view import RunView
 from perfsuite.store import baseline
 from perfsuite.store.run import RunInfo, describe_run, node_name

@@ -1,0 +1,43 @@
+"""``[tool.perfsuite]`` of a project's pyproject.toml, resolved with the option table.
+
+The plugin resolves it with pytest's command line; ``history``, ``bisect`` and ``baseline``
+resolve it with nothing or with the few options they were given, so a value pytest would
+refuse is refused by them too, with the same line.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perfsuite.config.options import OptionError, PerfOptions, resolve
+
+PYPROJECT = "pyproject.toml"
+
+
+def read_table(pyproject: Path | None) -> tuple[dict[str, Any], str]:
+    """The [tool.perfsuite] table of ``pyproject`` (empty when absent) and where it was read."""
+    if pyproject is None or not pyproject.is_file():
+        return {}, ""
+    try:
+        with open(pyproject, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise OptionError(f"{pyproject}: cannot read [tool.perfsuite]: {exc}") from None
+    table = data.get("tool", {}).get("perfsuite", {})
+    if not isinstance(table, dict):
+        raise OptionError(f"{pyproject}: [tool.perfsuite] must be a table")
+    return table, str(pyproject)
+
+
+def load(folder: Path, given: Mapping[str, Any] | None = None, pyproject: Path | None = None) -> PerfOptions:
+    """The options of the project in ``folder``: ``given`` (PerfOptions field -> raw value, as on
+    the command line), then ``[tool.perfsuite]`` of its pyproject.toml, then the defaults.
+    Relative paths of the table are taken from the pyproject's folder; OptionError if any value
+    is refused."""
+    path = pyproject if pyproject is not None else Path(folder) / PYPROJECT
+    table, source = read_table(path)
+    values = dict(given or {})
+    return resolve(values.get, table, source, path.parent)
