@@ -57,10 +57,6 @@ def resolve(repo: Path, rev: str) -> str:
         raise GitError(f"{rev!r} names no commit in {repo}") from None
 
 
-def head(repo: Path) -> str:
-    return resolve(repo, "HEAD")
-
-
 def commit_range(repo: Path, good: str, bad: str) -> list[str]:
     """GOOD, then every commit up to BAD along BAD's first-parent line, oldest first.
 

@@ -23,15 +23,19 @@ PREFIX = "perfsuite-bisect-"
 
 @contextlib.contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Ctrl-C (and SIGTERM) held back while cleaning up, where this process can hold them."""
+    """Ctrl-C (SIGINT) and SIGTERM ignored while cleaning up, their handlers put back after.
+
+    A signal that arrives meanwhile is dropped, not delivered later. Only the main thread
+    can set signal handlers: in any other, nothing is ignored.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for sig, handler in held.items():
+        for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
@@ -65,12 +69,6 @@ class Worktrees:
             for sha in list(self.open):
                 _remove(self.repo, self.git_dir, self.open.pop(sha))
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Worktrees:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _admin_dirs(git_dir: Path, path: Path) -> list[Path]:

@@ -1,4 +1,5 @@
-"""``python -m perfsuite``: the command-line tools, one module each (main, baseline, history).
+"""``python -m perfsuite``: the command-line tools. ``main`` builds the parser and runs the command
+given; each other module of this package adds its commands to that parser (``fleet`` under ``history``).
 
 A command that cannot do what it was asked raises one of these; ``main`` prints it as one
 ``error:`` line and exits with its code. No traceback reaches the user.
