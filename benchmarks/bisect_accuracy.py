@@ -212,7 +212,7 @@ def main() -> int:
     p.add_argument(
         "bisect_args",
         nargs="*",
-        help="after --: more options for bisect (--max-repeats, --bursts; --min-change, default half the drop)",
+        help="after --: more options for bisect (--max-repeats, --pairs; --min-change, default half the drop)",
     )
     a = p.parse_args()
     rng = random.Random(a.seed)

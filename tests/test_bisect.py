@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -141,11 +142,11 @@ def test_a_change_below_min_change_whose_interval_reaches_past_it_is_not_settled
     assert scattered.low < -0.05 < scattered.change < scattered.high
 
 
-def _ends_measured(ratios, tmp_path, min_change=0.05, bursts=3, max_repeats=8):
+def _ends_measured(ratios, tmp_path, min_change=0.05, pairs=3, max_repeats=8):
     """``Run.ends`` with its bursts scripted: pair k measures BAD at ``ratios[k]`` times GOOD (and
     the machine's speed moves a little between pairs). Returns the pairs it measured and its change."""
     run = object.__new__(bisection.Run)
-    run.opts = SimpleNamespace(bursts=bursts, max_repeats=max_repeats, min_change=min_change)
+    run.opts = SimpleNamespace(pairs=pairs, max_repeats=max_repeats, min_change=min_change)
     run.ctx = SimpleNamespace(key=KEY, fingerprint="fp")
     run.cache = Cache(tmp_path, read=True)
     run.good, run.bad, run.say, run.alpha = "a" * 40, "b" * 40, (lambda line: None), decide.ALPHA
@@ -210,6 +211,66 @@ def test_bisect_options_and_pytest_options_mix_on_the_command_line():
     assert args.selection == ["tests_perf", "-k", "x", "--json"]
 
 
+def _subparser(name: str):
+    (sub,) = (a for a in parser()._actions if a.choices and name in a.choices)
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize("name", ["bisect", "bisect-step"])
+def test_pairs_counts_the_ends_pairs_and_bursts_is_its_deprecated_spelling(name, capsys):
+    assert parser().parse_args([name, "g", "b", KEY]).pairs == bisect.DEFAULT_PAIRS
+    args = parser().parse_args([name, "g", "b", KEY, "--pairs", "5"])
+    assert args.pairs == 5 and args.selection == [KEY]
+    assert capsys.readouterr().err == ""
+    for old in (["--bursts", "4"], ["--bursts=4"]):
+        args = parser().parse_args([name, "g", "b", *old, KEY])
+        assert args.pairs == 4 and args.selection == [KEY] and not hasattr(args, "bursts")
+        assert capsys.readouterr().err == "warning: --bursts is deprecated: use --pairs\n"
+    shown = _subparser(name).format_help()
+    assert re.search(r"^  --pairs N ", shown, re.M)
+    assert not re.search(r"^  --bursts", shown, re.M) and "[--bursts" not in shown  # not offered, only named
+
+
+def test_a_state_saved_when_pairs_was_bursts_resumes_with_as_many_pairs(tmp_path, monkeypatch, capsys):
+    """A bisect stopped before the rename kept its count as "bursts"; ``--resume`` reads it as
+    ``--pairs`` and keeps it under its new name."""
+    from perfsuite.bisect import state
+
+    repo = tmp_path / "r"
+    shas = build(repo, 2, culprit=3)
+    path = state.state_path(repo / ".git")
+    given = {
+        "revs": [shas[0], shas[-1]],
+        "selection": [KEY],
+        "repo": str(repo),
+        "setup": None,
+        "python": sys.executable,
+        "min_change": None,
+        "bursts": 5,
+        "max_repeats": 8,
+        "perf_history": None,
+        "no_cache": False,
+    }
+    state.save(path, {"args": given, "started": "2026-01-20T10:00:00Z", "status": "interrupted", "outcome": None})
+    seen = []
+
+    def stopped_at_once(opts, say, record, since=None):
+        seen.append(opts)
+        record(None)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bisection, "bisect", stopped_at_once)
+    monkeypatch.chdir(repo)
+    args = parser().parse_args(["bisect", "--resume"])
+    assert args.run(args) == bisect.INTERRUPTED
+    assert seen[0].pairs == 5
+    assert f"resuming: python -m perfsuite bisect {shas[0]} {shas[-1]} --repo {repo} --pairs 5 -- {KEY}" in (
+        capsys.readouterr().err
+    )
+    kept = state.load(path)["args"]
+    assert kept["pairs"] == 5 and "bursts" not in kept
+
+
 def test_the_default_min_change_is_the_gates_tolerance(tmp_path):
     from argparse import Namespace
 
@@ -251,7 +312,7 @@ def test_the_cache_keeps_pairs_rounds_and_failures(tmp_path):
     [
         ["bisect"],
         ["bisect", "HEAD"],
-        ["bisect", "HEAD~1", "HEAD", "--bursts", "1", KEY],
+        ["bisect", "HEAD~1", "HEAD", "--pairs", "1", KEY],
         ["bisect", "HEAD~1", "HEAD", "--min-change", "10", KEY],
         ["bisect", "HEAD~1", "HEAD", "--max-repeats", "1", KEY],  # a verdict takes two rounds
     ],
@@ -467,7 +528,7 @@ def test_a_range_without_a_real_change_is_no_reproducible_change(main_repo, resu
     tmp, repo, shas = main_repo
     good, bad = shas[CULPRIT], shas[-1]  # both after the step
     done = subprocess.run(
-        command("bisect", good, bad, KEY, *BURST, "--bursts", "2"),
+        command("bisect", good, bad, KEY, *BURST, "--pairs", "2"),
         cwd=repo,
         env=environment(tmp),
         capture_output=True,

@@ -90,7 +90,8 @@ def test_a_commit_is_judged_once_and_then_read_from_the_cache(bisected):
     "args",
     [
         ["HEAD~1"],  # no BAD
-        ["HEAD~1", "HEAD", KEY, "--bursts", "1"],  # a bad option value
+        ["HEAD~1", "HEAD", KEY, "--pairs", "1"],  # a bad option value
+        ["HEAD~1", "HEAD", KEY, "--bursts", "1"],  # and in the option's deprecated spelling
         ["HEAD~1", "HEAD"],  # nothing to measure
         ["HEAD~1", "HEAD", KEY, "--commit", "nope"],
     ],

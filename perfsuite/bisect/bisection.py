@@ -41,7 +41,7 @@ class Options:
     python: str
     setup: str | None = None
     min_change: float = stats.TOLERANCE
-    bursts: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
+    pairs: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
     max_repeats: int = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)
     history: str | None = None
     use_cache: bool = True
@@ -204,7 +204,7 @@ class Run:
 
     # -- the ends ------------------------------------------------------------------------------
     def ends(self) -> tuple[decide.Ends, decide.Change]:
-        """GOOD and BAD in pairs: ``--bursts`` of them, then more (up to twice ``--max-repeats``)
+        """GOOD and BAD in pairs: ``--pairs`` of them, then more (up to twice ``--max-repeats``)
         while it is not known whether they differ by ``--min-change`` (their interval straddles it,
         or the change is beyond it but not yet significant), and while their scatter would make
         every midpoint need more than ``decide.ENOUGH_ROUNDS`` rounds."""
@@ -230,10 +230,10 @@ class Run:
                 f"({decide.log_ratio(b, g):+.1%} log ratio)"
             )
 
-        while len(pairs) < self.opts.bursts:
+        while len(pairs) < self.opts.pairs:
             another()
         # Every midpoint is judged against the ends' pairs: they may have twice a commit's rounds.
-        most = max(2 * self.opts.max_repeats, self.opts.bursts)
+        most = max(2 * self.opts.max_repeats, self.opts.pairs)
         while True:
             ends = decide.Ends.of(pairs, self.alpha)
             change = decide.ends_change(ends, self.opts.min_change)

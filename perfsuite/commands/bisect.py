@@ -35,7 +35,7 @@ from perfsuite.commands import CommandError, Failure, UsageError
 from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
 
-DEFAULT_BURSTS = 3
+DEFAULT_PAIRS = 3
 DEFAULT_MAX_REPEATS = 8
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
@@ -55,6 +55,18 @@ def _rounds(text: str) -> int:
     from perfsuite.bisect.decide import MIN_ROUNDS
 
     return arguments.count(least=MIN_ROUNDS)(text)  # a verdict takes this many rounds
+
+
+class _Deprecated(argparse.Action):
+    """An option's old spelling: stores into the new option's ``dest`` and says the new name on stderr."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is deprecated: use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _split(parser: argparse.ArgumentParser, args: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -121,13 +133,23 @@ def _options(p: argparse.ArgumentParser) -> None:
         help="the smallest change between GOOD and BAD worth a bisect (default: the gate's tolerance: "
         f"--perf-tolerance in the selection, else perf_tolerance of [tool.perfsuite], else {TOLERANCE:g})",
     )
+    pairs = arguments.count(least=2)  # the pairs' scatter is read off the ends: two at least
+    p.add_argument(
+        "--pairs",
+        type=pairs,
+        default=DEFAULT_PAIRS,
+        metavar="N",
+        help="pairs of GOOD and BAD (a burst of each, one right after the other) measured before anything "
+        f"is judged, 2 or more (default: {DEFAULT_PAIRS}; --bursts N is its deprecated spelling)",
+    )
     p.add_argument(
         "--bursts",
-        type=arguments.count(least=2),  # the bursts' scatter is read off the ends: two at least
-        default=DEFAULT_BURSTS,
-        metavar="N",
-        help="pairs of bursts of GOOD and BAD, one right after the other, before anything is judged, "
-        f"2 or more (default: {DEFAULT_BURSTS})",
+        dest="pairs",
+        type=pairs,
+        action=_Deprecated,
+        new="--pairs",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
     p.add_argument(
         "--max-repeats",
@@ -249,7 +271,7 @@ def _build(args: argparse.Namespace, revs: list[str], given: list[str]):
         python=python,
         setup=args.setup,
         min_change=_min_change(args, given, top),
-        bursts=args.bursts,
+        pairs=args.pairs,
         max_repeats=args.max_repeats,
         history=_history(args.perf_history),
         use_cache=not args.no_cache,
@@ -264,20 +286,31 @@ def _state_args(args: argparse.Namespace) -> dict[str, Any]:
         "setup": args.setup,
         "python": args.python,
         "min_change": args.min_change,
-        "bursts": args.bursts,
+        "pairs": args.pairs,
         "max_repeats": args.max_repeats,
         "perf_history": args.perf_history,
         "no_cache": args.no_cache,
     }
 
 
+def _by_names_now(given: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a state file keeps, by their names now: a state saved while ``--pairs``
+    was spelt ``--bursts`` keeps its count under ``bursts``."""
+    given = dict(given)
+    if "bursts" in given:
+        old = given.pop("bursts")
+        given.setdefault("pairs", old)
+    return given
+
+
 def command_line(given: dict[str, Any]) -> str:
     """How the bisect a state file keeps was started, to show it."""
+    given = _by_names_now(given)
     parts = ["python", "-m", "perfsuite", "bisect", *given["revs"]]
     for name in ("repo", "setup", "python", "min_change", "perf_history"):
         if given.get(name) not in (None, "", sys.executable):
             parts += [f"--{name.replace('_', '-')}", str(given[name])]
-    for name, default in (("bursts", DEFAULT_BURSTS), ("max_repeats", DEFAULT_MAX_REPEATS)):
+    for name, default in (("pairs", DEFAULT_PAIRS), ("max_repeats", DEFAULT_MAX_REPEATS)):
         if given.get(name) != default:
             parts += [f"--{name.replace('_', '-')}", str(given[name])]
     if given.get("no_cache"):
@@ -335,7 +368,7 @@ def run_bisect(args: argparse.Namespace) -> int:
             raise Failure(str(exc)) from None
         if kept is None:
             raise UsageError(f"nothing to resume: no bisect was started in {top}")
-        given = kept["args"]
+        given = _by_names_now(kept["args"])
         _say(f"resuming: {command_line(given)}")
         for name, value in given.items():
             setattr(args, name, value)
