@@ -7,6 +7,7 @@ A page asks for generated Markdown with a comment on a line of its own:
     <!-- perfsuite:options-rest TITLE --> a section TITLE with every option the page placed nowhere else
     <!-- perfsuite:fields MODULE CLASS -->  a dataclass's fields: name, type, default
     <!-- perfsuite:markers -->            the markers, as perfsuite.plugin.markers declares them
+    <!-- perfsuite:policy -->             what each finding does to its test (perfsuite.plugin.policy.RULES)
     <!-- perfsuite:commands -->           the command-line reference, from perfsuite.commands.main.parser()
     <!-- perfsuite:run COMMAND -->        COMMAND run now in the repository root, shown with its output;
                                           an argument ``glob:PATTERN`` stands for the pattern's first match
@@ -83,6 +84,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
                 return fields_table(*arg.split())
             if name == "markers":
                 return markers_list()
+            if name == "policy":
+                return policy_table()
             if name == "commands":
                 return commands_reference()
             if name == "run":
@@ -169,6 +172,31 @@ def fields_table(module: str, name: str) -> str:
             default = "required"
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         rows.append(f"| `{f.name}` | {_cell(kind.replace(' | ', ' or '))} | {default} |")
+    return "\n".join(rows) + "\n"
+
+
+OUTCOMES = {"pass": "passes", "warn": "passes with a warning", "fail": "fails", "skip": "is skipped"}
+
+
+def policy_table() -> str:
+    from perfsuite.config.options import BY_DEST
+    from perfsuite.plugin.policy import RULES
+
+    rows = [
+        "| finding | when | the test | in a save run | its line begins | where it falls, also set by |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in RULES:
+        if r.action is not None:
+            outcome = OUTCOMES[r.action]
+        else:
+            o = BY_DEST[r.option]
+            choices = "; ".join(f"`{value}`: {OUTCOMES[action]}" for value, action in r.by_value.items())
+            outcome = f"`{o.flag}` decides ({choices}; default `{o.default}`)"
+        saving = OUTCOMES[r.saving] if r.saving is not None else "the same"
+        rows.append(
+            f"| {r.finding} | {_cell(r.when)} | {outcome} | {saving} | `{r.says}` | {_cell(r.shaped_by) or '-'} |"
+        )
     return "\n".join(rows) + "\n"
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from perfsuite.analysis import stats
+from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings, Scaling, Throughput
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RankEntry, WorkerRecord
@@ -68,3 +72,74 @@ def result(spec: BurstSpec, record: WorkerRecord | None = None, error: str | Non
     if record is None:
         return BurstResult(Measurement(spec, error=error or "burst failed"))
     return BurstResult(Measurement.of(spec, record))
+
+
+def judged(
+    r: BurstResult,
+    *,
+    verdict: stats.Verdict | None = None,
+    baseline: dict | None = None,
+    memory=None,
+    attribution=None,
+    note: str | None = None,
+    scaling: float | None = None,
+    interval: tuple[float, float] | None = None,
+    scaling_verdict: stats.Verdict | None = None,
+) -> BurstResult:
+    """``r`` as the records show a burst whose cases found these: a throughput case (its verdict,
+    baseline entry, memory verdict and attribution) and a scaling case (its verdict)."""
+    m = r.measurement
+    throughput = None
+    if verdict is not None or baseline is not None or memory is not None or attribution is not None or note:
+        throughput = Findings(
+            "t.py::test_throughput",
+            THROUGHPUT,
+            m,
+            r.id,
+            baseline,
+            None,
+            throughput=Throughput(verdict, verdict.tolerance, verdict.tolerance) if verdict is not None else None,
+            memory=memory,
+            attribution=attribution,
+            attribution_note=note,
+        )
+    scaled = None
+    if scaling_verdict is not None:
+        efficiency = scaling if scaling is not None else 1.0
+        base = (baseline or {}).get("scaling_efficiency")
+        scaled = Findings(
+            "t.py::test_scaling",
+            SCALING,
+            m,
+            r.id,
+            baseline,
+            None,
+            scaling=Scaling(efficiency, interval or (efficiency, efficiency), (), scaling_verdict, base, 0.1, None),
+        )
+    return replace(
+        r,
+        throughput=throughput,
+        scaling_case=scaled,
+        scaling_efficiency=scaling if scaling is not None else r.scaling_efficiency,
+        scaling_interval=interval if interval is not None else r.scaling_interval,
+    )
+
+
+def pooled(r: BurstResult, *more: BurstResult) -> BurstResult:
+    """``r`` with the measurements of ``more`` (reruns of its spec) pooled in."""
+    m = r.measurement
+    for other in more:
+        m = m.pooled_with(other.measurement)
+    return replace(r, measurement=m)
+
+
+def view(folder, *results: BurstResult, rows=(), command=()):
+    """The RunView a run of ``folder`` with these bursts hands the reports."""
+    from perfsuite.config.options import resolve
+    from perfsuite.plugin import record
+    from perfsuite.plugin.session import Burst, PerfSession
+
+    perf = PerfSession(resolve(lambda dest: None, {}, "", folder), folder, workdir=folder / "work")
+    for r in results:
+        perf.bursts[r.spec] = Burst(r.measurement, r.id)  # what the run's header reads
+    return replace(record.view(perf, command), results=tuple(results), rows=tuple(rows))

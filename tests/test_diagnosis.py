@@ -2,7 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
-from records import result, worker_record
+from records import judged, result, worker_record
 
 from perfsuite.analysis import diagnosis, stats
 from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, COMPUTE_BOUND, INCONCLUSIVE, INPUT_BOUND, diagnose
@@ -42,10 +42,7 @@ def burst(ips, utilisation=None, per_rank_ips=None, scaling=None, baseline=None,
         fp32_math="tf32",
         utilisation=utilisation,
     )
-    r = result(s, record)
-    r.scaling_efficiency = scaling
-    r.baseline = baseline
-    return r
+    return judged(result(s, record), baseline=baseline, scaling=scaling)
 
 
 def kinds(findings):
@@ -162,7 +159,11 @@ def test_scaling_below_the_baseline_beyond_tolerance_is_examined():
 def test_a_scaling_regression_verdict_is_examined_without_thresholds():
     one = burst(100, util(gpu=98, busy_cores=2), per_rank_ips=100)
     two = burst(150, util(gpu=97, busy_cores=2, n_gpus=2), per_rank_ips=75, scaling=0.75, devices=2)
-    two.scaling_verdict = stats.Verdict(stats.REGRESSION, ratio=0.79, p_value=0.001, tolerance=0.1, reason="x")
+    two = judged(
+        two,
+        scaling=0.75,
+        scaling_verdict=stats.Verdict(stats.REGRESSION, ratio=0.79, p_value=0.001, tolerance=0.1, reason="x"),
+    )
     [f] = [f for f in diagnose([one, two]) if f.key == two.spec.key()]
     assert f.kind == INCONCLUSIVE and "collective kernels count as busy" in f.text
 

@@ -260,3 +260,57 @@ def test_the_independent_twin_states_the_communication_overhead(faked, monkeypat
     assert "communication overhead 20.0% (1 - replicated 160 / independent 200 img/s)" in out
     report = faked.path.joinpath("report", "report.md").read_text()
     assert "communication overhead 20.0%" in report
+
+
+INDEPENDENT = "test_suite.py::test_throughput[torch-cifar10-cpu2-device-independent]"
+REPLICATED_SCALING = "test_suite.py::test_scaling[torch-cifar10-cpu2-device]"
+
+
+@pytest.mark.parametrize("tests", [(INDEPENDENT, REPLICATED_SCALING), (REPLICATED_SCALING, INDEPENDENT)])
+def test_the_communication_overhead_is_recorded_whichever_burst_runs_first(faked, monkeypatch, tests):
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE_REPLICATED", "80")
+    args = [*FAKE_ARGS, "--perf-cpu-workers", "2", "--perf-missing-baseline", "pass", "--perf-json", "out.json"]
+    args += ["--perf-variable-update", "replicated", "--perf-variable-update", "independent"]
+    args += ["--perf-min-scaling-efficiency", "0.5", *tests]  # a floor every case passes
+    result = faked.runpytest_inprocess(*args, "-v")
+    result.assert_outcomes(passed=2)
+    ran = [line.split(" ", 1)[0] for line in result.stdout.lines if " PASSED " in line]
+    assert ran == list(tests)
+    rows = json.loads(faked.path.joinpath("out.json").read_text())["results"]
+    (replicated,) = [r for r in rows if r["variable_update"] == "replicated" and r["devices"] == 2]
+    assert replicated["communication_overhead"] == pytest.approx(0.2)
+    assert all(r["communication_overhead"] is None for r in rows if r is not replicated)
+
+
+def test_a_twin_that_cannot_be_measured_fails_its_case_before_anything_is_recorded(faked, monkeypatch):
+    """The host case's device twin, run for input efficiency, crashes: the case's record says
+    error, once, and nothing says it passed (the twin once ran after the case was recorded)."""
+    import xml.etree.ElementTree as ET
+
+    from suite_files import FAKE_BURSTS
+
+    faked.makeconftest(
+        FAKE_BURSTS
+        + """
+_measured = fake_run_burst
+
+def fake_run_burst(spec, *args, **kwargs):
+    if spec.data_location == "device" and os.environ.get("PERFSUITE_FAKE_DEVICE_CRASH"):
+        from perfsuite.plugin.launch import BurstError
+        raise BurstError("rank 0: RuntimeError: device data refused")
+    return _measured(spec, *args, **kwargs)
+"""
+    )
+    host = [*FAKE_ARGS, "--perf-data-location", "host", "test_suite.py::test_throughput"]
+    faked.runpytest_inprocess(*host, "--perf-save-baseline").assert_outcomes(passed=1)
+    monkeypatch.setenv("PERFSUITE_FAKE_DEVICE_CRASH", "1")
+    result = faked.runpytest_inprocess(*host, "--perf-min-input-efficiency", "0.9", "--junitxml", "junit.xml")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "burst failed (torch cifar10 on 1 CPU worker, batch 64/device, data location device)" in out
+    case = next(ET.parse(faked.path / "junit.xml").getroot().iter("testcase"))
+    props = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+    assert [v for name, v in props if name == "verdict"] == ["error"]
+    assert "device data refused" in dict(props)["burst_error"]
+    row = next(line for line in out.splitlines() if line.startswith("test_suite::test_throughput["))
+    assert row.rstrip().endswith("error")  # the table's row for the case, not "pass"

@@ -56,6 +56,21 @@ def test_the_option_reference_lists_every_option_once(hooks):
         assert o.text.replace("%%", "%").replace("|", "\\|").replace("<", "&lt;") in page, o.flag
 
 
+def test_the_policy_table_is_the_codes(hooks):
+    """Gating in CI shows perfsuite.plugin.policy.RULES, row by row, as the code has them."""
+    from perfsuite.plugin.policy import RULES
+
+    page = _expand(hooks, "guide/ci.md")
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "`" in line]
+    for rule in RULES:
+        (row,) = [r for r in rows if r.startswith(f"| {rule.finding} | {rule.when.replace('|', chr(92) + '|')} |")]
+        outcome = row.split(" | ")[2]
+        if rule.action is not None:
+            assert outcome == hooks.OUTCOMES[rule.action], row
+        else:
+            assert all(f"`{value}`: {hooks.OUTCOMES[a]}" in outcome for value, a in rule.by_value.items()), row
+
+
 def test_the_command_reference_shows_every_command(hooks):
     from perfsuite.commands.main import parser
 

@@ -68,7 +68,7 @@ def test_a_far_slow_host_among_equal_peers_is_always_flagged(level, peers, slowe
     judged = fleet.judge(values, tolerance)
     assert judged[-1].flagged and judged[-1].score == -math.inf
     assert not any(j.flagged or j.outlier for j in judged[:-1])
-    alone = fleet.judge_against(level * (1 - slower), [level] * peers, tolerance)
+    alone = fleet.judge_node(level * (1 - slower), [level] * peers, tolerance)
     assert alone.flagged and alone.median == level and alone.deviation == pytest.approx(-slower)
 
 
@@ -81,7 +81,7 @@ def test_a_far_slow_host_among_close_peers_is_flagged(peers, slower):
     # them scores beyond -6.
     values = [*peers, 100.0 * (1 - slower)]
     assert fleet.judge(values)[-1].flagged
-    assert fleet.judge_against(values[-1], peers).flagged
+    assert fleet.judge_node(values[-1], peers).flagged
 
 
 @given(st.lists(st.floats(min_value=1.0, max_value=1e6), min_size=3, max_size=40))
@@ -95,7 +95,7 @@ def test_a_fast_host_is_never_flagged(values):
 @given(st.lists(st.floats(min_value=1.0, max_value=1e6), min_size=1, max_size=2))
 def test_fewer_than_three_hosts_are_not_judged(values):
     assert fleet.judge(values) is None
-    assert fleet.judge_against(values[0], values[1:]) is None
+    assert fleet.judge_node(values[0], values[1:]) is None
 
 
 def test_mad_zero_leaves_the_tolerance_to_decide():

@@ -93,23 +93,26 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     line = next(x for x in out.splitlines() if "fleet check: node node-x is slow" in x)
+    # Judged among its peers, as history fleet judges a night: the median of 90 and the six peers.
     assert (
-        f"({key}): 90 img/s, -10.0% against the median of its 6 peers, 100 img/s, on fingerprint {fingerprint}" in line
+        f"({key}): 90 img/s, -9.9% against the median of the 7 nodes of fingerprint {fingerprint} "
+        "(6 peers and this one), 99.9 img/s" in line
     )
     assert "in the last 36 h" in line and "tolerance 5%" in line
-    assert "SLOW NODE -10.0% vs 6 peers" in out  # the table
+    assert "SLOW NODE -9.9% vs 6 peers" in out  # the table
     doc = json.loads((faked.path / "r.json").read_text())
-    assert doc["schema_version"] == 3 and doc["run"]["node"] == "node-x"
+    assert doc["schema_version"] == 4 and doc["run"]["node"] == "node-x"
     (row,) = doc["results"]
     check = row["fleet"]
     assert check["flagged"] and check["peers"] == 6 and check["policy"] == "fail" and check["node"] == "node-x"
-    assert check["peer_median"] == pytest.approx(100.0) and check["deviation"] == pytest.approx(-0.10)
+    assert check["median"] == pytest.approx(99.9) and check["deviation"] == pytest.approx(90 / 99.9 - 1)
     assert check["score"] < -3.5 and check["message"] == line.strip().removeprefix("E").strip()
     props = _junit(faked.path / "junit.xml")
     assert props["fleet_flagged"] == "True" and props["fleet_peers"] == "6" and props["fleet_node"] == "node-x"
-    assert float(props["fleet_deviation"]) == pytest.approx(-0.10) and float(props["fleet_peer_median"]) == 100.0
+    assert float(props["fleet_deviation"]) == pytest.approx(90 / 99.9 - 1, abs=1e-4)
+    assert float(props["fleet_median"]) == 99.9
     report = (faked.path / "report" / "report.md").read_text()
-    assert "- **node**: node-x" in report and "-10.0% vs 6 peers: SLOW NODE" in report
+    assert "- **node**: node-x" in report and "-9.9% vs 6 peers: SLOW NODE" in report
     assert "🔴 **SLOW NODE** node node-x is slow" in report
     # The history keeps the night, the node and the check.
     engine = db.open_history(f"sqlite:///{faked.path / 'perf.db'}", write=False)
@@ -172,7 +175,31 @@ def test_peers_outside_the_window_and_the_nodes_own_runs_are_not_peers(faked, pr
         *FLEET, "--perf-fleet-check", "fail", "--perf-fleet-window", "48", "--perf-missing-baseline", "pass"
     )
     wider.assert_outcomes(failed=1)
-    assert "against the median of its 7 peers" in wider.stdout.str()
+    assert "against the median of the 8 nodes of fingerprint" in wider.stdout.str()
+
+
+def test_the_gate_and_history_fleet_judge_a_node_alike(faked, probe, monkeypatch, capsys):
+    """90 against peers at 100, 100 and 92: among them it is no outlier (median 96, MAD 4), for
+    the gate's check as for history fleet, which reads the run the gate wrote."""
+    from perfsuite.commands.main import main
+
+    key, fingerprint = probe
+    write_peers(faked.path / "perf.db", key, fingerprint, {"node-a": 100.0, "node-b": 100.0, "node-c": 92.0})
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "90")
+    result = faked.runpytest_inprocess(
+        *FLEET, "--perf-fleet-check", "fail", "--perf-missing-baseline", "pass", "--perf-json", "r.json"
+    )
+    result.assert_outcomes(passed=1)
+    (row,) = json.loads((faked.path / "r.json").read_text())["results"]
+    gate = row["fleet"]
+    assert gate["judged"] and not gate["flagged"] and gate["median"] == pytest.approx(96.0)
+    capsys.readouterr()
+    assert main(["history", "fleet", "--history", str(faked.path / "perf.db"), "--json", "--limit", "0"]) == 0
+    fleet = json.loads(capsys.readouterr().out)
+    mine = next(r for r in fleet["rows"] if r["node"] == "node-x")
+    assert not fleet["flagged_hosts"] and not mine["flagged"]
+    for field in ("median", "mad", "deviation", "score", "outlier"):
+        assert mine[field] == pytest.approx(gate[field]), field
 
 
 def test_the_history_is_read_once_for_every_key(faked, probe):

@@ -7,7 +7,7 @@ import contextlib
 import sys
 
 import pytest
-from records import result, worker_record
+from records import judged, result, worker_record
 from suite_files import needs
 
 from perfsuite.analysis import mfu
@@ -70,7 +70,7 @@ def test_tf_step_time_counts_every_replica_of_the_process():
         ),
     )
     assert len(r.record.per_rank) == 1 and r.record.per_rank[0].images_per_sec == 5000
-    r.scaling_efficiency = 0.625
+    r = judged(r, scaling=0.625)
     [f] = [f for f in diagnose([one, r], min_scaling_efficiency=0.9) if f.key == eight.key()]
     assert f.kind == COMMUNICATION_BOUND and "per-device step 1.60x the 1-device step" in f.text
 

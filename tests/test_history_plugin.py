@@ -172,6 +172,37 @@ def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     assert db.runs(_history(faked))[0]["outcome"] == "failed"
 
 
+def test_drift_failing_without_a_baseline_reports_the_same_lines_as_with_one(faked, monkeypatch):
+    """--perf-drift fail and --perf-fleet-check fail on a drifting, slow node: every failing line,
+    whether or not the key has a baseline entry (the drift once failed the test alone without
+    one, and went unsaid with one)."""
+    import datetime
+
+    _drifting_history(faked, monkeypatch)
+    key = json.loads((faked.path / "probe.json").read_text())["results"][0]["key"]
+    fingerprint = json.loads((faked.path / "probe.json").read_text())["run"]["fingerprints"]["cpu"]["id"]
+    engine = _history(faked)
+    now = datetime.datetime.now(datetime.UTC)
+    for i, node in enumerate(("peer-1", "peer-2", "peer-3")):  # the peers run 30% faster tonight
+        when = (now - datetime.timedelta(hours=3, minutes=i)).isoformat()
+        db.write_run(engine, run_doc(130.0 + i, key=key, fingerprint=fingerprint, node=node, host=node, date=when))
+    engine.dispose()
+    argv = [*FAKE, *NODE_A, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-fleet-check", "fail"]
+
+    def failing_lines(*extra):
+        result = faked.runpytest_inprocess(*argv, *extra)
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        message = out.split("= FAILURES =", 1)[1].split("= perfsuite =", 1)[0]
+        return [line.split(": ", 1)[0] for line in message.splitlines() if line.startswith(("drift:", "fleet check:"))]
+
+    with_entry = failing_lines()
+    for path in (faked.path / "baselines").glob("*.json"):
+        path.unlink()
+    without = failing_lines("--perf-missing-baseline", "pass")
+    assert with_entry == without == ["drift", "fleet check"]
+
+
 def test_drift_warns_by_default(faked, monkeypatch):
     _drifting_history(faked, monkeypatch)
     result = faked.runpytest_inprocess(*FAKE, *NODE_A, "--perf-history", "perf.db")

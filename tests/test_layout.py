@@ -71,6 +71,16 @@ def test_every_package_is_in_the_rules() -> None:
     assert packages == set(ALLOWED) - {"top"}
 
 
+def test_no_function_of_the_plugin_is_over_60_lines() -> None:
+    """A reader follows a case through short steps (perfsuite/plugin/pipeline.py), not long functions."""
+    long = []
+    for path in sorted((ROOT / "plugin").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, ", ".join(long)
+
+
 def test_the_layout_page_names_every_module() -> None:
     page = ROOT.parent / "docs" / "reference" / "layout.md"
     layout = page.read_text()

@@ -44,6 +44,46 @@ def test_growth_beyond_the_default_tolerance_fails_as_memory_after_a_rerun(faked
     assert row["memory_verdict"] == "regression" and row["verdict"] == "pass"
 
 
+# After the conftest's launcher: a key's bursts after its first run at $PERFSUITE_FAKE_RERUN_RATE.
+RERUN_RATE = """
+_first_burst, _bursts = fake_run_burst, {}
+
+def fake_run_burst(spec, *args, **kwargs):
+    record = _first_burst(spec, *args, **kwargs)
+    _bursts[spec.key()] = _bursts.get(spec.key(), 0) + 1
+    if _bursts[spec.key()] > 1:
+        rate = float(os.environ["PERFSUITE_FAKE_RERUN_RATE"]) * spec.world_size
+        record = record.replace(samples=(rate,) * len(record.samples))
+    return record
+"""
+
+
+def test_the_memory_rerun_comes_before_the_verdict(faked, monkeypatch):
+    """A memory regression's rerun, slower: the throughput verdict, its line, the JUnit figures and
+    the JSON row all see both bursts (the verdict once saw the first alone)."""
+    import xml.etree.ElementTree as ET
+
+    from suite_files import FAKE_BURSTS
+
+    faked.makeconftest(FAKE_BURSTS + RERUN_RATE)
+    monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")
+    monkeypatch.setenv("PERFSUITE_FAKE_RERUN_RATE", "60")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-json", "out.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(failed=1)
+    (row,) = json.loads(faked.path.joinpath("out.json").read_text())["results"]
+    assert row["runs"] == 2 and row["memory_verdict"] == "regression"
+    assert row["images_per_sec"] == 80.0  # the median of five windows at 100 and five at 60
+    assert row["change"] == pytest.approx(row["images_per_sec"] / row["baseline_images_per_sec"] - 1)
+    case = next(ET.parse(faked.path / "junit.xml").getroot().iter("testcase"))
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["bursts"] == "2" and float(props["images_per_sec"]) == 80.0
+    assert float(props["change"]) == pytest.approx(-0.2)
+    # Five windows at 60 among ten: a drop, not a significant one. The warning says the pooled figures.
+    assert row["verdict"] == "inconclusive"
+    assert "inconclusive throughput after a rerun" in result.stdout.str()
+    assert "80 img/s vs baseline 100 img/s (-20.0%" in result.stdout.str()
+
+
 @pytest.mark.parametrize("where", ["command line", "[tool.perfsuite]"])
 def test_a_wider_tolerance_passes(faked, monkeypatch, where):
     monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "1380")

@@ -7,13 +7,11 @@ import types
 from pathlib import Path
 
 import pytest
+from records import judged, view, worker_record
 from records import result as measured
-from records import worker_record
 
 from perfsuite.analysis import stats
-from perfsuite.config.options import resolve
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import content, folder, markdown
 from perfsuite.reporting.perf_json import row
 
@@ -59,15 +57,16 @@ def result(
             **extra,
         )
     )
-    r = measured(spec, record, error)
-    if verdict:
-        r.verdict = stats.Verdict(verdict, 0.7 if verdict == stats.REGRESSION else 1.0, 1e-4, 0.1, "test")
-    r.baseline = {"images_per_sec": baseline, "scaling_efficiency": 0.98} if baseline else None
-    if scaling:
-        r.scaling_efficiency, r.scaling_interval = scaling, (scaling - 0.05, scaling + 0.05)
-    if scaling_verdict:
-        r.scaling_verdict = stats.Verdict(scaling_verdict, None, None, 0.1, "test")
-    return r
+    return judged(
+        measured(spec, record, error),
+        verdict=stats.Verdict(verdict, 0.7 if verdict == stats.REGRESSION else 1.0, 1e-4, 0.1, "test")
+        if verdict
+        else None,
+        baseline={"images_per_sec": baseline, "scaling_efficiency": 0.98} if baseline else None,
+        scaling=scaling,
+        interval=(scaling - 0.05, scaling + 0.05) if scaling else None,
+        scaling_verdict=stats.Verdict(scaling_verdict, None, None, 0.1, "test") if scaling_verdict else None,
+    )
 
 
 SERIES = {
@@ -85,11 +84,18 @@ UTIL = {
 }
 
 
+class Run:
+    """A run of these bursts, as the reports see it."""
+
+    def __init__(self, folder, results):
+        self.folder, self.results = folder, list(results)
+
+    def view(self, command=()):
+        return view(self.folder, *self.results, command=command)
+
+
 def session(tmp_path, *results):
-    perf = PerfSession(resolve(lambda dest: None, {}, "", tmp_path), tmp_path, workdir=tmp_path / "work")
-    for r in results:
-        perf.results[r.spec] = r
-    return perf
+    return Run(tmp_path, results)
 
 
 @pytest.fixture
@@ -257,14 +263,16 @@ def test_a_failing_diagnosis_or_missing_matplotlib_costs_only_its_part(perf, tmp
 # -- the option, end to end -------------------------------------------------------------
 
 INJECT = """
+from perfsuite.analysis.measurement import Measurement
 from perfsuite.plugin.hooks import SESSION
+from perfsuite.plugin.session import Burst
 from perfsuite.contract.spec import BurstSpec
-from records import result, worker_record
+from records import worker_record
 
 def pytest_sessionstart(session):
     perf = session.config.stash[SESSION]
     spec = BurstSpec("torch", "cifar10", "cpu", devices=1, batch_size=64, image_size=24, steps=10, windows=5)
-    perf.results[spec] = result(spec, worker_record(spec, [10.0, 11.0, 12.0, 11.5, 10.5]))
+    perf.bursts[spec] = Burst(Measurement.of(spec, worker_record(spec, [10.0, 11.0, 12.0, 11.5, 10.5])), spec.key())
 """
 
 
@@ -314,7 +322,7 @@ def test_help_lists_the_option_and_plotting_stays_unimported(pytester):
 
 def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
     r = result(1, verdict="pass", baseline=101.0)
-    r.baseline["history"] = [{"images_per_sec": 90.0}, {"images_per_sec": 95.5}]
+    r.baseline["history"] = [{"images_per_sec": 90.0}, {"images_per_sec": 95.5}]  # the entry, as read
     plain = result(1, "host", verdict="pass", baseline=99.0)
     columns, rows = content.table([row(r), row(plain)])
     col = columns.index("baseline trend")
@@ -327,7 +335,7 @@ def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
 def test_perf_json_names_its_schema_and_the_run(injected):
     injected.runpytest("--perf-json", "r.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     doc = json.loads((injected.path / "r.json").read_text())
-    assert doc["schema_version"] == 3 and "interrupted" not in doc
+    assert doc["schema_version"] == 4 and "interrupted" not in doc
     run = doc["run"]
     assert set(run) == {
         "date",

@@ -2,19 +2,18 @@
 extra_info, report.md, report.html and the step summary."""
 
 import gzip
+from dataclasses import replace
 
 import pytest
+from records import judged, pooled, view, worker_record
 from records import result as measured
-from records import worker_record
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.attribution import attribute
 from perfsuite.analysis.memory import compare_memory
-from perfsuite.config.options import resolve
 from perfsuite.contract.op_profile import OpProfile, OpTime
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.plugin.benchmark import _extra_info
-from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import content, folder, markdown, terminal
 from perfsuite.reporting.perf_json import row
 from perfsuite.reporting.view import RunView
@@ -66,20 +65,19 @@ def burst(
         op_profile=profile(now).as_dict() if now else None,
         trace_file=str(trace) if trace else None,
     )
-    r = measured(spec, record)
-    for peak in peaks[1:]:  # a confirming rerun, pooled
-        r.measured(
-            r.measurement.pooled_with(
-                measured(spec, worker_record(spec, (ips,) * 5, peak_memory_bytes=peak)).measurement
-            )
-        )
-    r.verdict = stats.Verdict(verdict, ips / 100.0, 1e-4, 0.1, "test")
-    r.baseline = {"images_per_sec": 100.0, "peak_memory_bytes": base_peak}
-    r.memory_verdict = compare_memory(r.run_peaks, base_peak, 0.1)
-    if now:
-        r.attribution = attribute(profile(OPS), r.op_profile, 100.0, 100.0 * 100.0 / ips)
-    r.attribution_note = note
-    return r
+    # A confirming rerun, pooled, for each peak after the first.
+    r = pooled(
+        measured(spec, record),
+        *(measured(spec, worker_record(spec, (ips,) * 5, peak_memory_bytes=p)) for p in peaks[1:]),
+    )
+    return judged(
+        r,
+        verdict=stats.Verdict(verdict, ips / 100.0, 1e-4, 0.1, "test"),
+        baseline={"images_per_sec": 100.0, "peak_memory_bytes": base_peak},
+        memory=compare_memory(r.run_peaks, base_peak, 0.1),
+        attribution=attribute(profile(OPS), r.op_profile, 100.0, 100.0 * 100.0 / ips) if now else None,
+        note=note,
+    )
 
 
 @pytest.fixture
@@ -90,22 +88,32 @@ def trace(tmp_path):
     return path
 
 
+class Run:
+    """A run of these bursts, as the reports see it."""
+
+    def __init__(self, folder, results):
+        self.folder, self.results = folder, list(results)
+
+    def view(self):
+        return view(self.folder, *self.results)
+
+
 @pytest.fixture
 def perf(tmp_path, trace):
-    perf = PerfSession(resolve(lambda dest: None, {}, "", tmp_path), tmp_path, workdir=tmp_path / "work")
-    for r in (
-        burst(1, now=SLOWER_MM, trace=trace),
-        burst(
-            2,
-            ips=100.0,
-            verdict=stats.PASS,
-            peaks=(GIB // 2,),
-            base_peak=GIB // 2,
-            note="the baseline entry has no op profile: refresh it with --perf-save-baseline",
+    return Run(
+        tmp_path,
+        (
+            burst(1, now=SLOWER_MM, trace=trace),
+            burst(
+                2,
+                ips=100.0,
+                verdict=stats.PASS,
+                peaks=(GIB // 2,),
+                base_peak=GIB // 2,
+                note="the baseline entry has no op profile: refresh it with --perf-save-baseline",
+            ),
         ),
-    ):
-        perf.results[r.spec] = r
-    return perf
+    )
 
 
 # -- the terminal table ---------------------------------------------------------------------
@@ -137,8 +145,7 @@ def test_an_inconclusive_or_smaller_peak_is_marked_too(peaks, shown):
 
 
 def test_a_scaling_row_and_a_burst_without_a_peak_show_no_memory():
-    r = burst(peaks=(0,))
-    r.memory_verdict = None
+    r = replace(burst(peaks=(0,)), throughput=replace(burst(peaks=(0,)).throughput, memory=None))
     scaled = burst()
     view = RunView(
         run=None,
@@ -154,7 +161,7 @@ def test_a_scaling_row_and_a_burst_without_a_peak_show_no_memory():
 
 
 def test_extra_info_carries_peak_memory_its_verdict_and_the_top_mover(perf):
-    regressed, passed = sorted(perf.results.values(), key=lambda r: r.spec.devices)
+    regressed, passed = sorted(perf.results, key=lambda r: r.spec.devices)
     info = _extra_info(regressed, row(regressed))
     assert info["peak_memory_bytes"] == int(1.38 * GIB) and info["baseline_peak_memory_bytes"] == GIB
     assert info["memory_change"] == pytest.approx(0.38, abs=1e-3) and info["memory_verdict"] == stats.REGRESSION
@@ -170,7 +177,7 @@ def test_extra_info_carries_peak_memory_its_verdict_and_the_top_mover(perf):
 
 
 def trace_path(perf) -> str:
-    regressed = next(r for r in perf.results.values() if r.spec.devices == 1)
+    regressed = next(r for r in perf.results if r.spec.devices == 1)
     return folder.trace_name(regressed.id)
 
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfsuite.analysis import mfu, stats
+from perfsuite.analysis.findings import communication_overhead, device_twin, independent_twin
+from perfsuite.analysis.measurement import Measurement
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.numbers import finite, fixed
 from perfsuite.contract.record import WorkerRecord
-from perfsuite.contract.spec import BurstSpec
 
 INPUT_BOUND = "input-bound"
 COMMUNICATION_BOUND = "communication-bound"
@@ -39,6 +40,9 @@ HOST_SATURATED_FRACTION = 0.80
 BUSY_TIME_FLAT = 1.15
 # A 1-device to N-device drop in GPU busy share this large (points) is not noise.
 BUSY_DROP_POINTS = 10.0
+
+
+Burst = Measurement | BurstResult  # what a rule reads: a case's measurement, or a burst of the run
 
 
 @dataclass(frozen=True)
@@ -67,44 +71,25 @@ def diagnose(
     for r in results:
         found = []
         if r.spec.data_location != "device":
-            twin = by_key.get(r.spec.replace(data_location="device", augment_on="cpu", data_dir=None).key())
-            found += _data_location(r, twin)
+            found += data_location(r, by_key.get(device_twin(r.spec).key()))
         if r.spec.world_size > 1:
             single = by_key.get(r.spec.single_device().key())
             found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
-            overhead = communication_overhead(r, by_key.get(independent_twin(r.spec).key()))
-            if overhead is not None and not found and overhead[0] >= 1 - DATA_LOCATION_SLOWDOWN:
-                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — {overhead[1]}"))
+            twin = by_key.get(independent_twin(r.spec).key())
+            overhead = communication_overhead(r.measurement, twin.measurement if twin else None)
+            if overhead is not None and not found and overhead.overhead >= 1 - DATA_LOCATION_SLOWDOWN:
+                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — {overhead.text}"))
             elif overhead is not None and found:
-                found = [Finding(f.key, f.kind, f"{f.text}; {overhead[1]}") for f in found]
+                found = [Finding(f.key, f.kind, f"{f.text}; {overhead.text}") for f in found]
         out += found or (_compute(r) if healthy else [])
     return out
-
-
-def independent_twin(spec: BurstSpec) -> BurstSpec:
-    """The same burst with every device training alone: the compute-only ceiling."""
-    return spec.replace(variable_update="independent")
-
-
-def communication_overhead(r: BurstResult, independent: BurstResult | None) -> tuple[float, str] | None:
-    """1 - throughput / independent throughput of the same spec, and the words for it; None
-    unless both ran (and ``r`` exchanges gradients)."""
-    if r.spec.variable_update == "independent" or independent is None or not independent.ok:
-        return None
-    ips, ceiling = _positive(r.images_per_sec), _positive(independent.images_per_sec)
-    if ips is None or ceiling is None:
-        return None
-    overhead = 1 - ips / ceiling
-    return overhead, (
-        f"communication overhead {overhead:.1%} (1 - {r.spec.variable_update} {fixed(ips)} / "
-        f"independent {fixed(ceiling)} img/s)"
-    )
 
 
 # --- the rules --------------------------------------------------------------------------
 
 
-def _data_location(r: BurstResult, twin: BurstResult | None) -> list[Finding]:
+def data_location(r: Burst, twin: Burst | None) -> list[Finding]:
+    """A data location well below ``device`` of the same spec (``twin``): why, where the evidence says."""
     ips, twin_ips = _positive(r.images_per_sec), _positive(twin.images_per_sec) if twin else None
     if ips is None or twin_ips is None or ips >= DATA_LOCATION_SLOWDOWN * twin_ips:
         return []
@@ -278,7 +263,7 @@ def _compute(r: BurstResult) -> list[Finding]:
 class Evidence:
     """The numbers a rule reads from one burst's record; None wherever they are missing."""
 
-    def __init__(self, r: BurstResult) -> None:
+    def __init__(self, r: Burst) -> None:
         rec = r.record
         util = rec.utilisation if rec is not None and isinstance(rec.utilisation, dict) else {}
         cpu = _dict(util.get("cpu"))
@@ -333,7 +318,7 @@ class Evidence:
         return f"{word} {self.gpu_busy:.0f}% busy (mean)" if self.gpu_busy is not None else "GPU use not recorded"
 
 
-def _step_seconds(r: BurstResult, rec: WorkerRecord | None) -> float | None:
+def _step_seconds(r: Burst, rec: WorkerRecord | None) -> float | None:
     """Seconds per step of a typical rank: the images it trains per step over its own throughput.
 
     A torch entry is one rank, one device. A TensorFlow entry is one process driving all
@@ -368,7 +353,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _f(r: BurstResult, kind: str, text: str) -> Finding:
+def _f(r: Burst, kind: str, text: str) -> Finding:
     return Finding(r.spec.key(), kind, text)
 
 

@@ -71,7 +71,7 @@ class Judgement:
     """One host's figure against its group (or its peers)."""
 
     value: float
-    median: float  # the group's, or the peers' (judge_against)
+    median: float  # the group's, the host itself among it
     mad: float
     score: float  # the modified z-score; +-inf where MAD is 0 and the figure is off the median
     deviation: float  # value / median - 1
@@ -124,16 +124,14 @@ def flags(values: Sequence[float], tolerance: float = TOLERANCE, cutoff: float =
     ]
 
 
-def judge_against(
+def judge_node(
     value: float, peers: Sequence[float], tolerance: float = TOLERANCE, cutoff: float = CUTOFF
 ) -> Judgement | None:
-    """One host's figure against its peers' figures (itself left out of their median and MAD);
-    None when it and its peers are fewer than MIN_HOSTS."""
-    _check([value, *peers], tolerance, cutoff)
-    if len(peers) + 1 < MIN_HOSTS:
-        return None
-    center = median(peers)
-    return _judgement(value, center, mad(peers, center), tolerance, cutoff)
+    """One node's figure among its peers' (the gate's --perf-fleet-check): judged with them as
+    ``judge`` judges each host of a night, so the gate and ``history fleet`` agree; None when it
+    and its peers are fewer than MIN_HOSTS."""
+    judged = judge([value, *peers], tolerance, cutoff)
+    return None if judged is None else judged[0]
 
 
 def _check(values: Sequence[float], tolerance: float, cutoff: float) -> None:
@@ -152,12 +150,12 @@ def _check(values: Sequence[float], tolerance: float, cutoff: float) -> None:
 
 @dataclass(frozen=True)
 class FleetCheck:
-    """The gate's peer check of one burst (--perf-fleet-check): this node's figure against the
-    latest figures of the other nodes of its fingerprint in the history."""
+    """The gate's peer check of one burst (--perf-fleet-check): this node's figure among the
+    latest figures of the other nodes of its fingerprint in the history (``judge_node``)."""
 
     node: str
     fingerprint: str
-    peers: int  # other nodes with a figure of this key in the window
+    peers: int  # other nodes with a figure of this key in the window (the group is they and this node)
     window_hours: float
     tolerance: float
     cutoff: float
@@ -180,8 +178,8 @@ class FleetCheck:
             "cutoff": self.cutoff,
             "policy": self.policy,
             "judged": j is not None,
-            "peer_median": j.median if j else None,
-            "peer_mad": j.mad if j else None,
+            "median": j.median if j else None,  # of the group: this node and its peers
+            "mad": j.mad if j else None,
             "deviation": j.deviation if j else None,
             "score": j.score if j else None,
             "outlier": j.outlier if j else None,

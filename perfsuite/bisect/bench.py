@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfsuite.analysis.bisect_hint import COMMIT_LABEL
 from perfsuite.bisect import measure
 from perfsuite.bisect.cache import Cache
 from perfsuite.bisect.repo import GitError
@@ -20,8 +21,6 @@ from perfsuite.bisect.selection import Selection, SelectionError, one_key
 from perfsuite.bisect.worktree import Worktrees
 from perfsuite.common import hardware
 from perfsuite.contract.spec import key_fields
-
-HISTORY_LABEL = "bisect_commit"  # the --perf-label each burst's run is stored with in --perf-history
 
 
 def fingerprint_for(key: str) -> str:
@@ -100,7 +99,7 @@ class Bench:
                 ctx.last_setup = None
                 measure.setup(ctx.setup, self._path, env, log)
                 ctx.last_setup = self.sha
-            labels = [f"{HISTORY_LABEL}={self.sha}"]
+            labels = [f"{COMMIT_LABEL}={self.sha}"]  # the --perf-label each burst's run is stored with
             args = measure.pytest_args(
                 ctx.selection.args_for(self._path),
                 ctx.scratch / f"{tag}.json",

@@ -292,9 +292,9 @@ def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> st
 
 
 def _changes(args: argparse.Namespace, url: str) -> int:
+    from perfsuite.analysis.bisect_hint import bisect_command
     from perfsuite.analysis.changes import MIN_POINTS
     from perfsuite.history import db, document
-    from perfsuite.history.bisect_hint import bisect_command
 
     patterns = args.key or []
     with _history(url) as engine:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
+from perfsuite.plugin import record
 from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting.perf_json import row
 
@@ -61,7 +62,7 @@ def add_bursts(config, perf: PerfSession) -> int:
     from pytest_benchmark.stats import Metadata
 
     added = 0
-    for result in perf.results.values():
+    for result in record.bursts(perf):
         measured = result.record
         if not result.ok or result.remote or measured is None or not measured.window_seconds:
             continue

@@ -14,9 +14,9 @@ from perfsuite.common import hardware
 from perfsuite.common.hardware import HardwareError, cuda_device_count
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import model_names
-from perfsuite.plugin import benchmark, cases, markers, preflight, progress
-from perfsuite.plugin.gate import PerfGate, marker_tolerance
+from perfsuite.plugin import benchmark, cases, markers, preflight, progress, record
 from perfsuite.plugin.options import add_options, session_options
+from perfsuite.plugin.pipeline import PerfGate
 from perfsuite.plugin.preflight import PreflightError
 from perfsuite.plugin.processes import stop_all
 from perfsuite.plugin.session import PerfSession
@@ -176,7 +176,7 @@ def burst_spec(
 ) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
-    tolerance = marker_tolerance(request.node)
+    tolerance = markers.marker_tolerance(request.node)
     values = {
         "framework": framework,
         "model_name": model_name,
@@ -203,7 +203,7 @@ def perf(request: pytest.FixtureRequest) -> PerfGate:
 
 @pytest.fixture
 def burst(perf: PerfGate):
-    """``burst(spec) -> BurstResult``: one burst per spec per session, reused across tests."""
+    """``burst(spec) -> Measurement``: one burst per spec per session, reused across tests."""
     return perf.burst
 
 
@@ -298,8 +298,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     perf = _session(session.config)
-    session.exitstatus = perf.finish(
-        exitstatus, session.config.invocation_params.args, collect_only=session.config.option.collectonly
+    session.exitstatus = record.finish(
+        perf, exitstatus, session.config.invocation_params.args, collect_only=session.config.option.collectonly
     )
     benchmark.drop_from_terminal_table(session.config)
     if perf.refused:
@@ -313,5 +313,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     perf = config.stash.get(SESSION, None)
-    if perf is not None and (perf.results or perf.messages):
-        terminal.terminal_summary(terminalreporter, perf.view())
+    if perf is not None and (perf.bursts or perf.messages):
+        terminal.terminal_summary(terminalreporter, record.view(perf))

@@ -128,35 +128,24 @@ def run_burst(
     the leader profiles that many steps after the timed windows and leaves their trace."""
     if spec.data_location == "real":
         _prepare_dataset(spec)
-    workdir.mkdir(parents=True, exist_ok=True)
-    job = workdir / burst_files.JOB
-    out = workdir / burst_files.RESULT
-    progress = workdir / burst_files.PROGRESS
-    log = workdir / burst_files.LOG
-    trace = workdir / burst_files.TRACE
-    # A TF worker of a multi-node burst marks when it starts and ends joining the others.
-    join_file = workdir / burst_files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
-    for stale in [out, progress, join_file, trace, *burst_files.error_files(out), *burst_files.pid_files(workdir)]:
-        if stale is None:
-            continue
-        stale.unlink(missing_ok=True)
+    files = _BurstFolder.of(workdir, spec)
     node_rank = options.node_rank if spec.nodes > 1 else 0
     burst_files.write_job(
-        job,
+        files.job,
         Job(
             spec=spec,
             model=model,
             folder=str(workdir),
             node_rank=node_rank,
             init_timeout_s=options.init_timeout_s,
-            progress_file=str(progress),
-            join_file=str(join_file) if join_file else None,
+            progress_file=str(files.progress),
+            join_file=str(files.join) if files.join else None,
             profile_steps=profile_steps,
         ),
     )
-    cmd = worker_command(spec, job, out, options)
+    cmd = worker_command(spec, files.job, files.out, options)
     started = time.monotonic()
-    with open(log, "wb") as log_file:
+    with open(files.log, "wb") as log_file:
         # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
         proc = subprocess.Popen(
             cmd,
@@ -167,24 +156,60 @@ def run_burst(
         )
     burst = BurstProcesses(proc, workdir)
     try:
-        returncode = _wait(burst, spec, options, started, out, log, progress, join_file, on_progress)
+        returncode = _wait(burst, spec, options, started, files.out, files.log, files.progress, files.join, on_progress)
     except BaseException:
         # Interrupted (Ctrl-C, SIGTERM, SIGHUP), a timeout, a rendezvous that never
         # completed: nothing of this burst may outlive it.
         burst.stop()
         raise
+    return _outcome(returncode, node_rank, time.monotonic() - started, files, spec, options)
+
+
+@dataclass(frozen=True)
+class _BurstFolder:
+    """A burst's files in its folder (perfsuite.contract.burst_files), none left from a run before."""
+
+    job: Path
+    out: Path
+    progress: Path
+    log: Path
+    trace: Path
+    join: Path | None  # a TF worker of a multi-node burst marks when it starts and ends joining the others
+
+    @classmethod
+    def of(cls, workdir: Path, spec: BurstSpec) -> _BurstFolder:
+        workdir.mkdir(parents=True, exist_ok=True)
+        join = workdir / burst_files.JOIN if spec.framework == "tf" and spec.nodes > 1 else None
+        files = cls(
+            workdir / burst_files.JOB,
+            workdir / burst_files.RESULT,
+            workdir / burst_files.PROGRESS,
+            workdir / burst_files.LOG,
+            workdir / burst_files.TRACE,
+            join,
+        )
+        stale = [files.out, files.progress, join, files.trace]
+        for path in [*stale, *burst_files.error_files(files.out), *burst_files.pid_files(workdir)]:
+            if path is not None:
+                path.unlink(missing_ok=True)
+        return files
+
+
+def _outcome(
+    returncode: int | None, node_rank: int, seconds: float, files: _BurstFolder, spec: BurstSpec, options: LaunchOptions
+) -> WorkerRecord | RemoteNode:
+    """What the worker left: its record, this node's part of a multi-node burst, or BurstError."""
     if returncode == 0 and node_rank != 0:
         # Rank 0 lives on node 0 and writes the record there; this node ran its ranks.
-        return RemoteNode(node_rank, time.monotonic() - started, str(log))
-    if returncode != 0 or not out.exists():
-        raise BurstError(_failure_line(returncode, out, log, spec, options))
+        return RemoteNode(node_rank, seconds, str(files.log))
+    if returncode != 0 or not files.out.exists():
+        raise BurstError(_failure_line(returncode, files.out, files.log, spec, options))
     try:
-        record = burst_files.read_result(out)
+        record = burst_files.read_result(files.out)
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
-    return record.replace(
-        wall_seconds=time.monotonic() - started, worker_log=str(log), trace_file=str(trace) if trace.is_file() else None
-    )
+    trace = str(files.trace) if files.trace.is_file() else None
+    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace)
 
 
 def _wait(

@@ -44,3 +44,10 @@ def register_markers(config: Any) -> None:
 def gate_marker(node: Any) -> Any:
     """The closest ``perfsuite(...)`` marker, or the older ``perf(...)``."""
     return node.get_closest_marker(GATE) or node.get_closest_marker(LEGACY_GATE)
+
+
+def marker_tolerance(node: Any, name: str = "tolerance") -> float | None:
+    """The tolerance ``@pytest.mark.perfsuite(tolerance=..., memory_tolerance=...)`` gives this test, if any."""
+    marker = gate_marker(node)
+    value = marker.kwargs.get(name) if marker else None
+    return None if value is None else float(value)

@@ -49,7 +49,8 @@ def rows(view: RunView) -> list[tuple[str, ...]]:
 
 
 def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...]:
-    if not r.ok:
+    case = r.scaling_case if kind == "scaling" else r.throughput
+    if not r.ok or (case is not None and case.errors):  # the burst, or a twin the case needed, failed
         return (name, *["-"] * (len(HEADER) - 2), "error")
     if r.remote:
         return (name, *["-"] * (len(HEADER) - 2), f"ran ranks of node {r.remote.node_rank}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from perfsuite.analysis.stats import TOLERANCE  # bisect's default --min-change, the gate's default tolerance
 
-COMMIT_LABEL = "bisect_commit"  # how bisect labels the runs it stores (perfsuite.bisect.bench)
+COMMIT_LABEL = "bisect_commit"  # how bisect labels the runs it stores in --perf-history (perfsuite.bisect.bench)
 
 
 def commit_of(meta: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,388 @@
+"""What the run writes, all of it from the findings: a case's JUnit properties as it ends, and at
+the end of the run the bursts as the records show them, the saved baselines, --perf-json, the
+report folder, the history and the terminal summary (pytest-benchmark reads the same bursts,
+perfsuite.plugin.benchmark).
+
+A burst's figures in every record are the ones its throughput case judged (else its scaling
+case's, else the latest), so no record shows a figure no verdict saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import pytest
+
+from perfsuite.analysis import stats
+from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings, baseline_peak, scaling_figures
+from perfsuite.analysis.result import BurstResult
+from perfsuite.common import hardware
+from perfsuite.common.files import shown_path
+from perfsuite.contract.spec import device_kind_of, short_kind
+from perfsuite.plugin.session import PerfSession
+from perfsuite.reporting.view import RunView
+from perfsuite.store import baseline
+
+# -- a case, as it ends ---------------------------------------------------------------------
+
+
+def case(session: PerfSession, item: pytest.Item, f: Findings) -> None:
+    """Keep the case's findings for the run's records, and write its JUnit properties now."""
+    session.findings.append(f)
+    item.user_properties.extend(junit_properties(f))
+
+
+def junit_properties(f: Findings) -> list[tuple[str, object]]:
+    """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them)."""
+    if f.errors:
+        return [("verdict", "error"), ("burst_error", f.errors[0])]
+    if not f.judged:
+        return []
+    m, scaling = f.measurement, f.kind == SCALING
+    props: list[tuple[str, object]] = [("burst", f.spec.key())]
+    if m.images_per_sec is not None and m.interval is not None:
+        lo, hi = m.interval
+        props += [
+            ("images_per_sec", round(m.images_per_sec, 3)),
+            ("ci_low", round(lo, 3)),
+            ("ci_high", round(hi, 3)),
+            ("windows", len(m.samples)),
+            ("bursts", m.runs),
+        ]
+    if f.drift is not None and f.drift.drift is not None:
+        props.append(("drift", round(f.drift.drift.change, 4)))
+    props += _fleet_properties(f)
+    if not scaling:
+        props += _memory_properties(f)
+    if f.attribution is not None:
+        props.append(("attribution", f.attribution.status))
+        if f.attribution.movers:
+            top = f.attribution.movers[0]
+            props += [
+                ("top_mover", top.name),
+                ("top_mover_family", top.family),
+                ("top_mover_delta_ms", round(top.delta_ms, 3)),
+            ]
+    verdict = f.verdict
+    if verdict is not None:
+        props += [("verdict", verdict.status), ("tolerance", round(verdict.tolerance, 4))]
+        if verdict.change is not None:
+            props.append(("change", round(verdict.change, 4)))
+    if f.baseline:
+        props.append(("baseline_images_per_sec", round(f.baseline["images_per_sec"], 3)))
+    if scaling and f.scaling is not None:
+        props.append(("scaling_efficiency", round(f.scaling.efficiency, 4)))
+        if f.scaling.baseline is not None:
+            props.append(("baseline_scaling_efficiency", round(f.scaling.baseline, 4)))
+    return props
+
+
+def _fleet_properties(f: Findings) -> list[tuple[str, object]]:
+    check = f.fleet
+    if check is None:
+        return []
+    props: list[tuple[str, object]] = [
+        ("fleet_node", check.node),
+        ("fleet_peers", check.peers),
+        ("fleet_flagged", check.flagged),
+    ]
+    if check.judgement is not None:
+        props += [
+            ("fleet_median", round(check.judgement.median, 3)),
+            ("fleet_deviation", round(check.judgement.deviation, 4)),
+            ("fleet_score", round(check.judgement.score, 2)),
+        ]
+    return props
+
+
+def _memory_properties(f: Findings) -> list[tuple[str, object]]:
+    peaks, found = f.measurement.run_peaks, f.memory
+    if not peaks:
+        return []
+    props: list[tuple[str, object]] = [("peak_memory_bytes", int(stats.median(peaks)))]
+    if found is not None and found.change is not None:  # a baseline peak to compare with
+        props += [
+            ("baseline_peak_memory_bytes", found.baseline_bytes),
+            ("memory_change", round(found.change, 4)),
+            ("memory_verdict", found.status),
+            ("memory_tolerance", round(found.tolerance, 4)),
+        ]
+    return props
+
+
+# -- the bursts, as the run's records show them ---------------------------------------------------
+
+
+def bursts(session: PerfSession) -> tuple[BurstResult, ...]:
+    """Every burst of the run, each with the findings of the cases that judged it."""
+    judged: dict[tuple[object, str], Findings] = {}
+    for f in session.findings:
+        if f.judged:
+            judged[(f.spec, f.kind)] = f  # the last case of a spec and kind stands
+    out = []
+    for spec, b in session.bursts.items():
+        throughput, scaled = judged.get((spec, THROUGHPUT)), judged.get((spec, SCALING))
+        shown = throughput or scaled
+        measurement = shown.measurement if shown is not None else b.measurement
+        figures: tuple[float, tuple[float, float], tuple[float, ...]] | None = None
+        if scaled is not None and scaled.scaling is not None:
+            figures = (scaled.scaling.efficiency, scaled.scaling.interval, scaled.scaling.runs)
+        else:
+            single = session.bursts.get(spec.single_device()) if spec.world_size > 1 else None
+            figures = scaling_figures(measurement, single.measurement) if single is not None else None
+        efficiency, interval, runs = figures if figures is not None else (None, None, ())
+        out.append(
+            BurstResult(
+                measurement,
+                b.burst_id,
+                tuple(b.tests),
+                throughput,
+                scaled,
+                efficiency,
+                interval,
+                runs,
+                saved=spec in session.saved,
+            )
+        )
+    return tuple(out)
+
+
+def cases(session: PerfSession, shown: Sequence[BurstResult]) -> tuple[tuple[str, str, BurstResult], ...]:
+    """(test, kind, the burst as that case saw it) per case judged here or failed, for the terminal table."""
+    by_spec = {r.spec: r for r in shown}
+    out = []
+    for f in session.findings:
+        if not (f.judged or f.errors) or f.spec not in by_spec:
+            continue  # a case skipped, or judged on another node
+        seen = dataclasses.replace(
+            by_spec[f.spec],
+            measurement=f.measurement,
+            throughput=f if f.kind == THROUGHPUT else None,
+            scaling_case=f if f.kind == SCALING else None,
+        )
+        if f.kind == SCALING and f.scaling is not None:
+            seen = dataclasses.replace(
+                seen,
+                scaling_efficiency=f.scaling.efficiency,
+                scaling_interval=f.scaling.interval,
+                scaling_runs=f.scaling.runs,
+            )
+        out.append((f.test, f.kind, seen))
+    return tuple(out)
+
+
+def view(session: PerfSession, command: Sequence[str] = ()) -> RunView:
+    shown = bursts(session)
+    fingerprints, errors = session.report_fingerprints()
+    o = session.options
+    return RunView(
+        run=session.run_info(command),
+        results=shown,
+        rows=cases(session, shown),
+        messages=tuple(session.messages),
+        fingerprints=fingerprints,
+        fingerprint_errors=errors,
+        baseline_files={kind: baseline.baseline_path(o.baseline_dir, fp) for kind, fp in fingerprints.items()},
+        min_scaling_efficiency=o.min_scaling_efficiency,
+        scaling_tolerance=o.scaling_tolerance,
+        trends=trends(session, shown),
+    )
+
+
+def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
+    """Burst id -> its history with this run last (perfsuite.reporting.trend.Trend), for the report."""
+    if session.options.perf_history is None:
+        return {}
+    from perfsuite.analysis import changes
+    from perfsuite.reporting.trend import Trend
+
+    out = {}
+    for result in shown:
+        if result.images_per_sec is None or result.remote:
+            continue
+        try:
+            past = session.history_series(result.spec)
+        except hardware.HardwareError:
+            continue
+        if not past:
+            continue
+        values = [p.images_per_sec for p in past] + [result.images_per_sec]
+        try:
+            found = [(c.index, c.change) for c in changes.change_points(values)]
+        except ValueError:
+            found = []
+        lo, hi = result.interval or (None, None)
+        out[result.id] = Trend(
+            title=f"{result.spec.key()} on {session.fingerprint(result.spec.device_kind).id}",
+            runs=[str(p.date)[:10] for p in past] + ["this run"],
+            images_per_sec=values,
+            ci_low=[p.ci_low for p in past] + [lo],
+            ci_high=[p.ci_high for p in past] + [hi],
+            change_points=found,
+            current=len(values) - 1,
+        )
+    return out
+
+
+# -- the end of the run ---------------------------------------------------------------------------
+
+
+def finish(session: PerfSession, exitstatus: int, command: Sequence[str] = (), collect_only: bool = False) -> int:
+    """Save baselines, write --perf-json, --perf-report and the history, remove the burst folders;
+    return the run's exit status, which a file that could not be written, or a run in which no
+    burst ran, turns into a failure."""
+    session.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    status = exitstatus
+    if session.options.save_baseline and session.bursts:
+        status = _save(session, exitstatus, status)
+    shown = bursts(session)
+    status = _write_results(session, shown, command, exitstatus, status)
+    _write_history(session, shown, command, status)
+    kept = session.remove_burst_dirs()
+    if kept:
+        session.messages.append(kept)
+    for what, keys in sorted(_entries_lacking(session).items()):
+        session.messages.append(
+            f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "
+            f"compare with: refresh {'it' if len(keys) == 1 else 'them'} with --perf-save-baseline"
+        )
+    session.messages.extend(_no_baseline_file(session))
+    if session.selected_cases and not session.bursts and not collect_only and status == pytest.ExitCode.OK:
+        session.messages.append(_nothing_ran(session))
+        status = pytest.ExitCode.TESTS_FAILED
+    return status
+
+
+def _entries_lacking(session: PerfSession) -> dict[str, set[str]]:
+    """Keys of gated entries saved before peak memory and op profiles were stored, per what they lack."""
+    out: dict[str, set[str]] = {}
+    if session.options.save_baseline:
+        return out
+    for f in session.findings:
+        if f.kind != THROUGHPUT or not f.judged or f.baseline is None or not f.measurement.run_peaks:
+            continue
+        for what, missing in (
+            ("peak memory", baseline_peak(f.baseline) is None),
+            ("op profile", not f.baseline.get("op_profile")),
+        ):
+            if missing:
+                out.setdefault(what, set()).add(f.spec.key())
+    return out
+
+
+def _no_baseline_file(session: PerfSession) -> list[str]:
+    """A machine kind the suite has no baseline for: measured and reported, and how to keep it."""
+    if session.options.save_baseline:
+        return []
+    lines = []
+    for kind, found in sorted(session.baselines.items()):
+        measured = [s for s, b in session.bursts.items() if short_kind(s.device_kind) == kind and b.measurement.ok]
+        if found is None and kind not in session.baselines_unused and measured:
+            path = shown_path(session.baseline_path(device_kind_of(kind)))
+            lines.append(
+                f"no baseline file for this hardware ({path}): "
+                f"{len(measured)} burst{'s were' if len(measured) != 1 else ' was'} measured and reported, not "
+                "gated; run the same command with --perf-save-baseline to keep them as its baseline"
+            )
+    return lines
+
+
+def _nothing_ran(session: PerfSession) -> str:
+    from collections import Counter
+
+    n = session.selected_cases
+    head = f"no burst ran: {n} selected case{'s' if n != 1 else ''}"
+    if not session.skip_reasons:
+        return f"{head} measured nothing"
+    counts = Counter(session.skip_reasons)
+    reasons = "; ".join(f"{reason} ({count})" for reason, count in counts.most_common())
+    return f"{head}, all skipped: {reasons}"
+
+
+def _save(session: PerfSession, exitstatus: int, status: int) -> int:
+    if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        session.messages.append("baselines not saved: the run was interrupted")
+    elif session.options.node_rank != 0:
+        session.messages.append(f"baselines are saved by node 0; this is node {session.options.node_rank}")
+    else:
+        try:
+            for path, count in save_baselines(session):
+                session.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
+        except baseline.BaselineError as exc:
+            session.messages.append(f"baselines not saved: {exc}")
+            return pytest.ExitCode.TESTS_FAILED
+    return status
+
+
+def entries_to_save(session: PerfSession) -> dict:
+    """Entries of every clean burst, grouped by baseline file: path -> (fingerprint, entries, versions)."""
+    commit = baseline.git_commit(session.rootdir)
+    date = baseline.now_iso()
+    out: dict = {}
+    for result in bursts(session):
+        record = result.record
+        if not result.ok or result.remote or record is None:
+            continue
+        if result.tests and all(t in session.failed_tests for t in result.tests):
+            continue  # only bursts from tests that ran cleanly
+        spec = result.spec
+        path = session.baseline_path(spec.device_kind)
+        fp, entries, versions = out.setdefault(path, (session.fingerprint(spec.device_kind), {}, {}))
+        entries[spec.key()] = baseline.entry_for(result, date, commit, session.baseline_entry(spec))
+        versions[spec.framework] = record.framework_version
+    return out
+
+
+def save_baselines(session: PerfSession) -> list:
+    saved = []
+    for path, (fp, entries, versions) in entries_to_save(session).items():
+        baseline.save_entries(path, fp, entries, versions)
+        saved.append((path, len(entries)))
+        for spec in session.bursts:
+            if spec.key() in entries and session.baseline_path(spec.device_kind) == path:
+                session.saved.add(spec)
+    return saved
+
+
+def _write_results(
+    session: PerfSession, shown: Sequence[BurstResult], command: Sequence[str], exitstatus: int, status: int
+) -> int:
+    from perfsuite.reporting.perf_json import row, write_json
+
+    o = session.options
+    failed = pytest.ExitCode.TESTS_FAILED if status == pytest.ExitCode.OK else status
+    if o.perf_json is not None and shown:
+        try:
+            write_json(o.perf_json, session.run_info(command), [row(r) for r in shown])
+            session.messages.append(f"results: {o.perf_json}")
+        except OSError as exc:
+            session.messages.append(f"--perf-json: cannot write {o.perf_json}: {exc}")
+            status = failed
+    if o.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
+        from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for
+
+        try:
+            session.messages.extend(write_report(o.perf_report, view(session, command)))
+        except Exception as exc:  # noqa: BLE001 - a report that cannot be written fails the run in one line
+            what = "cannot write" if isinstance(exc, OSError) else f"failed ({type(exc).__name__})"
+            session.messages.append(f"--perf-report: {what} {o.perf_report}: {exc}")
+            status = failed
+    return status
+
+
+def _write_history(session: PerfSession, shown: Sequence[BurstResult], command: Sequence[str], status: int) -> None:
+    """Every run goes into the history, gated or saved, passed or failed; never fails the run."""
+    o = session.options
+    if o.perf_history is None or not shown or o.node_rank != 0:
+        return
+    from perfsuite.history import document, recorder
+    from perfsuite.reporting.perf_json import row
+
+    doc = document.live(
+        session.run_info(command).as_dict(),
+        [row(r) for r in shown],
+        save_baseline=o.save_baseline,
+        outcome=document.outcome_of(status, session.interrupted),
+    )
+    session.messages.extend(recorder.record(o.perf_history, doc))
