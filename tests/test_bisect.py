@@ -218,7 +218,7 @@ def _subparser(name: str):
 
 @pytest.mark.parametrize("name", ["bisect", "bisect-step"])
 def test_pairs_counts_the_ends_pairs_and_bursts_is_its_deprecated_spelling(name, capsys):
-    assert parser().parse_args([name, "g", "b", KEY]).pairs == bisect.DEFAULT_PAIRS
+    assert parser().parse_args([name, "g", "b", KEY]).pairs == bisect.PAIRS
     args = parser().parse_args([name, "g", "b", KEY, "--pairs", "5"])
     assert args.pairs == 5 and args.selection == [KEY]
     assert capsys.readouterr().err == ""

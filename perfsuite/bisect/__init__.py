@@ -9,3 +9,7 @@ back), ``decide`` (the statistics: the ends' change, a commit like GOOD or like 
 whole run) and ``plot``. Nothing here imports torch or TensorFlow: the bursts run in
 pytest processes of their own, in the commit's worktree.
 """
+
+# The search's defaults, here where the command line reads them without importing the search.
+PAIRS = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
+MAX_REPEATS = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfsuite.analysis import stats
-from perfsuite.bisect import decide, repo, search, state
+from perfsuite.bisect import MAX_REPEATS, PAIRS, decide, repo, search, state
 from perfsuite.bisect.bench import Bench, Context
 from perfsuite.bisect.cache import Cache, StoredRound
 from perfsuite.bisect.selection import Selection
@@ -41,8 +41,8 @@ class Options:
     python: str
     setup: str | None = None
     min_change: float = stats.TOLERANCE
-    pairs: int = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
-    max_repeats: int = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)
+    pairs: int = PAIRS
+    max_repeats: int = MAX_REPEATS
     history: str | None = None
     use_cache: bool = True
     cache_root: Path | None = None

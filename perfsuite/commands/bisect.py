@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.analysis.stats import TOLERANCE
+from perfsuite.bisect import MAX_REPEATS, PAIRS
 from perfsuite.commands import CommandError, Failure, UsageError
 from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
 
-DEFAULT_PAIRS = 3
-DEFAULT_MAX_REPEATS = 8
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
 STEP_CANNOT = 128  # git bisect run stops on an exit code above 127
@@ -137,10 +136,10 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pairs",
         type=pairs,
-        default=DEFAULT_PAIRS,
+        default=PAIRS,
         metavar="N",
         help="pairs of GOOD and BAD (a burst of each, one right after the other) measured before anything "
-        f"is judged, 2 or more (default: {DEFAULT_PAIRS}; --bursts N is its deprecated spelling)",
+        f"is judged, 2 or more (default: {PAIRS}; --bursts N is its deprecated spelling)",
     )
     p.add_argument(
         "--bursts",
@@ -154,11 +153,11 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-repeats",
         type=_rounds,
-        default=DEFAULT_MAX_REPEATS,
+        default=MAX_REPEATS,
         metavar="N",
         help="rounds (a burst of the commit, then one of an end) a commit gets at most before it is skipped "
         f"as undecided, 2 or more (a verdict takes two); the ends get twice as many pairs at most "
-        f"(default: {DEFAULT_MAX_REPEATS})",
+        f"(default: {MAX_REPEATS})",
     )
     p.add_argument(
         "--perf-history",
@@ -310,7 +309,7 @@ def command_line(given: dict[str, Any]) -> str:
     for name in ("repo", "setup", "python", "min_change", "perf_history"):
         if given.get(name) not in (None, "", sys.executable):
             parts += [f"--{name.replace('_', '-')}", str(given[name])]
-    for name, default in (("pairs", DEFAULT_PAIRS), ("max_repeats", DEFAULT_MAX_REPEATS)):
+    for name, default in (("pairs", PAIRS), ("max_repeats", MAX_REPEATS)):
         if given.get(name) != default:
             parts += [f"--{name.replace('_', '-')}", str(given[name])]
     if given.get("no_cache"):
