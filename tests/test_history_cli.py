@@ -16,6 +16,9 @@ import pytest
 pytest.importorskip("sqlalchemy")
 pytest.importorskip("otava")
 
+from history_docs import FINGERPRINT, KEY, run_doc  # noqa: E402
+
+from perfsuite.analysis.changes import change_points  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
 from perfsuite.history import db, spool  # noqa: E402
 from perfsuite.reporting.perf_json import document  # noqa: E402
@@ -144,8 +147,9 @@ def test_runs_newest_first_with_limit(history, capsys):
     rows = lines[header + 1 :]
     assert [r.split()[0] for r in rows] == ["50", "49", "48"]
     assert "(--limit 3; 0 for all)" in lines[0]
+    assert lines[header].split()[3:5] == ["host", "node"]
     newest = rows[0]
-    assert "2026-02-19 02:00" in newest and "4444444444" in newest and "node1" in newest
+    assert "2026-02-19 02:00" in newest and "4444444444" in newest and newest.split()[4:6] == ["node1", "node1"]
     assert "2 (1 failing)" in newest and "tf 2.20.0, torch 2.13.0" in newest and "ngc 25.02" in newest
     assert "pool=b" in newest
 
@@ -158,7 +162,7 @@ def test_runs_orders_by_date_not_id_and_limit_0_is_all(history, capsys):
     # node2's runs were written last but ran on days 11-13: after run 11, before run 12 and so on
     assert ids.index(51) == ids.index(11) - 1 and ids.index(53) == ids.index(13) - 1
     newest = info["runs"][0]
-    assert newest["host"] == "node1" and newest["frameworks"]["torch"] == "2.13.0"
+    assert newest["host"] == newest["node"] == "node1" and newest["frameworks"]["torch"] == "2.13.0"
     assert newest["bursts"] == 2 and newest["failing"] == 1 and info["spooled"] == 0
 
 
@@ -234,7 +238,9 @@ def test_changes_newest_first_with_what_changed(history, capsys):
     blocks = out.split("\n\n")[1:]
     assert len(blocks) == 2
     jump, step = blocks
-    assert JUMP in jump.splitlines()[0] and re.match(r"\+1[45]\.\d%  ", jump)
+    # node1 and node2 write to this history: each change point names its node
+    assert jump.splitlines()[0].endswith(f"{JUMP}  [fingerprint cpu-aaa, node node1]")
+    assert re.match(r"\+1[45]\.\d%  ", jump)
     assert f"at run {JUMP_AT + 1} (2026-02-05 02:00, commit 3333333333)" in jump
     assert "no metadata changed" in jump
     assert STEP in step.splitlines()[0] and re.match(r"-[78]\.\d%  ", step)
@@ -265,6 +271,7 @@ def test_changes_json_patterns_and_limit(history, capsys):
     jump, step = info["changes"]
     assert jump["run_id"] == JUMP_AT + 1 and jump["previous_run_id"] == JUMP_AT and jump["metadata_changes"] == []
     assert jump["change"] == pytest.approx(0.15, abs=0.015) and jump["fingerprint"] == "cpu-aaa"
+    assert jump["node"] == step["node"] == "node1"
     assert {c["field"]: (c["before"], c["after"]) for c in step["metadata_changes"]} == {
         "git_commit": ("2" * 12, "3" * 12),
         "frameworks.torch": ("2.12.0", "2.13.0"),
@@ -278,6 +285,140 @@ def test_changes_json_patterns_and_limit(history, capsys):
     assert "(showing 1; --limit 0 for all)" in out and STEP not in out
     rc, out, _ = _run(capsys, "changes", "--history", history, "--key", "nothing*", "--fingerprint", "cpu-bbb")
     assert rc == 0 and "note: --key 'nothing*' matches no key" in out and "no change points in 0 series" in out
+
+
+# --- a shared history: each node's runs are a series of their own -----------------------
+
+NODES = {"node-a": 100.0, "node-b": 100.0, "node-c": 85.0}  # node-c: a slower node, steady
+SHARED_NIGHTS, NODE_STEP_AT = 30, 18  # node-b: -10% from its 19th night, when its driver changes
+ONLY_A = f"{KEY}#1"  # a key that node-a alone ran, on its last 10 nights
+
+
+def _shared_run_id(night: int, node: str) -> int:
+    return night * len(NODES) + list(NODES).index(node) + 1  # written night by night, node by node
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    """Three nodes of one fingerprint writing to one history for 30 nights, 10 minutes apart."""
+    path = tmp_path_factory.mktemp("shared") / "fleet.db"
+    rnd = random.Random(11)
+    engine = db.open_history(f"sqlite:///{path}")
+    try:
+        for night in range(SHARED_NIGHTS):
+            for n, (node, level) in enumerate(NODES.items()):
+                stepped = node == "node-b" and night >= NODE_STEP_AT
+                ips = level * (0.9 if stepped else 1.0) * (1 + rnd.gauss(0, 0.01))
+                date = START + timedelta(days=night, minutes=10 * n)
+                doc = run_doc(
+                    round(ips, 2),
+                    bursts=2 if node == "node-a" and night >= SHARED_NIGHTS - 10 else 1,
+                    date=date.isoformat(),
+                    host=node,
+                    node=node,
+                    driver="590.10" if stepped else "580.95",
+                )
+                db.write_run(engine, doc)
+    finally:
+        engine.dispose()
+    return path
+
+
+def test_changes_finds_a_step_in_its_nodes_series_only(shared, capsys):
+    rc, out, err = _run(capsys, "changes", "--history", shared)
+    assert rc == 0 and err == ""
+    assert out.startswith("1 change point in 4 series of ")  # KEY on each node, and ONLY_A
+    (block,) = out.split("\n\n")[1:]
+    title, at, changed = block.splitlines()
+    assert re.match(r"-(9|10)\.\d%  ", title) and title.endswith(f"{KEY}  [fingerprint {FINGERPRINT}, node node-b]")
+    before = _shared_run_id(NODE_STEP_AT - 1, "node-b")
+    assert at.startswith(f"  at run {_shared_run_id(NODE_STEP_AT, 'node-b')} (2026-01-19 02:10, ")
+    assert changed == f"  changed since run {before}: driver 580.95 -> 590.10"  # node-b's own previous night
+
+    rc, out, _ = _run(capsys, "changes", "--history", shared, "--json")
+    info = json.loads(out)
+    (change,) = info["changes"]
+    assert info["series"] == 4 and info["node"] is None
+    assert change["node"] == "node-b" and change["key"] == KEY and change["index"] == NODE_STEP_AT
+    assert change["before"] == pytest.approx(100, rel=0.02) and change["after"] == pytest.approx(90, rel=0.02)
+    assert change["metadata_changes"] == [{"field": "driver", "before": "580.95", "after": "590.10"}]
+
+
+def test_the_nodes_mixed_in_one_series_hide_the_step(shared):
+    """What `history changes` said before series were per node: node-c's slower runs,
+    interleaved with its peers', hide node-b's 10% step."""
+    engine = db.open_history(f"sqlite:///{shared}", write=False)
+    try:
+        mixed = db.all_series(engine, key=KEY)[(FINGERPRINT, KEY)]
+        per_node = db.all_series(engine, key=KEY, by_node=True)
+    finally:
+        engine.dispose()
+    assert len(mixed) == SHARED_NIGHTS * len(NODES)
+    assert change_points([p.images_per_sec for p in mixed]) == []
+    found = {node: change_points([p.images_per_sec for p in points]) for (_, _, node), points in per_node.items()}
+    assert [cp.index for cp in found.pop("node-b")] == [NODE_STEP_AT]
+    assert found == {"node-a": [], "node-c": []}
+
+
+def test_node_filters_each_command(shared, capsys):
+    rc, out, _ = _run(capsys, "runs", "--history", shared, "--node", "node-c", "--limit", "0", "--json")
+    info = json.loads(out)
+    assert rc == 0 and info["node"] == "node-c" and len(info["runs"]) == SHARED_NIGHTS
+    assert {(r["host"], r["node"]) for r in info["runs"]} == {("node-c", "node-c")}
+    rc, out, _ = _run(capsys, "runs", "--history", shared, "--node", "node-c", "--limit", "2")
+    lines = out.splitlines()
+    assert lines[0].endswith(": 2 runs of node node-c, newest first (--limit 2; 0 for all)")
+    newest = [_shared_run_id(night, "node-c") for night in (SHARED_NIGHTS - 1, SHARED_NIGHTS - 2)]
+    assert [line.split()[0] for line in lines[3:]] == [str(i) for i in newest]
+    assert {line.split()[4] for line in lines[3:]} == {"node-c"}
+
+    rc, out, _ = _run(capsys, "changes", "--history", shared, "--node", "node-a")
+    assert rc == 0 and out.startswith("no change points in 2 series of node node-a in ")
+    rc, out, _ = _run(capsys, "changes", "--history", shared, "--node", "node-b")
+    assert out.startswith("1 change point in 1 series of node node-b in ")
+    assert f"{KEY}  [fingerprint {FINGERPRINT}]" in out  # one node: its change points need not name it
+    rc, out, _ = _run(capsys, "changes", "--history", shared, "--node", "node-b", "--json")
+    info = json.loads(out)
+    assert info["node"] == "node-b" and [c["node"] for c in info["changes"]] == ["node-b"]
+
+    rc, out, err = _run(capsys, "trend", KEY, "--history", shared, "--node", "node-b")
+    assert rc == 0 and err == ""
+    assert f"{KEY} on fingerprint {FINGERPRINT}, node node-b: {SHARED_NIGHTS} runs in " in out
+    (marked,) = [line for line in out.splitlines() if "<- change" in line]
+    assert marked.split()[0] == str(_shared_run_id(NODE_STEP_AT, "node-b"))
+    rc, out, _ = _run(capsys, "trend", KEY, "--history", shared, "--node", "node-c", "--json")
+    info = json.loads(out)
+    assert rc == 0 and info["node"] == "node-c" and info["change_points"] == []
+    assert [r["run_id"] for r in info["runs"]] == [_shared_run_id(night, "node-c") for night in range(SHARED_NIGHTS)]
+
+
+def test_trend_of_a_key_several_nodes_ran_needs_one(shared, tmp_path, capsys):
+    rc, out, err = _run(capsys, "trend", KEY, "--history", shared)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err == (
+        f"error: {KEY} ran on 3 nodes, each a series of its own: give --node NAME, "
+        "one of node-a (30 runs), node-b (30 runs), node-c (30 runs)\n"
+    )
+    # a key one node ran reads as before, and --plot draws the chosen node's series
+    rc, out, _ = _run(capsys, "trend", ONLY_A, "--history", shared)
+    assert rc == 0 and out.startswith(f"{ONLY_A} on fingerprint {FINGERPRINT}: 10 runs in ")
+    png = tmp_path / "node-b.png"
+    rc, out, _ = _run(capsys, "trend", KEY, "--history", shared, "--node", "node-b", "--plot", png)
+    assert rc == 0 and f"plot: {png}" in out and png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize("command", [["runs"], ["trend", KEY], ["changes"]])
+def test_a_node_not_in_the_history_names_the_nearest(shared, capsys, command):
+    rc, out, err = _run(capsys, *command, "--history", shared, "--node", "nodeb")
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: no node nodeb in sqlite:///{shared} (nearest: node-b, ")
+    rc, out, err = _run(capsys, *command, "--history", shared, "--node", "gpu042")
+    assert rc == 1 and err == f"error: no node gpu042 in sqlite:///{shared} (it holds 3 nodes)\n"
+
+
+def test_trend_of_a_key_the_node_did_not_run(shared, capsys):
+    rc, out, err = _run(capsys, "trend", ONLY_A, "--history", shared, "--node", "node-b")
+    assert rc == 1 and out == "" and err == f"error: {ONLY_A} has no runs on node node-b (it ran on: node-a)\n"
 
 
 # --- import ----------------------------------------------------------------------------

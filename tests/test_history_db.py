@@ -134,6 +134,58 @@ def test_migrations_bring_an_old_database_forward(tmp_path):
     assert len(db.runs(engine)) == 1
 
 
+def _fill_two_nodes(engine: sa.Engine) -> None:
+    """Four nights of node-a and node-b, interleaved; then node-b ran another key once."""
+    for day in range(4):
+        db.write_run(engine, run_doc(100.0 + day, day=day, commit=f"a{day}", host="host-a", node="node-a"))
+        db.write_run(engine, run_doc(80.0 + day, day=day, commit=f"b{day}", host="host-b", node="node-b"))
+    db.write_run(engine, run_doc(50.0, day=4, key="other/key", host="host-b", node="node-b"))
+
+
+def _assert_series_per_node(engine: sa.Engine) -> None:
+    # (fingerprint, key), as every caller before by_node reads them: the nodes interleave
+    mixed = db.all_series(engine)
+    assert set(mixed) == {(FINGERPRINT, KEY), (FINGERPRINT, "other/key")}
+    assert [p.images_per_sec for p in mixed[(FINGERPRINT, KEY)]] == [100, 80, 101, 81, 102, 82, 103, 83]
+
+    per_node = db.all_series(engine, by_node=True)
+    assert set(per_node) == {
+        (FINGERPRINT, KEY, "node-a"),
+        (FINGERPRINT, KEY, "node-b"),
+        (FINGERPRINT, "other/key", "node-b"),
+    }
+    assert [p.images_per_sec for p in per_node[(FINGERPRINT, KEY, "node-a")]] == [100, 101, 102, 103]
+    assert [p.meta["git_commit"] for p in per_node[(FINGERPRINT, KEY, "node-b")]] == ["b0", "b1", "b2", "b3"]
+    assert {p.meta["host"] for p in per_node[(FINGERPRINT, KEY, "node-b")]} == {"host-b"}
+
+    assert set(db.all_series(engine, key=KEY, node="node-b", by_node=True)) == {(FINGERPRINT, KEY, "node-b")}
+    assert db.all_series(engine, node="node-a") == {(FINGERPRINT, KEY): per_node[(FINGERPRINT, KEY, "node-a")]}
+    assert db.all_series(engine, node="node-z", by_node=True) == {}
+
+    assert [r["git_commit"] for r in db.runs(engine, node="node-a")] == ["a3", "a2", "a1", "a0"]  # newest first
+    assert [r["git_commit"] for r in db.runs(engine, limit=2, node="node-b")] == ["c0ffee", "b3"]
+    assert db.runs(engine, node="node-z") == []
+    assert db.nodes(engine) == {"node-a": 4, "node-b": 5}
+
+
+def test_series_and_runs_per_node_sqlite(tmp_path):
+    engine = db.open_history(_sqlite(tmp_path))
+    _fill_two_nodes(engine)
+    _assert_series_per_node(engine)
+    db.write_run(engine, run_doc(90.0, day=5, host="old-host"))  # a run without a node: its host is its node
+    assert db.nodes(engine) == {"node-a": 4, "node-b": 5, "old-host": 1}
+    assert [r["node"] for r in db.runs(engine, node="old-host")] == ["old-host"]
+    assert [p.images_per_sec for p in db.all_series(engine, by_node=True)[(FINGERPRINT, KEY, "old-host")]] == [90]
+    engine.dispose()
+
+
+def test_series_and_runs_per_node_postgresql(postgres_db):
+    engine = db.open_history(postgres_db)
+    _fill_two_nodes(engine)
+    _assert_series_per_node(engine)
+    engine.dispose()
+
+
 def _writers(url: str, runs_each: int = 50) -> None:
     """Two processes writing at once, each run its own transaction."""
     code = WRITER.format(tests=str(Path(__file__).parent))

@@ -28,6 +28,7 @@ from perfsuite.history.url import HistoryError, normalise, shown
 DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
 NO_FINGERPRINT = "-"  # how a series without a recorded fingerprint is named, and chosen with --fingerprint
+NO_NODE = "-"  # how a run without a recorded node is shown
 NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproject.toml)"
 INSTALL = 'pip install -e ".[history]"'
 
@@ -86,6 +87,31 @@ def _p(p_value: float) -> str:
 
 def _fp(fingerprint: str | None) -> str:
     return NO_FINGERPRINT if fingerprint is None else fingerprint
+
+
+def _node(node: str | None) -> str:
+    return NO_NODE if node is None else node
+
+
+def _runs_of(nodes: dict[str, int]) -> str:
+    """``a (7 runs), b (1 run)``: nodes or fingerprints and how many runs each made."""
+    return ", ".join(f"{name} ({n} run{'s' if n != 1 else ''})" for name, n in sorted(nodes.items()))
+
+
+def _unknown_node(engine: Any, node: str, url: str) -> Failure | None:
+    """The error for a ``--node`` that names no node of the history, with the nearest names;
+    None where the history has that node."""
+    from perfsuite.history import db
+
+    known = {_node(n) for n in db.nodes(engine)}
+    if node in known:
+        return None
+    near = difflib.get_close_matches(node, sorted(known), n=NEAREST_KEYS)
+    if near:
+        nearest = "nearest: " + ", ".join(near)
+    else:
+        nearest = f"it holds {len(known)} node{'s' if len(known) != 1 else ''}" if known else "it holds no runs"
+    return Failure(f"no node {node} in {shown(url)} ({nearest})")
 
 
 def metadata_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
@@ -154,25 +180,43 @@ def _runs(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
 
     with _history(url) as engine:
-        found = db.runs(engine, limit=args.limit or None)
+        found = db.runs(engine, limit=args.limit or None, node=args.node)
+        if not found and args.node is not None:
+            unknown = _unknown_node(engine, args.node, url)
+            if unknown:
+                raise unknown
     waiting = len(spool.pending(url))
     if args.json:
-        _dump({"history": shown(url), "runs": found, "spooled": waiting})
+        _dump({"history": shown(url), "node": args.node, "runs": found, "spooled": waiting})
         return 0
+    of_node = "" if args.node is None else f" of node {args.node}"
     if not found:
-        print(f"no runs in {shown(url)}")
+        print(f"no runs{of_node} in {shown(url)}")
     else:
         print(
-            f"{shown(url)}: {len(found)} run{'s' if len(found) != 1 else ''}, newest first"
+            f"{shown(url)}: {len(found)} run{'s' if len(found) != 1 else ''}{of_node}, newest first"
             + ("" if args.limit == 0 or len(found) < args.limit else f" (--limit {args.limit}; 0 for all)")
         )
-        header = ("run", "date", "commit", "host", "mode", "outcome", "bursts", "frameworks", "container", "labels")
+        header = (
+            "run",
+            "date",
+            "commit",
+            "host",
+            "node",
+            "mode",
+            "outcome",
+            "bursts",
+            "frameworks",
+            "container",
+            "labels",
+        )
         rows = [
             (
                 str(r["id"]),
                 _when(r["date"]),
                 _commit(r["git_commit"]),
                 r["host"] or "-",
+                _node(r["node"]),
                 r["mode"],
                 r["outcome"],
                 f"{r['bursts']}" + (f" ({r['failing']} failing)" if r["failing"] else ""),
@@ -183,7 +227,7 @@ def _runs(args: argparse.Namespace, url: str) -> int:
             for r in found
         ]
         print()
-        for line in columns(header, rows, left=(1, 2, 3, 4, 5, 7, 8, 9)):
+        for line in columns(header, rows, left=(1, 2, 3, 4, 5, 6, 8, 9, 10)):
             print(line)
     if waiting:
         print(
@@ -207,27 +251,49 @@ def _trend(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
 
     with _history(url) as engine:
-        found = db.all_series(engine, key=args.key)
+        # One key's series of every node: the nodes that ran it are named when one must be chosen.
+        found = db.all_series(engine, key=args.key, by_node=True)
         if not found:
             keys = {k for _, k, _ in db.series_keys(engine)}
             raise Failure(f"no key {args.key} in {shown(url)} ({_nearest(args.key, keys)})")
-    on = {_fp(fp): points for (fp, _), points in found.items()}
+        ran_on = sorted({_node(n) for _, _, n in found})
+        if args.node is not None and args.node not in ran_on:
+            unknown = _unknown_node(engine, args.node, url)
+            raise unknown or Failure(f"{args.key} has no runs on node {args.node} (it ran on: {', '.join(ran_on)})")
+    on: dict[str, dict[str, list]] = {}  # fingerprint -> node -> points
+    for (fp, _, node), points in found.items():
+        if args.node is None or _node(node) == args.node:
+            on.setdefault(_fp(fp), {})[_node(node)] = points
     if args.fingerprint is None and len(on) > 1:
-        listed = ", ".join(f"{fp} ({len(p)} runs)" for fp, p in sorted(on.items()))
+        listed = _runs_of({fp: sum(map(len, by_node.values())) for fp, by_node in on.items()})
         raise UsageError(f"{args.key} ran on {len(on)} fingerprints: give --fingerprint ID, one of {listed}")
     fingerprint = args.fingerprint if args.fingerprint is not None else next(iter(on))
     if fingerprint not in on:
-        raise Failure(f"{args.key} has no runs on fingerprint {fingerprint} (it has: {', '.join(sorted(on))})")
-    points = _finite(on[fingerprint])
+        raise Failure(
+            f"{args.key} has no runs on fingerprint {fingerprint}"
+            + ("" if args.node is None else f" of node {args.node}")
+            + f" (it has: {', '.join(sorted(on))})"
+        )
+    by_node = on[fingerprint]
+    if len(by_node) > 1:  # without --node: with it, only its series is left
+        where = f" of fingerprint {fingerprint}" if len(on) > 1 else ""
+        raise UsageError(
+            f"{args.key} ran on {len(by_node)} nodes{where}, each a series of its own: "
+            f"give --node NAME, one of {_runs_of({n: len(p) for n, p in by_node.items()})}"
+        )
+    ((node, points),) = by_node.items()
+    named = node if args.node is not None or len(ran_on) > 1 else None  # a history of one node reads as before
+    points = _finite(points)
     cps = _change_points(points)
     marks = {cp.index: cp for cp in cps}
-    plotted = _plot(args.plot, args.key, fingerprint, points, cps) if args.plot else None
+    plotted = _plot(args.plot, args.key, fingerprint, named, points, cps) if args.plot else None
     if args.json:
         _dump(
             {
                 "history": shown(url),
                 "key": args.key,
                 "fingerprint": None if fingerprint == NO_FINGERPRINT else fingerprint,
+                "node": None if node == NO_NODE else node,
                 "runs": [
                     {
                         "run_id": p.run_id,
@@ -246,7 +312,8 @@ def _trend(args: argparse.Namespace, url: str) -> int:
         )
         return 0
     n = len(points)
-    print(f"{args.key} on fingerprint {fingerprint}: {n} run{'s' if n != 1 else ''} in {shown(url)}")
+    on_node = "" if named is None else f", node {named}"
+    print(f"{args.key} on fingerprint {fingerprint}{on_node}: {n} run{'s' if n != 1 else ''} in {shown(url)}")
     header = ("run", "date", "commit", "img/s", "95% CI", "")
     rows = []
     for i, p in enumerate(points):
@@ -274,11 +341,11 @@ def _trend(args: argparse.Namespace, url: str) -> int:
     return 0
 
 
-def _plot(where: str, key: str, fingerprint: str, points: list, cps: list) -> str:
+def _plot(where: str, key: str, fingerprint: str, node: str | None, points: list, cps: list) -> str:
     from perfsuite.reporting.trend import Trend, trend_png
 
     trend = Trend(
-        title=f"{key}  [fingerprint {fingerprint}]",
+        title=f"{key}  [fingerprint {fingerprint}" + ("]" if node is None else f", node {node}]"),
         runs=[str(p.date)[:10] for p in points],
         images_per_sec=[p.images_per_sec for p in points],
         ci_low=[p.ci_low for p in points],
@@ -298,22 +365,29 @@ def _changes(args: argparse.Namespace, url: str) -> int:
 
     patterns = args.key or []
     with _history(url) as engine:
-        found = db.all_series(engine)
+        # Each node's runs are a series of their own: in a shared history the nodes of one
+        # fingerprint interleave, and the change points of such a mix are nobody's.
+        found = db.all_series(engine, node=args.node, by_node=True)
+        if not found and args.node is not None:
+            unknown = _unknown_node(engine, args.node, url)
+            if unknown:
+                raise unknown
     chosen = {
-        (fp, key): points
-        for (fp, key), points in found.items()
-        if (args.fingerprint is None or _fp(fp) == args.fingerprint)
-        and (not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns))
+        series: points
+        for series, points in found.items()
+        if (args.fingerprint is None or _fp(series[0]) == args.fingerprint)
+        and (not patterns or any(fnmatch.fnmatchcase(series[1], p) for p in patterns))
     }
+    several = len({node for _, _, node in found}) > 1  # name each change point's node
     notes = [
         f"note: --key {p!r} matches no key"
         for p in patterns
-        if not any(fnmatch.fnmatchcase(key, p) for _, key in found)
+        if not any(fnmatch.fnmatchcase(key, p) for _, key, _ in found)
     ]
-    if args.fingerprint is not None and not any(_fp(fp) == args.fingerprint for fp, _ in found):
+    if args.fingerprint is not None and not any(_fp(fp) == args.fingerprint for fp, _, _ in found):
         notes.append(f"note: no series on fingerprint {args.fingerprint}")
     changes, short = [], 0
-    for (fp, key), points in sorted(chosen.items(), key=lambda kv: (_fp(kv[0][0]), kv[0][1])):
+    for (fp, key, node), points in sorted(chosen.items(), key=lambda kv: (_fp(kv[0][0]), kv[0][1], _node(kv[0][2]))):
         points = _finite(points)
         if len(points) < MIN_POINTS:
             short += 1
@@ -324,13 +398,14 @@ def _changes(args: argparse.Namespace, url: str) -> int:
                 {
                     "key": key,
                     "fingerprint": fp,
+                    "node": node,
                     **_cp_dict(cp, points),
                     "previous_run_id": before.run_id,
                     "metadata_changes": metadata_changes(before.meta, at.meta),
                     "bisect": bisect_command(before.meta, at.meta, key, cp.change),
                 }
             )
-    changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0), reverse=True)
+    changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0, _node(c["node"])), reverse=True)
     total = len(changes)
     if args.limit:
         changes = changes[: args.limit]
@@ -338,6 +413,7 @@ def _changes(args: argparse.Namespace, url: str) -> int:
         _dump(
             {
                 "history": shown(url),
+                "node": args.node,
                 "series": len(chosen),
                 "too_short": short,
                 "min_runs": MIN_POINTS,
@@ -348,21 +424,22 @@ def _changes(args: argparse.Namespace, url: str) -> int:
         return 0
     for note in notes:
         print(note)
-    s = "" if len(chosen) == 1 else "s"
+    where = f"{len(chosen)} series of " + ("" if args.node is None else f"node {args.node} in ") + shown(url)
     if not total:
         print(
-            f"no change points in {len(chosen)} series{s} of {shown(url)}"
+            f"no change points in {where}"
             + (f" ({short} with fewer than {MIN_POINTS} runs, too few to tell)" if short else "")
         )
         return 0
     print(
-        f"{total} change point{'' if total == 1 else 's'} in {len(chosen)} series of {shown(url)}, newest first"
+        f"{total} change point{'' if total == 1 else 's'} in {where}, newest first"
         + (f" (showing {len(changes)}; --limit 0 for all)" if len(changes) < total else "")
     )
     if short:
         print(f"{short} series with fewer than {MIN_POINTS} runs: too few to tell")
     for c in changes:
-        print(f"\n{c['change']:+.1%}  {c['key']}  [fingerprint {_fp(c['fingerprint'])}]")
+        on_node = f", node {_node(c['node'])}" if several else ""
+        print(f"\n{c['change']:+.1%}  {c['key']}  [fingerprint {_fp(c['fingerprint'])}{on_node}]")
         print(
             f"  at run {c['run_id']} ({_when(c['date'])}, commit {_commit(c['git_commit'])}): "
             f"{fixed(c['before'])} -> {fixed(c['after'])} img/s (medians), p={_p(c['p_value'])}"
@@ -451,12 +528,23 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help=f"the newest N runs (default: {DEFAULT_LIMIT}; 0: all)",
     )
+    runs.add_argument(
+        "--node",
+        metavar="NAME",
+        help="only this node's runs (a run's node is its --perf-node, else Slurm's node name, else its host name)",
+    )
     trend = command("trend", _trend, help="one key's img/s run by run, change points marked")
     trend.add_argument("key", metavar="KEY")
     trend.add_argument(
         "--fingerprint",
         metavar="ID",
         help=f"the hardware, where the key ran on several ({NO_FINGERPRINT}: none recorded)",
+    )
+    trend.add_argument(
+        "--node",
+        metavar="NAME",
+        help="the node whose series to show, where several ran the key: in a shared history "
+        "each node's runs are a series of their own",
     )
     trend.add_argument("--plot", metavar="FILE.png", help="also draw the trend into this PNG")
     changes = command(
@@ -469,6 +557,12 @@ def add_parser(sub: Any) -> None:
         help="keys matching this fnmatch pattern ('*' spans '/'); repeatable",
     )
     changes.add_argument("--fingerprint", metavar="ID", help="only series on this hardware")
+    changes.add_argument(
+        "--node",
+        metavar="NAME",
+        help="only this node's series (default: every node's; in a shared history each node's "
+        "runs are a series of their own)",
+    )
     changes.add_argument(
         "--limit",
         type=arguments.count(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlalchemy as sa
 
@@ -200,8 +200,9 @@ RUN_FIELDS = (
 )
 
 
-def runs(engine: sa.Engine, limit: int | None = None) -> list[dict[str, Any]]:
-    """Runs newest first, each with its burst count and how many bursts failed their gate."""
+def runs(engine: sa.Engine, limit: int | None = None, node: str | None = None) -> list[dict[str, Any]]:
+    """Runs newest first, each with its burst count and how many bursts failed their gate; of
+    one node (or every node)."""
     r, b = schema.runs, schema.bursts
     count = sa.select(sa.func.count()).where(b.c.run_id == r.c.id).scalar_subquery()
     failing = (
@@ -212,10 +213,20 @@ def runs(engine: sa.Engine, limit: int | None = None) -> list[dict[str, Any]]:
     query = sa.select(*(r.c[f] for f in RUN_FIELDS), count.label("bursts"), failing.label("failing")).order_by(
         r.c.started_at.desc(), r.c.id.desc()
     )
+    if node is not None:
+        query = query.where(r.c.node == node)
     if limit is not None:
         query = query.limit(limit)
     with engine.connect() as conn:
         return [dict(m) for m in conn.execute(query).mappings()]
+
+
+def nodes(engine: sa.Engine) -> dict[str | None, int]:
+    """node -> how many runs it made, of every node of the history (None: a run with no node)."""
+    r = schema.runs
+    query = sa.select(r.c.node, sa.func.count()).group_by(r.c.node)
+    with engine.connect() as conn:
+        return {node: count for node, count in conn.execute(query)}
 
 
 @dataclass(frozen=True)
@@ -238,19 +249,52 @@ class SeriesPoint:
 META_FIELDS = ("git_commit", "host", "frameworks", "driver", "cuda", "cudnn", "nccl", "container", "labels")
 
 
+Series = tuple[str | None, str]  # (fingerprint, key)
+NodeSeries = tuple[str | None, str, str | None]  # (fingerprint, key, node)
+
+
+@overload
+def all_series(
+    engine: sa.Engine,
+    fingerprints: Iterable[str | None] | None = ...,
+    key: str | None = ...,
+    node: str | None = ...,
+    *,
+    by_node: Literal[False] = ...,
+) -> dict[Series, list[SeriesPoint]]: ...
+
+
+@overload
+def all_series(
+    engine: sa.Engine,
+    fingerprints: Iterable[str | None] | None = ...,
+    key: str | None = ...,
+    node: str | None = ...,
+    *,
+    by_node: Literal[True],
+) -> dict[NodeSeries, list[SeriesPoint]]: ...
+
+
 def all_series(
     engine: sa.Engine,
     fingerprints: Iterable[str | None] | None = None,
     key: str | None = None,
     node: str | None = None,
-) -> dict[tuple[str | None, str], list[SeriesPoint]]:
+    *,
+    by_node: bool = False,
+) -> dict[Series, list[SeriesPoint]] | dict[NodeSeries, list[SeriesPoint]]:
     """(fingerprint, key) -> measured img/s, oldest first, one point per run; of every key (or
-    ``key``) on these fingerprints (or all), of one node's runs (or every node's), in one query."""
+    ``key``) on these fingerprints (or all), of one node's runs (or every node's), in one query.
+
+    ``by_node``: (fingerprint, key, node) -> the same, each node's runs a series of their own
+    (in a fleet's shared history the nodes of one fingerprint interleave in a (fingerprint,
+    key) series, and its change points are nobody's)."""
     r, b = schema.runs, schema.bursts
     query = (
         sa.select(
             b.c.fingerprint,
             b.c.key,
+            r.c.node,
             r.c.id,
             r.c.date,
             b.c.images_per_sec,
@@ -274,10 +318,11 @@ def all_series(
         query = query.where(b.c.key == key)
     if node is not None:
         query = query.where(r.c.node == node)
-    out: dict[tuple[str | None, str], list[SeriesPoint]] = {}
+    out: dict[Any, list[SeriesPoint]] = {}
     with engine.connect() as conn:
         for m in conn.execute(query).mappings():
-            points = out.setdefault((m["fingerprint"], m["key"]), [])
+            series = (m["fingerprint"], m["key"], m["node"]) if by_node else (m["fingerprint"], m["key"])
+            points = out.setdefault(series, [])
             if points and points[-1].run_id == m["id"]:
                 continue  # tests with their own tolerance ran the key again: the longest burst stands
             points.append(
