@@ -93,13 +93,19 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     line = next(x for x in out.splitlines() if "fleet check: node node-x is slow" in x)
-    # Judged among its peers, as history fleet judges a night: the median of 90 and the six peers.
-    assert (
-        f"({key}): 90 img/s, -9.9% against the median of the 7 nodes of fingerprint {fingerprint} "
-        "(6 peers and this one), 99.9 img/s" in line
+    # The node's verdict, pooled over its keys and nights as history fleet pools them: one key
+    # on one night here, 10% below the trimmed mean of its six peers.
+    assert line.startswith(
+        f"fleet check: node node-x is slow: -10.0% against its peers over 1 night and 1 key of fingerprint "
+        f"{fingerprint} (p="
     )
-    assert "in the last 36 h" in line and "tolerance 5%" in line
-    assert "SLOW NODE -9.9% vs 6 peers" in out  # the table
+    assert "after Holm's correction over 7 nodes; alpha 0.01, tolerance 5%)" in line
+    # This key tonight, among its peers (their median and this node's).
+    assert (
+        f"({key}): 90 img/s, -9.9% against the median of the 7 nodes tonight (6 peers and this one), 99.9 img/s" in line
+    )
+    assert "in the last 24 h" in line
+    assert "SLOW NODE -10.0% over 1 night" in out  # the table
     doc = json.loads((faked.path / "r.json").read_text())
     assert doc["schema_version"] == 4 and doc["run"]["node"] == "node-x"
     (row,) = doc["results"]
@@ -107,12 +113,16 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     assert check["flagged"] and check["peers"] == 6 and check["policy"] == "fail" and check["node"] == "node-x"
     assert check["median"] == pytest.approx(99.9) and check["deviation"] == pytest.approx(90 / 99.9 - 1)
     assert check["score"] < -3.5 and check["message"] == line.strip().removeprefix("E").strip()
+    verdict = check["verdict"]
+    assert verdict["status"] == "slow" and verdict["nights"] == 1 and verdict["keys"] == 1
+    assert verdict["deviation"] == pytest.approx(-0.10, abs=1e-4) and verdict["adjusted_p"] <= 0.01
+    assert check["nodes"] == 7 and check["alpha"] == 0.01
     props = _junit(faked.path / "junit.xml")
     assert props["fleet_flagged"] == "True" and props["fleet_peers"] == "6" and props["fleet_node"] == "node-x"
     assert float(props["fleet_deviation"]) == pytest.approx(90 / 99.9 - 1, abs=1e-4)
     assert float(props["fleet_median"]) == 99.9
     report = (faked.path / "report" / "report.md").read_text()
-    assert "- **node**: node-x" in report and "-9.9% vs 6 peers: SLOW NODE" in report
+    assert "- **node**: node-x" in report and "-9.9% vs 6 peers; SLOW NODE -10.0% over 1 night" in report
     assert "🔴 **SLOW NODE** node node-x is slow" in report
     # The history keeps the night, the node and the check.
     engine = db.open_history(f"sqlite:///{faked.path / 'perf.db'}", write=False)
@@ -162,7 +172,7 @@ def test_a_regression_against_the_baseline_and_a_slow_node_both_say_so(faked, pr
 
 def test_peers_outside_the_window_and_the_nodes_own_runs_are_not_peers(faked, probe, monkeypatch):
     key, fingerprint = probe
-    write_peers(faked.path / "perf.db", key, fingerprint, PEERS, hours_ago=40)  # before the 36 h window
+    write_peers(faked.path / "perf.db", key, fingerprint, PEERS, hours_ago=40)  # before the 24 h window
     write_peers(faked.path / "perf.db", key, fingerprint, {"node-x": 100.0, "node-y": 100.0})  # itself, one peer
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "50")
     result = faked.runpytest_inprocess(
@@ -175,7 +185,7 @@ def test_peers_outside_the_window_and_the_nodes_own_runs_are_not_peers(faked, pr
         *FLEET, "--perf-fleet-check", "fail", "--perf-fleet-window", "48", "--perf-missing-baseline", "pass"
     )
     wider.assert_outcomes(failed=1)
-    assert "against the median of the 8 nodes of fingerprint" in wider.stdout.str()
+    assert "against the median of the 8 nodes tonight (7 peers and this one)" in wider.stdout.str()
 
 
 def test_the_gate_and_history_fleet_judge_a_node_alike(faked, probe, monkeypatch, capsys):
@@ -200,6 +210,11 @@ def test_the_gate_and_history_fleet_judge_a_node_alike(faked, probe, monkeypatch
     assert not fleet["flagged_hosts"] and not mine["flagged"]
     for field in ("median", "mad", "deviation", "score", "outlier"):
         assert mine[field] == pytest.approx(gate[field]), field
+    # And the node's verdict, pooled, is the same one.
+    (verdict,) = [v for v in fleet["nodes"] if v["node"] == "node-x"]
+    assert verdict["status"] == gate["verdict"]["status"] == "ok"
+    for field in ("deviation", "nights", "keys", "p_value", "adjusted_p"):
+        assert verdict[field] == pytest.approx(gate["verdict"][field]), field
 
 
 def test_the_history_is_read_once_for_every_key(faked, probe):
@@ -208,12 +223,12 @@ def test_the_history_is_read_once_for_every_key(faked, probe):
         FAKE_BURSTS
         + """
 import perfsuite.history.fleet as fleet
-_read = fleet.read_peers
+_read = fleet.read_for_gate
 def counted(*args, **kwargs):
     with open("peer-reads.log", "a") as log:
         log.write("read\\n")
     return _read(*args, **kwargs)
-fleet.read_peers = counted
+fleet.read_for_gate = counted
 """
     )
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
@@ -273,7 +288,7 @@ def test_fleet_options_and_their_defaults(tmp_path):
     assert (default.node, default.fleet_check, default.fleet_window, default.fleet_tolerance) == (
         None,
         "off",
-        36.0,
+        24.0,
         0.05,
     )
     table = _options({}, {"perf_history": "h.db", "fleet_check": "warn", "fleet_window": 12, "node": "n1"}, tmp_path)

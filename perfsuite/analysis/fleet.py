@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 CUTOFF = 3.5  # Iglewicz and Hoaglin's: |modified z| above it is an outlier
 MIN_HOSTS = 3  # a group judged needs at least this many hosts
@@ -32,7 +33,10 @@ MIN_HOSTS = 3  # a group judged needs at least this many hosts
 # night on the same software), only for host-to-host spread: 5% flags a host 8% slower
 # than its peers where the gate's 10% against a baseline would not.
 TOLERANCE = 0.05
-WINDOW_HOURS = 36.0  # tonight: each node's latest run in this many hours (a sweep may start before midnight)
+# Tonight: each node's latest run in this many hours before the check. A day: the nights do not
+# overlap, so a node that did not run tonight did not report, and a sweep that starts before
+# midnight is whole in it (calendar days would split it).
+WINDOW_HOURS = 24.0
 NORMAL_MAD = 0.6745  # the 0.75 quantile of the standard normal: MAD / 0.6745 estimates sigma
 
 
@@ -124,6 +128,43 @@ def flags(values: Sequence[float], tolerance: float = TOLERANCE, cutoff: float =
     ]
 
 
+@dataclass(frozen=True)
+class Columns:
+    """``judge`` over every column of ``values[host, column]`` at once (NaN: no figure); a column
+    of fewer than MIN_HOSTS hosts has NaN throughout."""
+
+    median: Any  # [column]
+    mad: Any  # [column]
+    score: Any  # [host, column]
+    deviation: Any  # [host, column]
+    outlier: Any  # [host, column], bool
+    flagged: Any  # [host, column], bool
+
+
+def judge_columns(values: Any, tolerance: float = TOLERANCE, cutoff: float = CUTOFF) -> Columns:
+    """Each host's figure against its column's (its group's, one key on one night), as ``judge``
+    judges it; numpy arrays in and out, for a fleet of thousands of hosts and keys."""
+    import warnings
+
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    hosts = np.sum(~np.isnan(x), axis=0)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is NaN, as meant
+        center = np.nanmedian(x, axis=0)
+        spread = np.nanmedian(np.abs(x - center), axis=0)
+        judged = hosts >= MIN_HOSTS
+        center, spread = np.where(judged, center, np.nan), np.where(judged, spread, np.nan)
+        off = x - center
+        score = np.where(spread > 0, NORMAL_MAD * off / spread, np.where(off == 0, 0.0, np.sign(off) * np.inf))
+        score = np.where(np.isnan(x) | ~judged, np.nan, score)
+        deviation = x / center - 1
+        outlier = np.abs(score) > cutoff
+        flagged = outlier & (deviation < -tolerance)
+    return Columns(center, spread, score, deviation, outlier, flagged)
+
+
 def judge_node(
     value: float, peers: Sequence[float], tolerance: float = TOLERANCE, cutoff: float = CUTOFF
 ) -> Judgement | None:
@@ -146,43 +187,3 @@ def _check(values: Sequence[float], tolerance: float, cutoff: float) -> None:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if not cutoff > 0:
         raise ValueError(f"cutoff must be positive, got {cutoff!r}")
-
-
-@dataclass(frozen=True)
-class FleetCheck:
-    """The gate's peer check of one burst (--perf-fleet-check): this node's figure among the
-    latest figures of the other nodes of its fingerprint in the history (``judge_node``)."""
-
-    node: str
-    fingerprint: str
-    peers: int  # other nodes with a figure of this key in the window (the group is they and this node)
-    window_hours: float
-    tolerance: float
-    cutoff: float
-    policy: str  # warn | fail
-    judgement: Judgement | None  # None: fewer than MIN_HOSTS with this node, not judged
-    message: str | None = None  # the sentence that reported a flagged node
-
-    @property
-    def flagged(self) -> bool:
-        return self.judgement is not None and self.judgement.flagged
-
-    def as_dict(self) -> dict[str, object]:
-        j = self.judgement
-        return {
-            "node": self.node,
-            "fingerprint": self.fingerprint,
-            "peers": self.peers,
-            "window_hours": self.window_hours,
-            "tolerance": self.tolerance,
-            "cutoff": self.cutoff,
-            "policy": self.policy,
-            "judged": j is not None,
-            "median": j.median if j else None,  # of the group: this node and its peers
-            "mad": j.mad if j else None,
-            "deviation": j.deviation if j else None,
-            "score": j.score if j else None,
-            "outlier": j.outlier if j else None,
-            "flagged": self.flagged,
-            "message": self.message,
-        }

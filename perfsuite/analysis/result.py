@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 
     from perfsuite.analysis.attribution import Attribution
     from perfsuite.analysis.changes import Drift
-    from perfsuite.analysis.findings import Findings
-    from perfsuite.analysis.fleet import FleetCheck
+    from perfsuite.analysis.findings import Findings, FleetCheck
     from perfsuite.analysis.memory import MemoryVerdict
     from perfsuite.contract.op_profile import OpProfile
 

@@ -1,15 +1,19 @@
-"""``python -m perfsuite history fleet``: which nodes of a fleet run slower than their peers.
+"""``python -m perfsuite history fleet``: which nodes of a fleet are slow, and which did not report.
 
-For one night (each node's latest run within ``--since`` hours before ``--at``, default now),
-the figures of each burst key on each hardware fingerprint (and each value of the
-``--group-by`` labels) form a group. Each host's figure is judged against its group with the
-robust statistics of ``perfsuite.analysis.fleet``: flagged when it is an outlier (modified
-z-score beyond ``--cutoff``) and more than ``--tolerance`` below the group's median. The
-same judgement on each of the ``--nights`` before (the window ending 24 h, 48 h, ... before
-``--at``) says on how many of them each host was flagged.
+Tonight is each node's latest run within ``--since`` hours before ``--at`` (default now); the
+nights before it are the same window ending 24 h, 48 h, ... before. Each node gets one
+verdict per fingerprint (and per value of the ``--group-by`` labels), its evidence pooled
+over the keys it ran and the last ``--nights`` nights (perfsuite.analysis.node_verdict): it
+is slow when it is more than ``--tolerance`` below its peers there and the pooled evidence
+clears ``--alpha`` after Holm's correction over every node judged, so that the whole fleet
+gets at most ``--alpha`` false flags a night. A node with runs in those nights and none
+tonight (or named by ``--expect`` and absent) did not report; one whose bursts measured
+nothing tonight failed. Each node's figure of each key tonight, against the key's group
+(modified z-score, Iglewicz and Hoaglin), is listed as the verdicts' evidence: one night's
+flag of one key is a hint, not a verdict.
 
-Exit codes: 0 done; 3 with ``--fail-on-flagged`` when a host is flagged tonight; 1 the
-history cannot be used or holds no run in the window; 2 bad arguments.
+Exit codes: 0 done; 3 with ``--fail-on-flagged`` when a node is slow, did not report or
+failed; 1 the history cannot be used or holds no run in the window; 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -20,164 +24,206 @@ import fnmatch
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import fleet
+from perfsuite.analysis import fleet, node_verdict
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import Failure, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments
 
-if TYPE_CHECKING:  # SQLAlchemy is imported when the command runs, not when the parser is built
-    from perfsuite.history.fleet import Latest, Nights, Point
+if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs, not when the parser is built
+    from perfsuite.history.fleet import Fleet
 
 DEFAULT_SINCE_H = fleet.WINDOW_HOURS
-DEFAULT_NIGHTS = 7
 DEFAULT_LIMIT = 20
 FLAGGED_EXIT = 3
 NO_FINGERPRINT = "-"
-
-
-@dataclass
-class Group:
-    fingerprint: str | None
-    key: str
-    labels: tuple[tuple[str, str], ...]  # the --group-by labels' values
-    hosts: dict[str, Point]  # node -> its point tonight (perfsuite.history.fleet.Point)
-    judged: list[fleet.Judgement] | None = None  # per host, in the order of ``hosts``
-    flagged_nights: dict[str, list[int]] = field(default_factory=dict)  # node -> nights ago it was flagged
-    judged_nights: dict[str, int] = field(default_factory=dict)  # node -> nights it was judged
-    nodes: list[str] = field(init=False)  # the keys of ``hosts``, in order
-
-    def __post_init__(self) -> None:
-        self.nodes = list(self.hosts)
-
-    @property
-    def name(self) -> tuple[str | None, str, tuple[tuple[str, str], ...]]:
-        return (self.fingerprint, self.key, self.labels)
-
-    def describe(self) -> str:
-        labels = "".join(f", {k}={v}" for k, v in self.labels)
-        return f"{self.key} [fingerprint {_fp(self.fingerprint)}{labels}]"
 
 
 def _fp(fingerprint: str | None) -> str:
     return NO_FINGERPRINT if fingerprint is None else fingerprint
 
 
-GroupName = tuple[str | None, str, tuple[tuple[str, str], ...]]
+@dataclass
+class Group:
+    """The nodes of one fingerprint (and one value of each --group-by label), and its keys."""
+
+    fingerprint: str | None
+    labels: tuple[tuple[str, str], ...]
+    nodes: list[int]  # rows of the fleet's arrays
+    keys: list[int]  # columns of the fleet's arrays
+
+    def describe(self) -> str:
+        return f"fingerprint {_fp(self.fingerprint)}" + "".join(f", {k}={v}" for k, v in self.labels)
 
 
-def _groups(nights: Nights, latest: Latest, group_by: list[str]) -> dict[GroupName, dict[str, Point]]:
-    """(fingerprint, key, group labels) -> node -> point."""
-    if not group_by:
-        return {(fp, key, ()): by_node for (fp, key), by_node in latest.items()}
-    out: dict[GroupName, dict[str, Point]] = {}
-    for (fp, key), by_node in latest.items():
-        for node, point in by_node.items():
-            labels = nights.runs[point[0]].labels
-            named = tuple((name, str(labels.get(name, "-"))) for name in group_by)
-            out.setdefault((fp, key, named), {})[node] = point
+def fleet_groups(history: Fleet, key_filter: Callable[[str], bool], group_by: list[str]) -> list[Group]:
+    """The fleet's groups; a node is in a fingerprint's group where it has a figure of one of its
+    keys in the nights read, in the group of its latest run's labels."""
+    import numpy as np
+
+    by_fp: dict[str | None, list[int]] = {}
+    for j, (fp, key) in enumerate(history.keys):
+        if key_filter(key):
+            by_fp.setdefault(fp, []).append(j)
+    out: list[Group] = []
+    for fp, keys in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
+        seen = np.any(~np.isnan(history.figures[:, keys, :]), axis=(1, 2))
+        split: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i in np.flatnonzero(seen).tolist():
+            labels = history.labels(history.nodes[i])
+            split.setdefault(tuple((name, str(labels.get(name, "-"))) for name in group_by), []).append(i)
+        out.extend(Group(fp, named, nodes, keys) for named, nodes in sorted(split.items()))
     return out
 
 
-def evaluate(
-    nights: Nights, tolerance: float, cutoff: float, key_filter: Callable[[str], bool], group_by: list[str]
-) -> list[Group]:
-    """Tonight's groups (``nights.latest[0]``), judged, each host with the nights it was flagged on."""
-    from perfsuite.history.fleet import IPS
-
-    groups = []
-    for (fp, key, labels), hosts in _groups(nights, _keys(nights.latest[0], key_filter), group_by).items():
-        group = Group(fp, key, labels, dict(sorted(hosts.items())))
-        group.judged = fleet.judge([p[IPS] for p in group.hosts.values()], tolerance, cutoff)
-        if group.judged is not None:
-            for node, j in zip(group.hosts, group.judged):
-                group.judged_nights[node] = 1
-                if j.flagged:
-                    group.flagged_nights[node] = [0]
-        groups.append(group)
-    by_name = {g.name: g for g in groups}
-    for ago, latest in enumerate(nights.latest[1:], start=1):
-        for name, hosts in _groups(nights, _keys(latest, key_filter), group_by).items():
-            found = by_name.get(name)
-            if found is None:
-                continue
-            nodes = list(hosts)
-            flagged = fleet.flags([hosts[n][IPS] for n in nodes], tolerance, cutoff)
-            if flagged is None:
-                continue
-            judged_nights, flagged_nights, tonight = found.judged_nights, found.flagged_nights, found.hosts
-            for node, flag in zip(nodes, flagged):
-                if node in tonight:
-                    judged_nights[node] = judged_nights.get(node, 0) + 1
-                    if flag:
-                        flagged_nights.setdefault(node, []).append(ago)
-    return groups
+# --- the evidence: each key, each night ------------------------------------------------------
 
 
-def _keys(latest: dict[tuple[str | None, str], Any], key_filter: Callable[[str], bool]) -> dict[Any, Any]:
-    return {(fp, key): v for (fp, key), v in latest.items() if key_filter(key)}
+@dataclass
+class KeyEvidence:
+    """One group's figures of each key tonight against the key's group, and the nights before."""
+
+    group: Group
+    tonight: fleet.Columns  # [node, key]
+    flags: Any  # [node, night, key]: flagged that night
+    judged: Any  # [node, night, key]: judged that night
+    has: Any  # [node, key]: a figure tonight
 
 
-def ranked(groups: list[Group]) -> list[tuple[Group, int]]:
-    """(group, host index) of every host of every group, worst first: flagged, then by score
-    and deviation; groups that could not judge last."""
-    out: list[tuple[tuple[bool, bool, float, float, str, str], Group, int]] = []
-    for g in groups:
-        if g.judged is None:
-            out.extend(((True, True, 0.0, 0.0, g.key, node), g, i) for i, node in enumerate(g.hosts))
-        else:
-            out.extend(
-                ((not j.flagged, False, j.score, j.deviation, g.key, node), g, i)
-                for i, (node, j) in enumerate(zip(g.hosts, g.judged))
+def key_evidence(history: Fleet, g: Group, tolerance: float, cutoff: float, nights: int) -> KeyEvidence:
+    import numpy as np
+
+    values = history.figures[g.nodes][:, g.keys, : min(nights, history.figures.shape[2])]
+    n, m, k = values.shape
+    judged = fleet.judge_columns(values.transpose(0, 2, 1).reshape(n, k * m), tolerance, cutoff)  # night-major
+    tonight = fleet.Columns(
+        judged.median[:m],
+        judged.mad[:m],
+        judged.score[:, :m],
+        judged.deviation[:, :m],
+        judged.outlier[:, :m],
+        judged.flagged[:, :m],
+    )
+    scored = ~np.isnan(judged.score.reshape(n, k, m))
+    return KeyEvidence(g, tonight, judged.flagged.reshape(n, k, m), scored, ~np.isnan(values[:, :, 0]))
+
+
+def ranked(evidence: list[KeyEvidence]) -> list[tuple[KeyEvidence, int, int]]:
+    """(evidence, node, key) of every figure tonight, worst first: flagged, then by score and
+    deviation; the figures of a key too few nodes ran, last."""
+    import numpy as np
+
+    parts = []
+    for e, ev in enumerate(evidence):
+        i, j = np.nonzero(ev.has)
+        score, deviation = ev.tonight.score[i, j], ev.tonight.deviation[i, j]
+        unjudged = np.isnan(score)
+        parts.append(
+            (
+                np.full(i.size, e),
+                i,
+                j,
+                ~ev.tonight.flagged[i, j],
+                unjudged,
+                np.where(unjudged, 0.0, score),
+                np.where(unjudged, 0.0, deviation),
+                np.array([ev.group.keys[x] for x in j.tolist()], dtype=np.int64),
+                np.array([ev.group.nodes[x] for x in i.tolist()], dtype=np.int64),
             )
-    out.sort(key=lambda entry: entry[0])
-    return [(g, i) for _, g, i in out]
+        )
+    if not parts:
+        return []
+    at, node_i, key_j, not_flagged, unjudged, score, deviation, key, node = (np.concatenate(c) for c in zip(*parts))
+    order = np.lexsort((node, key, deviation, score, unjudged, not_flagged))
+    return [(evidence[at[x]], int(node_i[x]), int(key_j[x])) for x in order.tolist()]
 
 
-def row(history: Nights, g: Group, i: int, nights: int) -> dict[str, Any]:
-    """One host of one group, as the table and --json show it."""
-    node = g.nodes[i]
-    run_id, _, _, ips, lo, hi = g.hosts[node]
-    run = history.runs[run_id]
-    j = g.judged[i] if g.judged is not None else None
+def row(history: Fleet, ev: KeyEvidence, i: int, j: int, nights: int) -> dict[str, Any]:
+    """One node's figure of one key tonight, as the table and --json show it."""
+    g, c = ev.group, ev.tonight
+    node, (fp, key) = history.nodes[g.nodes[i]], history.keys[g.keys[j]]
+    found = history.tonight(g.nodes[i], g.keys[j])
+    assert found is not None
+    run_id, ips, lo, hi = found
+    judged = not math.isnan(c.score[i, j])
+    score = float(c.score[i, j])
+    flagged = [int(k) for k in ev.flags[i, :, j].nonzero()[0]]
     return {
         "node": node,
-        "fingerprint": g.fingerprint,
-        "key": g.key,
+        "fingerprint": fp,
+        "key": key,
         "group": dict(g.labels),
-        "hosts": len(g.hosts),
+        "hosts": int(ev.has[:, j].sum()),
         "run_id": run_id,
-        "date": run.date,
+        "date": history.runs[run_id].date,
         "images_per_sec": ips,
         "ci_low": lo,
         "ci_high": hi,
-        "median": j.median if j else None,
-        "mad": j.mad if j else None,
-        "deviation": j.deviation if j else None,
-        "score": j.score if j and math.isfinite(j.score) else None,  # infinite where MAD is 0: JSON has no inf
-        "outlier": j.outlier if j else None,
-        "flagged": j.flagged if j else False,
-        "judged": j is not None,
-        "nights_flagged": len(g.flagged_nights.get(node, [])),
-        "nights_judged": g.judged_nights.get(node, 0),
-        "flagged_nights": sorted(g.flagged_nights.get(node, [])),  # nights ago: 0 is tonight
+        "median": float(c.median[j]) if judged else None,
+        "mad": float(c.mad[j]) if judged else None,
+        "deviation": float(c.deviation[i, j]) if judged else None,
+        "score": score if judged and math.isfinite(score) else None,  # infinite where MAD is 0: JSON has no inf
+        "outlier": bool(c.outlier[i, j]) if judged else None,
+        "flagged": bool(c.flagged[i, j]) if judged else False,
+        "judged": judged,
+        "nights_flagged": len(flagged),
+        "nights_judged": int(ev.judged[i, :, j].sum()),
+        "flagged_nights": flagged,  # nights ago: 0 is tonight
         "nights": nights,
     }
 
 
-# --- output ------------------------------------------------------------------------
+# --- the verdicts: each node ------------------------------------------------------------------
 
 
-def _score(row: dict[str, Any]) -> str:
-    if not row["judged"]:
-        return "-"
-    if row["score"] is None:  # infinite: the group's MAD is 0
-        return "-inf" if row["deviation"] < 0 else "+inf"
-    return f"{row['score']:+.1f}"
+def verdicts(
+    history: Fleet, found: list[Group], tolerance: float, alpha: float, nights: int
+) -> list[list[node_verdict.NodeVerdict]]:
+    """Each group's node verdicts, false flags controlled over all of them at once."""
+    evidence = [
+        node_verdict.evidence(
+            [history.nodes[i] for i in g.nodes], history.figures[g.nodes][:, g.keys, :], tolerance, nights
+        )
+        for g in found
+    ]
+    return node_verdict.verdicts(evidence, tolerance, alpha)
+
+
+def absent(history: Fleet, found: list[Group], nights: int, expect: list[str]) -> tuple[list[dict], list[dict]]:
+    """(did not report, failed): nodes of a group with a figure in the nights before tonight and
+    none tonight (or expected and absent), and nodes whose bursts measured nothing tonight."""
+    import numpy as np
+
+    failed = [
+        {"node": node, "fingerprint": fp, "bursts": count, "judged": False}
+        for (node, fp), count in sorted(history.failed.items(), key=lambda kv: (kv[0][0], _fp(kv[0][1])))
+    ]
+    failing = {f["node"] for f in failed}
+    missing, reported = [], set()
+    for g in found:
+        window = history.figures[g.nodes][:, g.keys, : min(nights, history.figures.shape[2])]
+        tonight = np.any(~np.isnan(window[:, :, 0]), axis=1)
+        before = np.any(~np.isnan(window[:, :, 1:]), axis=(1, 2))
+        for x, i in enumerate(g.nodes):
+            node = history.nodes[i]
+            if tonight[x]:
+                reported.add(node)
+            elif before[x] and node not in failing:
+                last = history.node_runs.get(node)
+                missing.append({"node": node, "fingerprint": g.fingerprint, "last_run": last.date if last else None})
+    for node in sorted(set(expect) - reported - failing - {m["node"] for m in missing}):
+        last = history.node_runs.get(node)
+        missing.append({"node": node, "fingerprint": None, "last_run": last.date if last else None})
+    for f in failed:
+        f["judged"] = f["node"] in reported
+    return missing, failed
+
+
+# --- output ------------------------------------------------------------------------------------
 
 
 def _interval(lo: float | None, hi: float | None) -> str:
@@ -188,68 +234,67 @@ def _when(at: datetime.datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _score(r: dict[str, Any]) -> str:
+    if not r["judged"]:
+        return "-"
+    if r["score"] is None:  # infinite: the group's MAD is 0
+        return "-inf" if r["deviation"] < 0 else "+inf"
+    return f"{r['score']:+.1f}"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}"
+
+
+def _verdict_line(v: dict[str, Any]) -> str:
+    nights = f"{v['nights']} night{'s' if v['nights'] != 1 else ''}"
+    tonight = "" if v["tonight"] is None else f", {v['tonight']:+.1%}"
+    return (
+        f"  {v['node']}  [{v['group_name']}]  {v['deviation']:+.1%} against its peers over {nights} "
+        f"({v['slow_keys']} of {v['keys']} key{'s' if v['keys'] != 1 else ''} slow tonight{tonight}); "
+        f"p {_p(v['p_value'])}, after Holm's correction {_p(v['adjusted_p'])}"
+    )
+
+
 def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
     s = report
-    keys = len({(g["fingerprint"], g["key"]) for g in s["groups"]})
     prints = len({g["fingerprint"] for g in s["groups"]})
+    keys = len({(g["fingerprint"], g["key"]) for g in s["groups"]})
     print(
         f"fleet of {s['history']}: {s['host_count']} host{'s' if s['host_count'] != 1 else ''}, "
         f"{keys} key{'s' if keys != 1 else ''} on {prints} fingerprint{'s' if prints != 1 else ''}, "
         f"{len(s['groups'])} group{'s' if len(s['groups']) != 1 else ''}; each host's latest run in the "
         f"{s['since_hours']:g} h before {_when(s['at'])}"
     )
-    flagged = s["flagged_hosts"]
-    rule = f"flagged: |modified z| > {s['cutoff']:g} and more than {s['tolerance']:.0%} below the group's median"
-    if flagged:
-        print(f"{len(flagged)} host{'s' if len(flagged) != 1 else ''} flagged, worst first ({rule}):")
-        for host in flagged:
-            n = host["keys"]
-            print(
-                f"  {host['node']}: {n} key{'s' if n != 1 else ''}, worst {host['worst_deviation']:+.1%} "
-                f"({host['worst_key']}); flagged on {host['most_nights']} of the last {s['nights']} nights"
-            )
+    judged = sum(1 for v in s["nodes"] if v["status"] != node_verdict.NOT_JUDGED)
+    rule = (
+        f"pooled over its keys and the last {s['nights']} nights: slower than its peers by more than "
+        f"{s['tolerance']:.0%}, p <= {s['alpha']:g} after Holm's correction over {judged} node"
+        f"{'s' if judged != 1 else ''}"
+    )
+    slow = s["flagged_hosts"]
+    if slow:
+        print(f"{len(slow)} node{'s' if len(slow) != 1 else ''} slow ({rule}):")
+        for v in slow:
+            print(_verdict_line(v))
     else:
-        print(f"no host flagged ({rule})")
-    if shown_rows:
-        header = (
-            "host",
-            "fingerprint",
-            "key",
-            *group_by,
-            "img/s",
-            "95% CI",
-            "median",
-            "deviation",
-            "score",
-            "flagged",
-            "nights flagged",
+        print(f"no node slow ({rule})")
+    for m in s["did_not_report"]:
+        last = f"its last run {m['last_run'][:16].replace('T', ' ')}" if m["last_run"] else "no run in the nights read"
+        print(f"did not report: {m['node']} ({last})")
+    for f in s["failed"]:
+        judged_too = "; judged on the rest" if f["judged"] else ""
+        print(
+            f"failed: {f['node']} [fingerprint {_fp(f['fingerprint'])}]: {f['bursts']} burst"
+            f"{'s' if f['bursts'] != 1 else ''} measured nothing tonight{judged_too}"
         )
-        table = [
-            (
-                r["node"],
-                _fp(r["fingerprint"]),
-                r["key"],
-                *(r["group"].get(name, "-") for name in group_by),
-                fixed(r["images_per_sec"]),
-                _interval(r["ci_low"], r["ci_high"]),
-                fixed(r["median"]) if r["judged"] else "-",
-                f"{r['deviation']:+.1%}" if r["judged"] else "-",
-                _score(r),
-                "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),
-                f"{r['nights_flagged']} of {r['nights_judged']}",
-            )
-            for r in shown_rows
-        ]
-        print()
-        for line in columns(header, table, left=(0, 1, 2, *range(3, 3 + len(group_by)), -2)):
-            print(line)
-        if len(shown_rows) < s["total_rows"]:
-            print(f"(showing the worst {len(shown_rows)} of {s['total_rows']} rows; --limit 0 for all)")
+    if shown_rows:
+        _table(s, group_by, shown_rows)
     unjudged = [g for g in s["groups"] if not g["judged"]]
     if unjudged:
         print(
-            f"\n{len(unjudged)} group{'s' if len(unjudged) != 1 else ''} with fewer than {fleet.MIN_HOSTS} hosts: "
-            "cannot judge"
+            f"\n{len(unjudged)} key{'s' if len(unjudged) != 1 else ''} with fewer than {fleet.MIN_HOSTS} hosts "
+            "tonight: cannot judge"
         )
         for g in unjudged[:DEFAULT_LIMIT]:
             print(f"  {g['name']}: {g['hosts']} host{'s' if g['hosts'] != 1 else ''}")
@@ -259,47 +304,59 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
         print(f"\nplot: {s['plot']}")
 
 
-def _flagged_hosts(flagged_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each flagged host once, worst first: how many keys, its worst deviation, its most persistent flag."""
-    hosts: dict[str, dict[str, Any]] = {}
-    for r in flagged_rows:
-        h = hosts.setdefault(
-            r["node"], {"node": r["node"], "keys": 0, "worst_deviation": 0.0, "worst_key": None, "most_nights": 0}
+def _table(s: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
+    header = ("host", "fingerprint", "key", *group_by, "img/s", "95% CI", "median", "deviation", "score", "key flag",
+              "nights flagged")  # fmt: skip
+    table = [
+        (
+            r["node"],
+            _fp(r["fingerprint"]),
+            r["key"],
+            *(r["group"].get(name, "-") for name in group_by),
+            fixed(r["images_per_sec"]),
+            _interval(r["ci_low"], r["ci_high"]),
+            fixed(r["median"]) if r["judged"] else "-",
+            f"{r['deviation']:+.1%}" if r["judged"] else "-",
+            _score(r),
+            "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),
+            f"{r['nights_flagged']} of {r['nights_judged']}",
         )
-        h["keys"] += 1
-        if h["worst_key"] is None or r["deviation"] < h["worst_deviation"]:
-            h["worst_deviation"], h["worst_key"] = r["deviation"], r["key"]
-        h["most_nights"] = max(h["most_nights"], r["nights_flagged"])
-    return sorted(hosts.values(), key=lambda h: (h["worst_deviation"], h["node"]))
+        for r in shown_rows
+    ]
+    print("\neach key tonight (a key's flag is a hint; the verdicts above pool them), worst first:")
+    for line in columns(header, table, left=(0, 1, 2, *range(3, 3 + len(group_by)), -2)):
+        print(line)
+    if len(shown_rows) < s["total_rows"]:
+        print(f"(showing the worst {len(shown_rows)} of {s['total_rows']} rows; --limit 0 for all)")
 
 
-def _plot(where: str, groups: list[Group], tolerance: float, title: str) -> str:
+def _plot(where: str, history: Fleet, evidence: list[KeyEvidence], tolerance: float, title: str) -> str:
     from perfsuite.reporting.fleet import Strip, fleet_png
 
     strips = []
-    for g in groups:
-        if g.judged is None:
-            continue
-        strips.append(
-            Strip(
-                g.describe(),
-                [(node, j.deviation, j.flagged) for node, j in zip(g.hosts, g.judged)],
-            )
-        )
+    for ev in evidence:
+        for j, column in enumerate(ev.group.keys):
+            if math.isnan(ev.tonight.median[j]):
+                continue
+            hosts = [
+                (history.nodes[ev.group.nodes[i]], float(ev.tonight.deviation[i, j]), bool(ev.tonight.flagged[i, j]))
+                for i in range(len(ev.group.nodes))
+                if ev.has[i, j]
+            ]
+            strips.append(Strip(f"{history.keys[column][1]} [{ev.group.describe()}]", hosts))
     strips.sort(key=lambda s: (not any(f for _, _, f in s.hosts), min(d for _, d, _ in s.hosts)))
     return write_plot(where, lambda: fleet_png(strips, tolerance, title))
 
 
-# --- the command -------------------------------------------------------------------
+# --- the command -------------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
-    from perfsuite.history.fleet import night_windows, read_nights
+    from perfsuite.history.fleet import read_fleet
     from perfsuite.history.url import shown
 
     end = args.at if args.at is not None else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-    since = datetime.timedelta(hours=args.since)
     patterns = args.key or []
     kept: dict[str, bool] = {}
 
@@ -313,70 +370,106 @@ def run(args: argparse.Namespace, url: str) -> int:
         fingerprints = [None if args.fingerprint == NO_FINGERPRINT else args.fingerprint]
     engine = db.open_history(url, write=False)
     try:
-        nights = read_nights(
-            engine, night_windows(end, since, args.nights), fingerprints=fingerprints, labels=args.label
+        history = read_fleet(
+            engine, end, datetime.timedelta(hours=args.since), args.nights, fingerprints=fingerprints, labels=args.label
         )
     finally:
         engine.dispose()
-    groups = evaluate(nights, args.tolerance, args.cutoff, key_filter, args.group_by)
-    if not groups:
-        filters = "".join(
-            [
-                f" on fingerprint {args.fingerprint}" if args.fingerprint is not None else "",
-                f" of keys {', '.join(patterns)}" if patterns else "",
-                "".join(f" labelled {k}={v}" for k, v in args.label.items()),
-            ]
-        )
-        newest = nights.newest()
-        raise Failure(
-            f"no measured run{filters} in the {args.since:g} h before {_when(end)} in {shown(url)}"
-            + (f" (the newest in the {args.nights} nights read: {_when(newest)})" if newest else "")
-        )
-    order = ranked(groups)
-    flagged_rows = [row(nights, g, i, args.nights) for g, i in order if g.judged and g.judged[i].flagged]
-    flagged_hosts = _flagged_hosts(flagged_rows)
-    visible = order[: args.limit] if args.limit else order
-    shown_rows = flagged_rows[: len(visible)] + [
-        row(nights, g, i, args.nights) for g, i in visible[len(flagged_rows) :]
-    ]
-    plotted = _plot(args.plot, groups, args.tolerance, f"fleet before {_when(end)}") if args.plot else None
-    report = {
+    found = fleet_groups(history, key_filter, args.group_by)
+    evidence = [key_evidence(history, g, args.tolerance, args.cutoff, args.nights) for g in found]
+    if not any(ev.has.any() for ev in evidence) and not history.failed:
+        raise Failure(_nothing(args, end, patterns, history.newest(), shown(url)))
+    report = _report(args, url, end, history, found, evidence)
+    if args.json:
+        print(json.dumps({**report, "at": end.isoformat() + "Z"}, indent=1, default=str, allow_nan=False))
+    else:
+        _text(report, args.group_by, report["rows"])
+    trouble = report["flagged_hosts"] or report["did_not_report"] or report["failed"]
+    return FLAGGED_EXIT if args.fail_on_flagged and trouble else 0
+
+
+def _nothing(args: argparse.Namespace, end: datetime.datetime, patterns: list[str], newest, where: str) -> str:
+    filters = "".join(
+        [
+            f" on fingerprint {args.fingerprint}" if args.fingerprint is not None else "",
+            f" of keys {', '.join(patterns)}" if patterns else "",
+            "".join(f" labelled {k}={v}" for k, v in args.label.items()),
+        ]
+    )
+    return f"no measured run{filters} in the {args.since:g} h before {_when(end)} in {where}" + (
+        f" (the newest in the nights read: {_when(newest)})" if newest else ""
+    )
+
+
+def _report(args, url: str, end, history: Fleet, found: list[Group], evidence: list[KeyEvidence]) -> dict[str, Any]:
+    from perfsuite.history.url import shown
+
+    nodes = []
+    for g, group_verdicts in zip(found, verdicts(history, found, args.tolerance, args.alpha, args.nights)):
+        for v in group_verdicts:
+            nodes.append(
+                {**v.as_dict(), "fingerprint": g.fingerprint, "group": dict(g.labels), "group_name": g.describe()}
+            )
+    nodes = [v for v in nodes if v["status"] != node_verdict.NOT_JUDGED or v["keys"]]
+    slow = sorted((v for v in nodes if v["flagged"]), key=lambda v: (v["deviation"], v["node"]))
+    missing, failed = absent(history, found, args.nights, args.expect)
+    order = ranked(evidence)
+    shown_rows = order[: args.limit] if args.limit else order
+    rows = [row(history, ev, i, j, args.nights) for ev, i, j in shown_rows]
+    plotted = _plot(args.plot, history, evidence, args.tolerance, f"fleet before {_when(end)}") if args.plot else None
+    key_groups = []
+    for ev in evidence:
+        for j, column in enumerate(ev.group.keys):
+            hosts = int(ev.has[:, j].sum())
+            if not hosts:
+                continue
+            fp, key = history.keys[column]
+            judged = not math.isnan(ev.tonight.median[j])
+            key_groups.append(
+                {
+                    "fingerprint": fp,
+                    "key": key,
+                    "group": dict(ev.group.labels),
+                    "name": f"{key} [{ev.group.describe()}]",
+                    "hosts": hosts,
+                    "judged": judged,
+                    "median": float(ev.tonight.median[j]) if judged else None,
+                    "mad": float(ev.tonight.mad[j]) if judged else None,
+                    "flagged": [history.nodes[ev.group.nodes[i]] for i in ev.tonight.flagged[:, j].nonzero()[0]],
+                }
+            )
+    return {
         "history": shown(url),
         "at": end,
         "since_hours": args.since,
         "nights": args.nights,
+        "nights_read": history.figures.shape[2],
         "tolerance": args.tolerance,
+        "alpha": args.alpha,
         "cutoff": args.cutoff,
         "group_by": args.group_by,
         "labels": args.label,
-        "host_count": len({n for g in groups for n in g.hosts}),
-        "groups": [
-            {
-                "fingerprint": g.fingerprint,
-                "key": g.key,
-                "group": dict(g.labels),
-                "name": g.describe(),
-                "hosts": len(g.hosts),
-                "judged": g.judged is not None,
-                "median": g.judged[0].median if g.judged else None,
-                "mad": g.judged[0].mad if g.judged else None,
-                "flagged": [n for n, j in zip(g.hosts, g.judged or []) if j.flagged],
-            }
-            for g in sorted(groups, key=lambda g: (_fp(g.fingerprint), g.key, g.labels))
-        ],
-        "flagged_hosts": flagged_hosts,
+        "expect": args.expect,
+        "host_count": len(
+            {history.nodes[i] for ev in evidence for i, has in zip(ev.group.nodes, ev.has.any(axis=1)) if has}
+        ),
+        "nodes": nodes,
+        "flagged_hosts": slow,
+        "did_not_report": missing,
+        "failed": failed,
+        "groups": sorted(key_groups, key=lambda g: (_fp(g["fingerprint"]), g["key"], sorted(g["group"].items()))),
         "total_rows": len(order),
-        "rows": shown_rows,
+        "rows": rows,
         "plot": plotted,
     }
-    if args.json:
-        print(json.dumps({**report, "at": end.isoformat() + "Z"}, indent=1, default=str, allow_nan=False))
-    else:
-        _text(report, args.group_by, shown_rows)
-    return FLAGGED_EXIT if args.fail_on_flagged and flagged_hosts else 0
 
 
-# --- arguments ---------------------------------------------------------------------
+def _hosts(history: Fleet, evidence: list[KeyEvidence]) -> set[str]:
+    """The nodes with a figure tonight."""
+    return {history.nodes[i] for ev in evidence for i, has in zip(ev.group.nodes, ev.has.any(axis=1)) if has}
+
+
+# --- arguments ---------------------------------------------------------------------------------
 
 
 def _at(text: str) -> datetime.datetime:
@@ -387,6 +480,14 @@ def _at(text: str) -> datetime.datetime:
         return utc(text)
     except HistoryError:
         raise argparse.ArgumentTypeError(f"expected an ISO date, e.g. 2026-01-10T03:00Z, got {text!r}") from None
+
+
+def _nodes(text: str) -> list[str]:
+    """NAME,NAME,... (a Slurm host list is expanded by `scontrol show hostnames` first)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected NODE[,NODE...], got {text!r}")
+    return names
 
 
 class _Labels(argparse.Action):
@@ -401,15 +502,22 @@ class _Labels(argparse.Action):
         setattr(namespace, self.dest, labels)
 
 
+class _Expect(argparse.Action):
+    """--expect NODE[,NODE...], repeatable, into one list."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *value])
+
+
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     """``fleet`` under ``history``: ``command`` adds a subcommand with --history and --json."""
     p = command(
         "fleet",
         run,
-        help="hosts slower than their peers of the same fingerprint, night by night",
+        help="nodes slower than their peers of the same fingerprint, pooled over keys and nights",
         description=__doc__.split("\n\n", 1)[1].split("\n\nExit codes")[0],
-        epilog="exit codes: 0 done; 3 with --fail-on-flagged when a host is flagged; 1 the history cannot be "
-        "used or holds no run in the window; 2 bad arguments",
+        epilog="exit codes: 0 done; 3 with --fail-on-flagged when a node is slow, did not report or failed; "
+        "1 the history cannot be used or holds no run in the window; 2 bad arguments",
     )
     p.add_argument(
         "--since",
@@ -424,27 +532,38 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--nights",
         type=arguments.count(least=1),
-        default=DEFAULT_NIGHTS,
+        default=node_verdict.NIGHTS,
         metavar="N",
-        help="count the flags of each host over the last N nights, tonight included: the same window ending "
-        f"24 h, 48 h, ... before --at (default: {DEFAULT_NIGHTS})",
+        help="pool each node's evidence over the last N nights, tonight included: the same window ending 24 h, "
+        f"48 h, ... before --at (default: {node_verdict.NIGHTS}); a small fleet's noise is learnt over more nights "
+        "where the history has them",
     )
     p.add_argument(
         "--tolerance",
         type=arguments.fraction(),
         default=fleet.TOLERANCE,
         metavar="FRACTION",
-        help="how far below its group's median an outlier must be to be flagged (default: "
-        f"{fleet.TOLERANCE:g}: hosts of one fingerprint measured the same night need no room for drift "
-        f"between nights, as the gate's {TOLERANCE:g} against a baseline does; {fleet.TOLERANCE:g} flags a host 8%% "
+        help="how far below its peers a node must be to be flagged (default: "
+        f"{fleet.TOLERANCE:g}: nodes of one fingerprint measured the same night need no room for drift "
+        f"between nights, as the gate's {TOLERANCE:g} against a baseline does; {fleet.TOLERANCE:g} flags a node 8%% "
         "slower than its peers)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=arguments.fraction(zero=False),
+        default=node_verdict.ALPHA,
+        metavar="P",
+        help="false node flags per night the whole fleet may get, on average at most (default: "
+        f"{node_verdict.ALPHA:g}: one night in {round(1 / node_verdict.ALPHA)} flags a healthy node, "
+        "whatever the fleet's size)",
     )
     p.add_argument(
         "--cutoff",
         type=arguments.above_zero(),
         default=fleet.CUTOFF,
         metavar="Z",
-        help=f"an outlier's |modified z-score| is above Z (default: {fleet.CUTOFF:g}, Iglewicz and Hoaglin's)",
+        help="a key's figure is an outlier when its |modified z-score| in its group is above Z: the per-key "
+        f"evidence's flag (default: {fleet.CUTOFF:g}, Iglewicz and Hoaglin's)",
     )
     p.add_argument("--fingerprint", metavar="ID", help=f"only this hardware ({NO_FINGERPRINT}: none recorded)")
     p.add_argument(
@@ -465,15 +584,23 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="judge each value of this label (--perf-label LABEL=...) as a fleet of its own; repeatable",
     )
     p.add_argument(
+        "--expect",
+        action=_Expect,
+        type=_nodes,
+        default=[],
+        metavar="NODE[,NODE...]",
+        help="nodes that were to run tonight (a sweep's): one without a run tonight did not report; repeatable",
+    )
+    p.add_argument(
         "--limit",
         type=arguments.count(),
         default=DEFAULT_LIMIT,
         metavar="N",
-        help=f"the worst N rows (default: {DEFAULT_LIMIT}; 0: all)",
+        help=f"the worst N per-key rows (default: {DEFAULT_LIMIT}; 0: all)",
     )
     p.add_argument("--plot", metavar="FILE.png", help="also draw one strip per key, each host a point, flagged marked")
     p.add_argument(
         "--fail-on-flagged",
         action="store_true",
-        help=f"exit with {FLAGGED_EXIT} when any host is flagged tonight (a sweep's final job)",
+        help=f"exit with {FLAGGED_EXIT} when a node is slow, did not report or failed (a sweep's final job)",
     )

@@ -76,7 +76,7 @@ class PerfGate:
         measured = self._measure_throughput(spec, entry)
         if isinstance(measured, Findings):
             return self._conclude(measured)
-        context = self._context(spec, entry, path, "throughput")
+        context = self._context(spec, entry, path, "throughput", measured.burst)
         return self._conclude(judge_throughput(self.item.nodeid, self.session.burst_id(spec), measured, context))
 
     def assert_scaling(self, spec: BurstSpec) -> Findings:
@@ -86,7 +86,7 @@ class PerfGate:
         measured = self._measure_scaling(spec, entry)
         if isinstance(measured, Findings):
             return self._conclude(measured)
-        context = self._context(spec, entry, path, "scaling efficiency")
+        context = self._context(spec, entry, path, "scaling efficiency", measured.burst)
         return self._conclude(judge_scaling(self.item.nodeid, self.session.burst_id(spec), measured, context))
 
     def _conclude(self, f: Findings) -> Findings:
@@ -178,7 +178,7 @@ class PerfGate:
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 
-    def _context(self, spec: BurstSpec, entry: dict | None, path: str, what: str) -> Context:
+    def _context(self, spec: BurstSpec, entry: dict | None, path: str, what: str, m: Measurement) -> Context:
         o, session = self.options, self.session
         history = session.history_series(spec) if what == "throughput" else None
         return Context(
@@ -188,18 +188,32 @@ class PerfGate:
             missing=None if entry is not None else self._missing(spec, path, what),
             history=history,
             commit=git_commit(session.rootdir) if history else None,
-            peers=self._peers(spec) if what == "throughput" else None,
+            peers=self._peers(spec, m.images_per_sec) if what == "throughput" else None,
             attribute=not o.save_baseline,
         )
 
-    def _peers(self, spec: BurstSpec) -> Peers | None:
-        found = self.session.fleet_peers(spec)
+    def _peers(self, spec: BurstSpec, tonight: float | None) -> Peers | None:
+        """The fleet of this node's fingerprint, with this run's figures so far and this burst's."""
+        found = self.session.fleet(spec)
         if found is None:
             return None
-        fingerprint, peers = found
+        fingerprint, history = found
         o = self.options
-        figures = {node: figure.images_per_sec for node, figure in peers.items()}
-        return Peers(self.session.node, fingerprint, figures, o.fleet_window, o.fleet_tolerance, o.fleet_check)
+        keys = tuple(key for fp, key in history.keys)
+        figures = self.session.tonight(spec)
+        if tonight is not None:
+            figures[spec.key()] = tonight
+        return Peers(
+            self.session.node,
+            fingerprint,
+            tuple(history.nodes),
+            keys,
+            history.figures,
+            figures,
+            o.fleet_window,
+            o.fleet_tolerance,
+            o.fleet_check,
+        )
 
     def _missing(self, spec: BurstSpec, path: str, what: str) -> str:
         """No entry for the key: the sentence that says so, what to do, and the nearest entry."""

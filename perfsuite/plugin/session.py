@@ -26,6 +26,7 @@ from perfsuite.store.run import RunInfo, describe_run, node_name
 
 if TYPE_CHECKING:
     from perfsuite.history.db import SeriesPoint
+    from perfsuite.history.fleet import Fleet
 
 
 @dataclass
@@ -61,9 +62,9 @@ class PerfSession:
     # --perf-history, read once per hardware fingerprint for the drift check: key -> past runs,
     # oldest first; None where the history could not be read.
     _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
-    # --perf-fleet-check, read once per hardware fingerprint: key -> other node -> its latest
-    # figure (perfsuite.history.fleet.Figure); None where the history could not be read.
-    _fleet: dict[str, dict[str, dict] | None] = field(default_factory=dict, repr=False)
+    # --perf-fleet-check, read once per hardware fingerprint: its fleet in the history
+    # (perfsuite.history.fleet.Fleet); None where the history could not be read.
+    _fleet: dict[str, Fleet | None] = field(default_factory=dict, repr=False)
     _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.plugin.progress).
@@ -172,24 +173,35 @@ class PerfSession:
         """This machine's name in the fleet: --perf-node, else Slurm's node name, else the host name."""
         return self.options.node or node_name(os.environ)
 
-    def fleet_peers(self, spec: BurstSpec) -> tuple[str, dict] | None:
-        """(fingerprint, other node -> its latest figure of ``spec``'s key in the last
-        --perf-fleet-window hours); None without --perf-fleet-check or when the history cannot be
-        read (said once, in the summary). The history is read once per fingerprint, every key at once."""
+    def fleet(self, spec: BurstSpec) -> tuple[str, Fleet] | None:
+        """(fingerprint, its fleet in the history: every node's latest figures of every key, night
+        by night, tonight the last --perf-fleet-window hours); None without --perf-fleet-check or
+        when the history cannot be read (said once, in the summary). Read once per fingerprint."""
         if self.options.fleet_check == "off" or self.options.perf_history is None:
             return None
         fingerprint = self.fingerprint(spec.device_kind).id
         if fingerprint not in self._fleet:
-            from perfsuite.history import fleet
+            from perfsuite.analysis.node_verdict import NIGHTS
+            from perfsuite.history.fleet import read_for_gate
 
-            found, warning = fleet.read_peers(
-                self.options.perf_history, fingerprint, self.node, self.options.fleet_window
-            )
+            found, warning = read_for_gate(self.options.perf_history, fingerprint, self.options.fleet_window, NIGHTS)
             self._fleet[fingerprint] = found
             if warning and warning not in self.messages:
                 self.messages.append(warning)
-        peers = self._fleet[fingerprint]
-        return None if peers is None else (fingerprint, peers.get(spec.key(), {}))
+        history = self._fleet[fingerprint]
+        return None if history is None else (fingerprint, history)
+
+    def tonight(self, spec: BurstSpec) -> dict[str, float]:
+        """Key -> this run's img/s so far on ``spec``'s hardware: what its throughput cases judged."""
+        kind = short_kind(spec.device_kind)
+        return {
+            f.spec.key(): f.measurement.images_per_sec
+            for f in self.findings
+            if f.kind == "throughput"
+            and f.judged
+            and short_kind(f.spec.device_kind) == kind
+            and f.measurement.images_per_sec is not None
+        }
 
     # -- what the records read ---------------------------------------------------------------
     def run_info(self, command: Sequence[str] = ()) -> RunInfo:

@@ -249,14 +249,21 @@ TREND_POINTS = 5  # the last saves of the entry: enough to see a drift, short en
 
 
 def _fleet(check) -> str:
-    """--perf-fleet-check's cell: the deviation from the peers' median, how many peers, flagged or not."""
+    """--perf-fleet-check's cell: this key's deviation from its peers' median tonight, and the
+    node's verdict pooled over its keys and nights where it is slow."""
     if not isinstance(check, dict):
         return "-"
     peers = check.get("peers") or 0
-    if not check.get("judged"):
-        return f"{peers} peer{'s' if peers != 1 else ''}: too few to judge"
-    text = f"{fmt(check.get('deviation'), '+.1%')} vs {peers} peers"
-    return f"{text}: SLOW NODE" if check.get("flagged") else text
+    text = (
+        f"{fmt(check.get('deviation'), '+.1%')} vs {peers} peers"
+        if check.get("judged")
+        else f"{peers} peer{'s' if peers != 1 else ''}: too few to judge"
+    )
+    verdict = check.get("verdict")
+    if check.get("flagged") and isinstance(verdict, dict):
+        nights = verdict.get("nights") or 0
+        text += f"; SLOW NODE {fmt(verdict.get('deviation'), '+.1%')} over {nights} night{'s' if nights != 1 else ''}"
+    return text
 
 
 def _trend(r: dict) -> list[float]:

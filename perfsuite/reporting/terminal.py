@@ -86,8 +86,9 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
         shown = memory.status.upper() if memory.status in (stats.REGRESSION, stats.INCONCLUSIVE) else memory.status
         status += f", memory {shown} {memory.change:+.1%}"
     slow = r.fleet
-    if kind != "scaling" and slow is not None and slow.flagged and slow.judgement is not None:
-        status += f", SLOW NODE {slow.judgement.deviation:+.1%} vs {slow.peers} peers"
+    if kind != "scaling" and slow is not None and slow.flagged and slow.verdict is not None:
+        v = slow.verdict
+        status += f", SLOW NODE {v.deviation or 0:+.1%} over {v.nights} night{'s' if v.nights != 1 else ''}"
     return (
         name,
         fixed(r.images_per_sec),

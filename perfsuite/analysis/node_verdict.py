@@ -1,0 +1,305 @@
+"""A node's verdict in its fleet: its evidence pooled over the keys it ran and the nights it ran
+them, with false flags controlled across the whole fleet. Pure functions over arrays, no I/O.
+
+The input is one fleet group (the nodes of one hardware fingerprint): ``figures[node, key,
+night]``, each node's latest img/s of each burst key on each night, NaN where it has none;
+night 0 is tonight, night k the same window k x 24 h before. The steps:
+
+1. **Each key, each night**: a node's deviation is the log of its figure over the centre of
+   its peers' (the other nodes', itself left out: their 20% trimmed mean, as robust to one
+   slow peer as their median and less noisy), where it has two peers at least.
+2. **Each key's noise**: the spread of those deviations over every node and night read, a
+   robust standard deviation (the median absolute deviation screens out the slow, then the
+   root mean square of the rest), so a key whose figures wander 3% weighs no more than one
+   that wanders 1%. Deviations over it are z-scores.
+3. **Each night, over the keys**: a node's night is the median of its keys' z-scores, so one
+   odd key moves nothing and a node slow in most keys is slow. Its spread over every node
+   and night, measured the same robust way, standardises it again: whatever the keys share
+   (a node's slow night is slow in every key) is in that spread, and counts once.
+4. **Over the nights**: the most negative standardised sum of the node's last L nights, over
+   L = 1 ... ``nights``, each sum divided by the square root of its count (Stouffer's
+   combination of independent nights): one night, or a run of nights ending tonight, each
+   counts, and persistence adds up. Its p-value is Student's t with the degrees of freedom of
+   the spread it was standardised by (from step 3), times the number of L tried (Bonferroni).
+5. **Over the fleet**: Holm's step-down over every node judged (Holm 1979, "A simple
+   sequentially rejective multiple test procedure"): the chance that a night flags any node
+   that is not slow stays at most ``alpha``, however many nodes and keys the fleet has.
+   Holm rather than Benjamini-Hochberg: an operator drains a flagged node, so what must be
+   bounded is the number of healthy nodes drained per night, not their share among the
+   flagged.
+6. **Flagged** when its adjusted p-value is at most ``alpha`` and it is more than
+   ``tolerance`` below its peers over the nights of its evidence (the mean of its nightly
+   deviations there): a node persistently 1% slower than its peers is real but not worth
+   draining.
+
+A single night's per-key flag (perfsuite.analysis.fleet) stays a hint; this is the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[np.float64]
+
+ALPHA = 0.01  # false node flags per night, for the whole fleet
+NIGHTS = 7  # the last nights whose evidence a verdict pools
+SCALE_POINTS = 100  # node-nights per key a noise estimate rests on, where the history holds them
+PEERS = 2  # a node's figure is judged against at least this many peers' (a group of 3)
+TRIM = 0.2  # of a node's peers, the lowest and highest fifth are left out of their centre
+# The spread: the median absolute deviation times 1.4826 estimates a normal standard deviation;
+# values within SCREEN of them from the median are kept, and their root mean square, over
+# TRUNCATED (a normal's variance within +-3 sigma), estimates it with little loss.
+NORMAL_MAD = 1.4826
+SCREEN = 3.0
+TRUNCATED = 0.9733
+# Log-ratios closer than this are equal: the rounding of logs and means is not a difference.
+EQUAL = 1e-9
+
+SLOW = "slow"
+OK = "ok"
+NOT_JUDGED = "not judged"
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    status: str  # SLOW, OK or NOT_JUDGED (no judged key tonight)
+    deviation: float | None  # over the nights of its evidence: its figures over its peers' median, minus 1
+    nights: int  # nights pooled: tonight and those before it whose sum scored worst
+    keys: int  # keys judged tonight
+    slow_keys: int  # of those, keys more than the tolerance below the peers' median tonight
+    tonight: float | None  # tonight's deviation, over its keys
+    score: float | None  # the pooled z (the most negative standardised sum)
+    p_value: float | None  # this node's, before the fleet's correction
+    adjusted: float | None  # after Holm's over every node judged
+    per_night: tuple[float | None, ...] = ()  # each night's deviation, tonight first
+
+    @property
+    def flagged(self) -> bool:
+        return self.status == SLOW
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "status": self.status,
+            "flagged": self.flagged,
+            "deviation": self.deviation,
+            "nights": self.nights,
+            "keys": self.keys,
+            "slow_keys": self.slow_keys,
+            "tonight": self.tonight,
+            "score": self.score if self.score is None or math.isfinite(self.score) else None,  # JSON has no inf
+            "p_value": self.p_value,
+            "adjusted_p": self.adjusted,
+            "per_night": list(self.per_night),
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fleet group's evidence, before the fleet's correction (``verdicts``). Windows are the
+    last L nights, L = 1 ... ``nights``, each ending tonight."""
+
+    nodes: tuple[str, ...]
+    deviations: Array  # [node, key, night]: log of the figure over the peers' centre
+    nightly: Array  # [node, night]: the median over keys of the deviations, the last ``nights`` nights
+    keys: npt.NDArray[np.int64]  # [node]: keys judged tonight
+    slow_keys: npt.NDArray[np.int64]  # [node]: of those, beyond the tolerance below
+    scores: Array  # [node, window]: the standardised sum; NaN where the window's last night was not judged
+    window_p: Array  # [node, window]: its p-value, times the windows tried (Bonferroni)
+    window_nights: npt.NDArray[np.int64]  # [node, window]: nights judged in it
+    window_effect: Array  # [node, window]: the mean nightly deviation in it (a fraction, not a log)
+
+    @property
+    def p_value(self) -> Array:
+        """[node]: the best window's p-value; NaN where the node was not judged tonight."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if not self.window_p.size:
+                return np.full(len(self.nodes), np.nan)
+            return np.asarray(np.nanmin(self.window_p, axis=1), dtype=np.float64)
+
+    def best(self, i: int, threshold: float | None = None) -> int:
+        """Node ``i``'s window: of those whose p-value is within ``threshold``, the one furthest below
+        its peers; without a threshold, the one of the smallest p-value."""
+        p = self.window_p[i]
+        if threshold is not None:
+            significant = np.flatnonzero(p <= threshold)
+            if significant.size:
+                return int(significant[np.argmin(self.window_effect[i, significant])])
+        return int(np.nanargmin(np.where(np.isnan(p), np.inf, p)))
+
+
+def peers_centre(logs: Array) -> Array:
+    """[node, column]: the trimmed mean of each column's other rows (NaN rows left out): the
+    lowest and highest TRIM of them dropped, as the median would drop all but one, at little
+    of the median's cost in noise. NaN where a row has no value or fewer than PEERS others have one."""
+    n, cols = logs.shape
+    order = np.argsort(logs, axis=0, kind="stable")  # NaN sorts last
+    ranked = np.take_along_axis(logs, order, axis=0)
+    have = np.sum(~np.isnan(logs), axis=0)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n)[:, None], (n, cols)), axis=0)
+    others = have - 1
+    trim = np.rint(TRIM * others).astype(np.int64)
+    # The others kept, in the others' order: [trim, others - trim). Index u of the others is
+    # index u of the ranked column below the row's own rank r, and u + 1 from it on.
+    first, last = trim[None, :], (others - trim)[None, :]
+    prefix = np.vstack([np.zeros((1, cols)), np.cumsum(np.nan_to_num(ranked), axis=0)])
+
+    def total(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> Array:
+        a, b = np.clip(a, 0, n), np.clip(b, 0, n)
+        return np.where(b > a, np.take_along_axis(prefix, b, axis=0) - np.take_along_axis(prefix, a, axis=0), 0.0)
+
+    below = total(np.broadcast_to(first, (n, cols)), np.minimum(last, rank))
+    above = total(np.maximum(first, rank) + 1, last + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: Array = np.asarray((below + above) / (last - first), dtype=np.float64)
+    out[np.isnan(logs)] = np.nan
+    out[:, others < PEERS] = np.nan
+    return out
+
+
+def spread(values: Array) -> tuple[float, int]:
+    """A robust standard deviation of ``values`` (NaN left out) and how many values it rests on;
+    (NaN, 0) with fewer than 3 values, (0, n) where more than half of them are equal."""
+    x = values[~np.isnan(values)]
+    if x.size < 3:
+        return math.nan, 0
+    center = float(np.median(x))
+    if not math.isfinite(center):
+        return math.nan, 0
+    mad = NORMAL_MAD * float(np.median(np.abs(x - center)))
+    if mad < EQUAL or not math.isfinite(mad):
+        return (0.0, int(x.size)) if mad < EQUAL else (math.nan, 0)
+    kept = x[np.abs(x - center) <= SCREEN * mad]
+    return math.sqrt(float(np.mean((kept - center) ** 2)) / TRUNCATED), int(kept.size)
+
+
+def _standardise(values: Array, scale: float) -> Array:
+    """``values`` over ``scale``; where the scale is 0 (more than half equal), a value off the centre
+    is infinitely far and the tolerance alone decides."""
+    if scale > 0:
+        return values / scale
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(values) < EQUAL, 0.0, np.sign(values) * np.inf)
+
+
+def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int = NIGHTS) -> Evidence:
+    """Steps 1 to 4 of the module's note for one fleet group; ``figures`` is [node, key, night]
+    with NaN where a node has no figure; nights beyond ``nights`` only inform the noise."""
+    n, keys, read = figures.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.where(figures > 0, figures, np.nan))
+    d = np.full_like(logs, np.nan)
+    for k in range(read):
+        d[:, :, k] = logs[:, :, k] - peers_centre(logs[:, :, k])
+    z = np.full_like(d, np.nan)
+    for j in range(keys):
+        scale, _ = spread(d[:, j, :].ravel())
+        if not math.isnan(scale):
+            z[:, j, :] = _standardise(d[:, j, :], scale)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice is NaN, as meant
+        night_z = np.nanmedian(z, axis=1)  # [node, night]
+        nightly = np.nanmedian(d, axis=1)[:, : min(nights, read)]
+    scale, points = spread(night_z.ravel())
+    window = min(nights, read)
+    judged = ~np.isnan(night_z[:, :window])
+    scores = np.full((n, window), np.nan)
+    window_p = np.full((n, window), np.nan)
+    counts = np.cumsum(judged, axis=1)
+    if not math.isnan(scale):
+        unit = _standardise(night_z[:, :window], scale)
+        with np.errstate(all="ignore"):
+            scores = np.cumsum(np.where(judged, unit, 0.0), axis=1) / np.sqrt(np.maximum(counts, 1))
+        scores[~judged] = np.nan  # a window ends on a night the node was judged
+        scores[~judged[:, 0]] = np.nan  # and a node is judged only where it was tonight
+        tried = judged.sum(axis=1)[:, None]
+        window_p = np.minimum(1.0, tried * _t_cdf(scores, max(points - 1, 1)))
+        window_p[np.isnan(scores)] = np.nan
+    with np.errstate(all="ignore"):
+        effect = np.expm1(np.cumsum(np.where(judged, nightly, 0.0), axis=1) / np.maximum(counts, 1))
+    tonight_d = d[:, :, 0]
+    keys_judged = np.sum(~np.isnan(tonight_d), axis=1)
+    with np.errstate(invalid="ignore"):
+        slow_keys = np.sum(tonight_d < math.log1p(-tolerance), axis=1)
+    return Evidence(tuple(nodes), d, nightly, keys_judged, slow_keys, scores, window_p, counts, effect)
+
+
+def _t_cdf(t: Array, freedom: int) -> Array:
+    """Student's t lower tail; -inf (a spread of 0) gives 0."""
+    from scipy.special import stdtr
+
+    return np.asarray(stdtr(freedom, t), dtype=np.float64)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (NaN stays NaN and counts for nothing)."""
+    judged = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    m = len(judged)
+    out = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(judged):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def verdicts(groups: Sequence[Evidence], tolerance: float, alpha: float = ALPHA) -> list[list[NodeVerdict]]:
+    """Every group's node verdicts, Holm's correction taken over all of their nodes at once. A
+    node Holm rejects is flagged where one of its windows is significant at the node's own
+    Holm threshold and more than ``tolerance`` below its peers: the run of slow nights that
+    makes the case, not a longer one that dilutes it."""
+    flat = [float(p) for g in groups for p in g.p_value]
+    adjusted = holm(flat)
+    judged = sorted(i for i, p in enumerate(flat) if not math.isnan(p))
+    order = {i: rank for rank, i in enumerate(sorted(judged, key=lambda i: flat[i]))}
+    out, at = [], 0
+    for g in groups:
+        found = []
+        for i, node in enumerate(g.nodes):
+            adj, p = adjusted[at + i], flat[at + i]
+            if math.isnan(p):
+                found.append(_unjudged(g, i, node))
+                continue
+            rejected = adj <= alpha
+            threshold = alpha / (len(judged) - order[at + i]) if rejected else None
+            w = g.best(i, threshold)
+            effect = float(g.window_effect[i, w])
+            slow = rejected and bool(g.window_p[i, w] <= alpha) and effect < -tolerance
+            found.append(
+                NodeVerdict(
+                    node,
+                    SLOW if slow else OK,
+                    effect,
+                    int(g.window_nights[i, w]),
+                    int(g.keys[i]),
+                    int(g.slow_keys[i]),
+                    _fraction(g.nightly[i, 0]),
+                    float(g.scores[i, w]),
+                    p,
+                    adj,
+                    tuple(_fraction(x) for x in g.nightly[i]),
+                )
+            )
+        at += len(g.nodes)
+        out.append(found)
+    return out
+
+
+def _fraction(log_ratio: float) -> float | None:
+    return None if math.isnan(log_ratio) else math.expm1(float(log_ratio))
+
+
+def _unjudged(g: Evidence, i: int, node: str) -> NodeVerdict:
+    per_night = tuple(_fraction(x) for x in g.nightly[i])
+    return NodeVerdict(
+        node, NOT_JUDGED, None, 0, int(g.keys[i]), int(g.slow_keys[i]), per_night[0], None, None, None, per_night
+    )
