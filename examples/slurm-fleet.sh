@@ -16,18 +16,21 @@
 # (or set PYTHON). It submits the jobs and exits; WAIT=1 waits for the fleet check and
 # exits with its code, after printing its log.
 #
-# What a flagged node means: the fleet check groups the nodes' latest runs by hardware
-# fingerprint and burst, and flags a node whose throughput is both a robust outlier among
-# its peers (modified z-score of median/MAD beyond 3.5) and beyond the tolerance below the
-# group's median. The node measured the same burst, on the same hardware, in the same
-# sweep, slower than its peers: drain it and look at it (clocks and thermals, power caps, a
-# degraded link or device, firmware or driver versions, something else running there).
-# A group needs at least 3 nodes to judge; fewer are listed, never flagged.
+# What a flagged node means: the fleet check judges each node against the other nodes of its
+# hardware fingerprint, its evidence pooled over every burst key it ran and the nights the
+# history holds (one night, this sweep's, at the least); a node is flagged slow when it is more
+# than the tolerance (5%) below its peers and the pooled evidence clears the fleet's false-flag
+# bound (at most 1 healthy node flagged in 100 nights, however large the fleet). The node ran
+# the same bursts, on the same hardware, in the same sweep, slower than its peers: drain it
+# and look at it (clocks and thermals, power caps, a degraded link or device, firmware or
+# driver versions, something else running there). A node whose job did not run to the end
+# (cancelled, failed to start, killed) is named as "did not report"; one whose bursts failed
+# as "failed". A group needs at least 3 nodes to judge; fewer are listed, never flagged.
 #
-# Exit codes: the fleet job's (and WAIT=1's) is the check's: 0 = no node flagged, 3 = a node
-# flagged (its name is in the fleet log), other = the check itself failed. Each node job's
-# is its pytest's (1 = a failed gate or burst against the stored baselines); the fleet log
-# lists every node's.
+# Exit codes: the fleet job's (and WAIT=1's) is the check's: 0 = every node reported and none is
+# slow, 3 = a node slow, did not report or failed (its name is in the fleet log), other = the
+# check itself failed. Each node job's is its pytest's (1 = a failed gate or burst against the
+# stored baselines); the fleet log lists every node's.
 #
 # Settings, from the environment:
 #   HISTORY        the shared results history (--perf-history URL), required; the job scripts
@@ -128,7 +131,9 @@ done
 # The fleet check, once every node job has ended however it ended. It reads the history
 # since the sweep began (a minute's margin) unless SINCE says otherwise.
 read -r -a fleet_args <<<"${FLEET_ARGS:-}"
-check=("$PYTHON" -m perfsuite history fleet --history "$HISTORY" --fail-on-flagged "${fleet_args[@]}")
+# --expect: every node swept is to report; one whose job did not run to the end did not.
+check=("$PYTHON" -m perfsuite history fleet --history "$HISTORY" --fail-on-flagged
+    --expect "$(IFS=,; echo "${nodes[*]}")" "${fleet_args[@]}")
 dependency=afterany:$(IFS=:; echo "${ids[*]}")
 wait_flag=()
 if [[ "${WAIT:-0}" != 0 ]]; then

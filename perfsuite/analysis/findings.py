@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from perfsuite.analysis import attribution, changes, fleet, memory, stats
 from perfsuite.analysis.attribution import Attribution
@@ -26,11 +26,13 @@ from perfsuite.analysis.changes import Drift
 from perfsuite.analysis.fleet import Judgement
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.analysis.memory import MemoryVerdict
-from perfsuite.analysis.node_verdict import NodeVerdict
 from perfsuite.common.numbers import fixed
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec
+
+if TYPE_CHECKING:
+    from perfsuite.analysis.node_verdict import NodeVerdict
 
 THROUGHPUT = "throughput"
 SCALING = "scaling"
@@ -108,6 +110,7 @@ class Context:
     missing: str | None = None  # no entry: the sentence that says so and what to do
     history: Sequence[PastRun] | None = None  # with --perf-history: the key's past runs on this node
     commit: str | None = None  # this run's commit, the bad end of a drift's bisect
+    node: str | None = None  # whose series ``history`` is (a fleet's shared history holds several)
     peers: Peers | None = None
     attribute: bool = True  # compare op profiles (not in a save run: it replaces the entry)
 
@@ -496,6 +499,7 @@ def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck 
         f"{applied:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} img/s; change points: "
         f"{steps}); this run {fixed(ips)} img/s, {tonight:+.1%} against the level before "
         f"[history of {len(values)} runs: python -m perfsuite history changes"
+        + (f" --node {context.node}" if context.node else "")
         + (f"; to find the commit: {command}]" if command else "]")
     )
     return DriftCheck(len(values), window, found, message)

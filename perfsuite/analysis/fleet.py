@@ -33,6 +33,8 @@ MIN_HOSTS = 3  # a group judged needs at least this many hosts
 # night on the same software), only for host-to-host spread: 5% flags a host 8% slower
 # than its peers where the gate's 10% against a baseline would not.
 TOLERANCE = 0.05
+ALPHA = 0.01  # false node flags per night, for the whole fleet (perfsuite.analysis.node_verdict)
+NIGHTS = 7  # the last nights whose evidence a node's verdict pools
 # Tonight: each node's latest run in this many hours before the check. A day: the nights do not
 # overlap, so a node that did not run tonight did not report, and a sweep that starts before
 # midnight is whole in it (calendar days would split it).

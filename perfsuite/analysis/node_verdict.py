@@ -45,10 +45,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from perfsuite.analysis import fleet
+
 Array = npt.NDArray[np.float64]
 
-ALPHA = 0.01  # false node flags per night, for the whole fleet
-NIGHTS = 7  # the last nights whose evidence a verdict pools
+ALPHA, NIGHTS = fleet.ALPHA, fleet.NIGHTS
 SCALE_POINTS = 100  # node-nights per key a noise estimate rests on, where the history holds them
 PEERS = 2  # a node's figure is judged against at least this many peers' (a group of 3)
 TRIM = 0.2  # of a node's peers, the lowest and highest fifth are left out of their centre
@@ -63,7 +64,7 @@ EQUAL = 1e-9
 
 SLOW = "slow"
 OK = "ok"
-NOT_JUDGED = "not judged"
+NOT_JUDGED = "not judged"  # perfsuite.commands.fleet says it too
 
 
 @dataclass(frozen=True)

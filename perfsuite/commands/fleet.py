@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import fleet, node_verdict
+from perfsuite.analysis import fleet
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import Failure, write_plot
 from perfsuite.common.numbers import fixed
@@ -35,12 +35,14 @@ from perfsuite.common.text import columns
 from perfsuite.config import arguments
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs, not when the parser is built
+    from perfsuite.analysis import node_verdict
     from perfsuite.history.fleet import Fleet
 
 DEFAULT_SINCE_H = fleet.WINDOW_HOURS
 DEFAULT_LIMIT = 20
 FLAGGED_EXIT = 3
 NO_FINGERPRINT = "-"
+NOT_JUDGED = "not judged"  # perfsuite.analysis.node_verdict.NOT_JUDGED, without importing numpy for the parser
 
 
 def _fp(fingerprint: str | None) -> str:
@@ -184,6 +186,8 @@ def verdicts(
     history: Fleet, found: list[Group], tolerance: float, alpha: float, nights: int
 ) -> list[list[node_verdict.NodeVerdict]]:
     """Each group's node verdicts, false flags controlled over all of them at once."""
+    from perfsuite.analysis import node_verdict
+
     evidence = [
         node_verdict.evidence(
             [history.nodes[i] for i in g.nodes], history.figures[g.nodes][:, g.keys, :], tolerance, nights
@@ -266,7 +270,7 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
         f"{len(s['groups'])} group{'s' if len(s['groups']) != 1 else ''}; each host's latest run in the "
         f"{s['since_hours']:g} h before {_when(s['at'])}"
     )
-    judged = sum(1 for v in s["nodes"] if v["status"] != node_verdict.NOT_JUDGED)
+    judged = sum(1 for v in s["nodes"] if v["status"] != NOT_JUDGED)
     rule = (
         f"pooled over its keys and the last {s['nights']} nights: slower than its peers by more than "
         f"{s['tolerance']:.0%}, p <= {s['alpha']:g} after Holm's correction over {judged} node"
@@ -410,7 +414,7 @@ def _report(args, url: str, end, history: Fleet, found: list[Group], evidence: l
             nodes.append(
                 {**v.as_dict(), "fingerprint": g.fingerprint, "group": dict(g.labels), "group_name": g.describe()}
             )
-    nodes = [v for v in nodes if v["status"] != node_verdict.NOT_JUDGED or v["keys"]]
+    nodes = [v for v in nodes if v["status"] != NOT_JUDGED or v["keys"]]
     slow = sorted((v for v in nodes if v["flagged"]), key=lambda v: (v["deviation"], v["node"]))
     missing, failed = absent(history, found, args.nights, args.expect)
     order = ranked(evidence)
@@ -532,10 +536,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--nights",
         type=arguments.count(least=1),
-        default=node_verdict.NIGHTS,
+        default=fleet.NIGHTS,
         metavar="N",
         help="pool each node's evidence over the last N nights, tonight included: the same window ending 24 h, "
-        f"48 h, ... before --at (default: {node_verdict.NIGHTS}); a small fleet's noise is learnt over more nights "
+        f"48 h, ... before --at (default: {fleet.NIGHTS}); a small fleet's noise is learnt over more nights "
         "where the history has them",
     )
     p.add_argument(
@@ -551,10 +555,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--alpha",
         type=arguments.fraction(zero=False),
-        default=node_verdict.ALPHA,
+        default=fleet.ALPHA,
         metavar="P",
         help="false node flags per night the whole fleet may get, on average at most (default: "
-        f"{node_verdict.ALPHA:g}: one night in {round(1 / node_verdict.ALPHA)} flags a healthy node, "
+        f"{fleet.ALPHA:g}: one night in {round(1 / fleet.ALPHA)} flags a healthy node, "
         "whatever the fleet's size)",
     )
     p.add_argument(

@@ -397,9 +397,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "fleet-check",
-        "with --perf-history: compare each throughput burst with the latest figures of the other "
-        "nodes of this hardware fingerprint in the history, and warn about, or fail, a node that is an "
-        "outlier below their median beyond --perf-fleet-tolerance",
+        "with --perf-history: judge this node against the other nodes of its hardware fingerprint in "
+        "the history, as `history fleet` does (its evidence pooled over its keys and nights, this run's "
+        "figures as tonight's), and warn about, or fail, each throughput test of a node found slow",
         "choice",
         choices=FLEET_POLICIES,
         default="off",
@@ -407,7 +407,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "fleet-window",
-        "hours back from now in which the fleet check reads each other node's latest figures",
+        "the fleet check's tonight: each node's latest figures in this many hours before now; the "
+        "nights before it are the same window, 24 h earlier each",
         "float",
         minimum=1,
         default=fleet.WINDOW_HOURS,
@@ -415,14 +416,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "fleet-tolerance",
-        "how far below its peers' median a node that is an outlier among them must be to be flagged",
+        "how far below its peers a node must be, over the nights that make its case, to be flagged",
         "float",
         minimum=0.0,
         maximum=0.99,
         default=fleet.TOLERANCE,
+        metavar="FRACTION",
         note=": nodes measured the same night on the same software need no room for drift, as a baseline "
         "does; 0.05 flags a node 8%% slower than its peers",
-        metavar="FRACTION",
     ),
     Option("nnodes", "nodes taking part in a multi-node run", "int", minimum=1, default=1, metavar="N"),
     Option("node-rank", "this node's rank in a multi-node run", "int", minimum=0, default=0, metavar="R"),

@@ -188,6 +188,7 @@ class PerfGate:
             missing=None if entry is not None else self._missing(spec, path, what),
             history=history,
             commit=git_commit(session.rootdir) if history else None,
+            node=session.node if history else None,
             peers=self._peers(spec, m.images_per_sec) if what == "throughput" else None,
             attribute=not o.save_baseline,
         )

@@ -3,9 +3,9 @@
 Schema version 2 adds ``schema_version`` and the ``run`` object to version 1's
 ``{"results": [...]}`` (and ``"interrupted": true`` on a stopped run); rows are unchanged.
 Version 3 adds the run's ``node`` (--perf-node) and each row's ``fleet`` (--perf-fleet-check).
-Version 4 judges the node among its peers, as ``history fleet`` does: the ``fleet`` object's
-``median`` and ``mad`` are the group's, this node included (version 3's ``peer_median`` and
-``peer_mad`` left it out).
+Version 4 judges the node as ``history fleet`` does: the ``fleet`` object's ``verdict`` is the
+node's, pooled over its keys and nights, and its ``median`` and ``mad`` are this key's group's,
+this node included (version 3's ``peer_median`` and ``peer_mad`` left it out).
 """
 
 from __future__ import annotations
