@@ -96,8 +96,8 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     # The node's verdict, pooled over its keys and nights as history fleet pools them: one key
     # on one night here, 10% below the trimmed mean of its six peers.
     assert line.startswith(
-        f"fleet check: node node-x is slow: -10.0% against its peers over 1 night and 1 key of fingerprint "
-        f"{fingerprint} (p="
+        f"fleet check: node node-x is slow: -10.0% against its peers over 1 key of fingerprint {fingerprint}, "
+        "slow on 1 of the last 1 night (p="
     )
     assert "after Holm's correction over 7 nodes; alpha 0.01, tolerance 5%)" in line
     # This key tonight, among its peers (their median and this node's).
@@ -105,7 +105,7 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
         f"({key}): 90 img/s, -9.9% against the median of the 7 nodes tonight (6 peers and this one), 99.9 img/s" in line
     )
     assert "in the last 24 h" in line
-    assert "SLOW NODE -10.0% over 1 night" in out  # the table
+    assert "SLOW NODE -10.0%, 1 slow night" in out  # the table
     doc = json.loads((faked.path / "r.json").read_text())
     assert doc["schema_version"] == 4 and doc["run"]["node"] == "node-x"
     (row,) = doc["results"]
@@ -114,7 +114,9 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     assert check["median"] == pytest.approx(99.9) and check["deviation"] == pytest.approx(90 / 99.9 - 1)
     assert check["score"] < -3.5 and check["message"] == line.strip().removeprefix("E").strip()
     verdict = check["verdict"]
-    assert verdict["status"] == "slow" and verdict["nights"] == 1 and verdict["keys"] == 1
+    assert (
+        verdict["status"] == "slow" and verdict["nights"] == 1 and verdict["keys"] == 1 and verdict["slow_nights"] == 1
+    )
     assert verdict["deviation"] == pytest.approx(-0.10, abs=1e-4) and verdict["adjusted_p"] <= 0.01
     assert check["nodes"] == 7 and check["alpha"] == 0.01
     props = _junit(faked.path / "junit.xml")
@@ -122,7 +124,7 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     assert float(props["fleet_deviation"]) == pytest.approx(90 / 99.9 - 1, abs=1e-4)
     assert float(props["fleet_median"]) == 99.9
     report = (faked.path / "report" / "report.md").read_text()
-    assert "- **node**: node-x" in report and "-9.9% vs 6 peers; SLOW NODE -10.0% over 1 night" in report
+    assert "- **node**: node-x" in report and "-9.9% vs 6 peers; SLOW NODE -10.0%, 1 slow night" in report
     assert "🔴 **SLOW NODE** node node-x is slow" in report
     # The history keeps the night, the node and the check.
     engine = db.open_history(f"sqlite:///{faked.path / 'perf.db'}", write=False)

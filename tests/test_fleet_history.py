@@ -153,9 +153,12 @@ def test_text_worst_first_and_fail_on_flagged(slow_fleet, capsys):
     assert rc == 3 and err == ""
     lines = out.splitlines()
     assert "8 hosts, 2 keys on 1 fingerprint, 2 groups" in lines[0] and "24 h before 2026-01-10 03:00 UTC" in lines[0]
-    assert lines[1].startswith("1 node slow (pooled over its keys and the last 7 nights: slower than its peers")
+    assert lines[1].startswith("1 node slow (pooled over each node's keys and the last 7 nights: slower than its peers")
     assert "after Holm's correction over 8 nodes" in lines[1]
-    assert lines[2].startswith(f"  {SLOW}  [fingerprint {FINGERPRINT}]  -") and "over 5 nights" in lines[2]
+    assert (
+        lines[2].startswith(f"  {SLOW}  [fingerprint {FINGERPRINT}]  -")
+        and "slow on 5 of the last 7 nights" in lines[2]
+    )
     assert "(2 of 2 keys slow tonight" in lines[2]
     table = _table(out)
     assert table[0].split()[:3] == ["host", "fingerprint", "key"]
@@ -246,7 +249,9 @@ def test_a_slow_node_in_noisy_nightly_figures_is_named_by_its_pooled_verdict(tmp
     report = _json(capsys, "--history", url, "--at", _night(10))
     assert [v["node"] for v in report["flagged_hosts"]] == ["node-f"]
     slow = report["flagged_hosts"][0]
-    assert slow["deviation"] == pytest.approx(-0.08, abs=0.02) and slow["adjusted_p"] <= 0.01 and slow["nights"] >= 3
+    assert (
+        slow["deviation"] == pytest.approx(-0.08, abs=0.02) and slow["adjusted_p"] <= 0.01 and slow["slow_nights"] >= 3
+    )
     assert report["nights_read"] == 13  # 8 nodes: the noise is learnt over 100 node-nights
     assert all(v["status"] == "ok" for v in report["nodes"] if v["node"] != "node-f")
     # Before it turned slow, nobody.

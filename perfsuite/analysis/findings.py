@@ -569,12 +569,13 @@ def _with_tonight(peers: Peers, key: str) -> tuple[list[str], Any, int]:
 def _fleet_message(check: FleetCheck, m: Measurement, ips: float) -> str:
     v = check.verdict
     assert v is not None and v.deviation is not None and v.p_value is not None and v.adjusted is not None
-    nights = f"{v.nights} night{'s' if v.nights != 1 else ''}"
+    judged = sum(1 for x in v.per_night if x is not None)
     keys = f"{v.keys} key{'s' if v.keys != 1 else ''}"
     line = (
-        f"fleet check: node {check.node} is slow: {v.deviation:+.1%} against its peers over {nights} and {keys} "
-        f"of fingerprint {check.fingerprint} (p={v.p_value:.2g}, {v.adjusted:.2g} after Holm's correction over "
-        f"{check.nodes} nodes; alpha {check.alpha:g}, tolerance {check.tolerance:.0%})"
+        f"fleet check: node {check.node} is slow: {v.deviation:+.1%} against its peers over {keys} of fingerprint "
+        f"{check.fingerprint}, slow on {v.slow_nights} of the last {judged} night{'s' if judged != 1 else ''} "
+        f"(p={v.p_value:.2g}, {v.adjusted:.2g} after Holm's correction over {check.nodes} nodes; "
+        f"alpha {check.alpha:g}, tolerance {check.tolerance:.0%})"
     )
     j, n = check.judgement, check.peers
     if j is not None:

@@ -27,10 +27,11 @@ night 0 is tonight, night k the same window k x 24 h before. The steps:
    Holm rather than Benjamini-Hochberg: an operator drains a flagged node, so what must be
    bounded is the number of healthy nodes drained per night, not their share among the
    flagged.
-6. **Flagged** when its adjusted p-value is at most ``alpha`` and it is more than
-   ``tolerance`` below its peers over the nights of its evidence (the mean of its nightly
-   deviations there): a node persistently 1% slower than its peers is real but not worth
-   draining.
+6. **Flagged** when its adjusted p-value is at most ``alpha`` and, over a window significant
+   at its own Holm threshold, it is more than ``tolerance`` below its peers (the mean of its
+   nightly deviations there): a node persistently 1% slower than its peers is real but not
+   worth draining. How long it has been slow is said apart: the nights of the last
+   ``nights`` on which it was more than ``tolerance`` below its peers.
 
 A single night's per-key flag (perfsuite.analysis.fleet) stays a hint; this is the verdict.
 """
@@ -75,6 +76,7 @@ class NodeVerdict:
     nights: int  # nights pooled: tonight and those before it whose sum scored worst
     keys: int  # keys judged tonight
     slow_keys: int  # of those, keys more than the tolerance below the peers' median tonight
+    slow_nights: int  # nights of the last ``nights`` it was, over its keys, more than the tolerance below
     tonight: float | None  # tonight's deviation, over its keys
     score: float | None  # the pooled z (the most negative standardised sum)
     p_value: float | None  # this node's, before the fleet's correction
@@ -94,6 +96,8 @@ class NodeVerdict:
             "nights": self.nights,
             "keys": self.keys,
             "slow_keys": self.slow_keys,
+            "slow_nights": self.slow_nights,
+            "nights_judged": sum(1 for x in self.per_night if x is not None),
             "tonight": self.tonight,
             "score": self.score if self.score is None or math.isfinite(self.score) else None,  # JSON has no inf
             "p_value": self.p_value,
@@ -283,6 +287,7 @@ def verdicts(groups: Sequence[Evidence], tolerance: float, alpha: float = ALPHA)
                     int(g.window_nights[i, w]),
                     int(g.keys[i]),
                     int(g.slow_keys[i]),
+                    _slow_nights(g.nightly[i], tolerance),
                     _fraction(g.nightly[i, 0]),
                     float(g.scores[i, w]),
                     p,
@@ -295,12 +300,16 @@ def verdicts(groups: Sequence[Evidence], tolerance: float, alpha: float = ALPHA)
     return out
 
 
+def _slow_nights(nightly: Array, tolerance: float) -> int:
+    with np.errstate(invalid="ignore"):
+        return int(np.sum(nightly < math.log1p(-tolerance)))
+
+
 def _fraction(log_ratio: float) -> float | None:
     return None if math.isnan(log_ratio) else math.expm1(float(log_ratio))
 
 
 def _unjudged(g: Evidence, i: int, node: str) -> NodeVerdict:
     per_night = tuple(_fraction(x) for x in g.nightly[i])
-    return NodeVerdict(
-        node, NOT_JUDGED, None, 0, int(g.keys[i]), int(g.slow_keys[i]), per_night[0], None, None, None, per_night
-    )
+    keys, slow = int(g.keys[i]), int(g.slow_keys[i])
+    return NodeVerdict(node, NOT_JUDGED, None, 0, keys, slow, 0, per_night[0], None, None, None, per_night)

@@ -247,15 +247,18 @@ def _score(r: dict[str, Any]) -> str:
 
 
 def _p(p: float | None) -> str:
-    return "-" if p is None else f"{p:.2g}"
+    if p is None:
+        return "-"
+    return "< 1e-300" if p == 0 else f"{p:.2g}"  # beyond a double's reach
 
 
 def _verdict_line(v: dict[str, Any]) -> str:
-    nights = f"{v['nights']} night{'s' if v['nights'] != 1 else ''}"
+    judged = v["nights_judged"]
+    keys = f"{v['slow_keys']} of {v['keys']} key{'s' if v['keys'] != 1 else ''} slow tonight"
     tonight = "" if v["tonight"] is None else f", {v['tonight']:+.1%}"
     return (
-        f"  {v['node']}  [{v['group_name']}]  {v['deviation']:+.1%} against its peers over {nights} "
-        f"({v['slow_keys']} of {v['keys']} key{'s' if v['keys'] != 1 else ''} slow tonight{tonight}); "
+        f"  {v['node']}  [{v['group_name']}]  {v['deviation']:+.1%} against its peers, slow on {v['slow_nights']} "
+        f"of the last {judged} night{'s' if judged != 1 else ''} ({keys}{tonight}); "
         f"p {_p(v['p_value'])}, after Holm's correction {_p(v['adjusted_p'])}"
     )
 
@@ -272,7 +275,7 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
     )
     judged = sum(1 for v in s["nodes"] if v["status"] != NOT_JUDGED)
     rule = (
-        f"pooled over its keys and the last {s['nights']} nights: slower than its peers by more than "
+        f"pooled over each node's keys and the last {s['nights']} nights: slower than its peers by more than "
         f"{s['tolerance']:.0%}, p <= {s['alpha']:g} after Holm's correction over {judged} node"
         f"{'s' if judged != 1 else ''}"
     )

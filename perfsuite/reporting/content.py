@@ -261,8 +261,8 @@ def _fleet(check) -> str:
     )
     verdict = check.get("verdict")
     if check.get("flagged") and isinstance(verdict, dict):
-        nights = verdict.get("nights") or 0
-        text += f"; SLOW NODE {fmt(verdict.get('deviation'), '+.1%')} over {nights} night{'s' if nights != 1 else ''}"
+        nights = verdict.get("slow_nights") or 0
+        text += f"; SLOW NODE {fmt(verdict.get('deviation'), '+.1%')}, {nights} slow night{'s' if nights != 1 else ''}"
     return text
 
 

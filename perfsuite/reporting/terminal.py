@@ -88,7 +88,7 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
     slow = r.fleet
     if kind != "scaling" and slow is not None and slow.flagged and slow.verdict is not None:
         v = slow.verdict
-        status += f", SLOW NODE {v.deviation or 0:+.1%} over {v.nights} night{'s' if v.nights != 1 else ''}"
+        status += f", SLOW NODE {v.deviation or 0:+.1%}, {v.slow_nights} slow night{'s' if v.slow_nights != 1 else ''}"
     return (
         name,
         fixed(r.images_per_sec),
