@@ -130,21 +130,27 @@ def test_node_zero_gates_and_the_job_fails_with_it(slurm, tmp_path):
     assert 'failures="1"' in (logs / "node0" / "junit.xml").read_text()
 
 
-def test_fleet_sweep_flags_the_slow_node(slurm, tmp_path, postgres_db):
-    """One job per node, one at a time, into a PostgreSQL history; n3's job is throttled (the
-    test cluster's Prolog, unknown to the sweep), and the fleet check fails naming it."""
-    logs = tmp_path / "logs"
+def _sweep(slurm, tmp_path: Path, history: str, logs: Path) -> tuple[dict[str, str], list[str]]:
+    """The environment and the arguments of a fleet sweep in CPU mode, its node jobs one at a time,
+    waited for, into ``history``."""
     env = dict(
         slurm.env,
         PYTHON=sys.executable,
-        HISTORY=postgres_db,
+        HISTORY=history,
         CPU_WORKERS="1",
         ONE_AT_A_TIME="1",
         WAIT="1",
         LOG_DIR=str(logs),
     )
     args = [*TINY_BURST, "--perf-framework", "torch", "--perf-missing-baseline", "pass"]
-    args += ["--perf-baseline-dir", str(tmp_path / "baselines")]
+    return env, [*args, "--perf-baseline-dir", str(tmp_path / "baselines")]
+
+
+def test_fleet_sweep_flags_the_slow_node(slurm, tmp_path, postgres_db):
+    """One job per node, one at a time, into a PostgreSQL history; n3's job is throttled (the
+    test cluster's Prolog, unknown to the sweep), and the fleet check fails naming it."""
+    logs = tmp_path / "logs"
+    env, args = _sweep(slurm, tmp_path, postgres_db, logs)
     started = time.monotonic()
     sweep = subprocess.run([str(FLEET), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     node_logs = "\n".join(f"--- {log.name} ---\n{log.read_text()}" for log in sorted(logs.glob("n*.log")))
@@ -173,17 +179,7 @@ def test_a_node_whose_job_is_cancelled_mid_sweep_did_not_report(slurm, tmp_path,
     """The same sweep, n8's job cancelled while the others run (its turn had not come: the jobs
     run one at a time): the check names n8 as did-not-report beside the slow n3, and fails."""
     logs = tmp_path / "logs"
-    env = dict(
-        slurm.env,
-        PYTHON=sys.executable,
-        HISTORY=postgres_db,
-        CPU_WORKERS="1",
-        ONE_AT_A_TIME="1",
-        WAIT="1",
-        LOG_DIR=str(logs),
-    )
-    args = [*TINY_BURST, "--perf-framework", "torch", "--perf-missing-baseline", "pass"]
-    args += ["--perf-baseline-dir", str(tmp_path / "baselines")]
+    env, args = _sweep(slurm, tmp_path, postgres_db, logs)
     cancelled = "n8"
     sweep = subprocess.Popen([str(FLEET), *args], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
     out = []
