@@ -219,7 +219,7 @@ def _outcome(lines: list[tuple[str, str]]) -> Outcome:
 def enforce(outcome: Outcome) -> None:
     """Warn every warning, then fail with every failing line, or skip."""
     for line in outcome.warnings:
-        warnings.warn(PerfWarning(line), stacklevel=3)  # the test's line that asked for the check
+        warnings.warn(PerfWarning(line), stacklevel=4)  # the test's line that asked for the check
     if outcome.action == FAIL:
         pytest.fail("\n".join(outcome.failures), pytrace=False)
     if outcome.action == SKIP:
