@@ -13,8 +13,11 @@ from suite_files import FAST, SUITE, TINY, TINY_STEP_MS
 
 # pytester's in-process runs forget the modules they import. Those the plugin's sessions use
 # are imported here once: numpy cannot be imported twice, SQLAlchemy warns when its dialects
-# register their functions again, and scipy.stats would cost each run 0.6 s.
+# register their functions again, scipy.stats would cost each run 0.6 s, and psycopg imported
+# again keeps its compiled part's exception classes from the first import, which SQLAlchemy
+# then does not recognise (a refused connection escaped as psycopg's own OperationalError).
 with contextlib.suppress(ImportError):
+    import psycopg  # noqa: F401
     import sqlalchemy.dialects.postgresql  # noqa: F401
     import sqlalchemy.dialects.sqlite  # noqa: F401
 
