@@ -65,6 +65,12 @@ def _checked(values: Sequence[float]) -> list[float]:
     return series
 
 
+def load() -> None:
+    """Import Otava (and scipy.stats with it) now: a command that will need it starts this in a
+    thread while its database works, a second or more off its wall time. ImportError: not installed."""
+    import otava.analysis  # noqa: F401
+
+
 def _otava_points(series: list[float], max_pvalue: float) -> list[Any]:
     try:
         from otava.analysis import TTestSignificanceTester, split

@@ -17,6 +17,7 @@ from perfsuite.contract.spec import SHORT_KINDS
 from perfsuite.history.url import HistoryError
 
 MODES = ("gate", "save")
+BISECT_MODE = "bisect"  # a bisect's verdict: no bursts, its outcome in run["bisect"]
 OUTCOMES = ("passed", "failed", "interrupted", "error")
 
 
@@ -103,3 +104,26 @@ def utc(date: str) -> datetime.datetime:
 def _number_or_none(row: dict[str, Any]) -> bool:
     value = row.get("images_per_sec")
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def bisect_verdict(outcome: dict[str, Any], *, date: str, host: str) -> dict[str, Any]:
+    """The run document of a bisect's verdict (``bisect --json``'s object), which ``triage``
+    shows beside the incident it answers: no bursts, the commit its BAD end."""
+    kind = "cpu" if str(outcome.get("fingerprint", "")).startswith("cpu-") else "gpu"
+    run = {
+        "date": date,
+        "host": host,
+        "git_commit": outcome.get("bad"),
+        "fingerprints": {kind: {"id": outcome.get("fingerprint")}},
+        "frameworks": {},
+        "labels": {},
+        "bisect": outcome,
+    }
+    return {
+        "uuid": uuids.uuid4().hex,
+        "mode": BISECT_MODE,
+        "outcome": str(outcome.get("status", "?"))[:16],
+        "source": "bisect",
+        "run": run,
+        "results": [],
+    }
