@@ -17,6 +17,8 @@ A page asks for generated Markdown with a comment on a line of its own:
                                           built now (nightly.db: see _build_demo_histories)
     <!-- perfsuite:fleet ARGS -->         ``python -m perfsuite history fleet ARGS`` on the demonstration
                                           fleet.db
+    <!-- perfsuite:triage ARGS -->        ``python -m perfsuite triage ARGS`` on the demonstration triage.db;
+                                          with ``--markdown FILE``, the source of the file it wrote
 
 Nothing generated is committed, so nothing generated can go stale. A command that fails
 stops the build.
@@ -62,6 +64,8 @@ def on_files(files, config):
                 jobs[(name, arg)] = lambda arg=arg: history(arg)
             elif name == "fleet":
                 jobs[(name, arg)] = lambda arg=arg: history(f"fleet {arg}", FLEET_DB)
+            elif name == "triage":
+                jobs[(name, arg)] = lambda arg=arg: triage(arg)
     with ThreadPoolExecutor(max_workers=4) as pool:
         for future in [pool.submit(job) for job in jobs.values()]:
             future.exception()  # a failure is raised again, naming its page, when that page is built
@@ -98,6 +102,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             if name == "fleet":
                 command = f"python -m perfsuite history fleet {arg} --history {FLEET_DB}"
                 return shown(command, history(f"fleet {arg}", FLEET_DB))
+            if name == "triage":
+                if "--markdown" in arg:  # the file it wrote, as its source
+                    return f"```markdown\n{triage(arg).rstrip()}\n```\n"
+                return shown(triage_command(arg), triage(arg))
         except PluginError as exc:
             raise PluginError(f"{where}: {exc}") from None
         raise PluginError(f"{where}: unknown directive")
@@ -314,6 +322,15 @@ DEMO_FINGERPRINT = "gpu-nvidia-h100-80gb-hbm3-x8"
 DEMO_NIGHTS, DEMO_STEP = 24, 16  # nightly.db: the step is on the 17th night
 FLEET_DB, FLEET_NODES, FLEET_NIGHTS, FLEET_SLOW = "fleet.db", 8, 7, "gpu-node-06"  # slow from the 4th night
 DEMO_START = datetime(2026, 10, 1, 2, 0, tzinfo=UTC)
+# triage.db: 21 nights of 12 nodes in two racks, three models on 8 GPUs; the driver goes to
+# 580.105 on night 10 (resnet50 and inception3 slower), gpu-node-09 slows on night 14, commit
+# 7c1d... slows vgg16 on night 17, and gpu-node-04 is a new machine from night 6.
+TRIAGE_DB, TRIAGE_NIGHTS, TRIAGE_NODES = "triage.db", 21, 12
+TRIAGE_KEYS = {
+    "torch/resnet50/gpu8/nodes1/device/bs256/img224/fp32/replicated": 2800.0,
+    "torch/inception3/gpu8/nodes1/device/bs256/img299/fp32/replicated": 1900.0,
+    "torch/vgg16/gpu8/nodes1/device/bs128/img224/fp32/replicated": 1450.0,
+}
 _DEMO_LOCK = threading.Lock()
 
 
@@ -324,10 +341,11 @@ def _demo_history() -> str:
 
 @cache
 def _build_demo_histories() -> str:
-    """Two histories of made-up figures (the pages say so); the outputs shown are the commands', run now.
+    """Three histories of made-up figures (the pages say so); the outputs shown are the commands', run now.
 
     nightly.db: 24 nights of one 8-GPU node, resnet50 8% slower from night 17, when torch and
     the container change. fleet.db: 7 nights of 8 such nodes, one of them 8% slower from night 4.
+    triage.db: see TRIAGE_KEYS.
     """
     try:
         from perfsuite.history import db
@@ -360,10 +378,64 @@ def _build_demo_histories() -> str:
                 db.write_run(fleet, run)
     finally:
         fleet.dispose()
+    _build_triage_demo(db, folder / TRIAGE_DB, random.Random(41))
     return str(folder)
 
 
-def _demo_run(uuid: str, night: int, node: str, ips: float, software: dict, minutes: int = 0) -> dict:
+def _build_triage_demo(db, path: Path, rnd: random.Random) -> None:
+    engine = db.open_history(f"sqlite:///{path}")
+    try:
+        for night in range(TRIAGE_NIGHTS):
+            for n in range(1, TRIAGE_NODES + 1):
+                node = f"gpu-node-{n:02d}"
+                software = {
+                    "git_commit": "7c1d0e5a9b" * 4 if night >= 17 else "3f2a9c4d1e" * 4,
+                    "frameworks": {"torch": "2.13.0"},
+                    "container": "ngc 25.10",
+                    "driver": "580.105.08" if night >= 10 else "580.95.05",
+                    "host": f"{node}-b" if node == "gpu-node-04" and night >= 6 else f"{node}-a",
+                    "labels": {"rack": f"r{(n - 1) // 6 + 1}", "ci_run": str(9000 + night)},
+                }
+                rows = []
+                for key, level in TRIAGE_KEYS.items():
+                    model = key.split("/")[1]
+                    slow = 0.93 if night >= 10 and model in ("resnet50", "inception3") else 1.0
+                    slow *= 0.89 if node == "gpu-node-09" and night >= 14 else 1.0
+                    slow *= 0.91 if night >= 17 and model == "vgg16" else 1.0
+                    slow *= 1.06 if node == "gpu-node-04" and night >= 6 else 1.0
+                    rows.append((key, level * slow * (1 + rnd.gauss(0, 0.012))))
+                run = _demo_run(f"{node}-t{night}", night, node, 0.0, software, minutes=5 * n, rows=rows)
+                db.write_run(engine, run)
+    finally:
+        engine.dispose()
+
+
+def triage_command(arguments: str) -> str:
+    """``triage ARGS`` on triage.db, at the end of its last night."""
+    at = (DEMO_START + timedelta(days=TRIAGE_NIGHTS - 1, hours=4)).strftime("%Y-%m-%dT%H:%MZ")
+    return " ".join(["python -m perfsuite triage --history", TRIAGE_DB, "--at", at, arguments]).rstrip()
+
+
+@cache
+def triage(arguments: str) -> str:
+    """What ``triage_command(ARGS)`` prints; with ``--markdown FILE``, the file it wrote."""
+    folder = _demo_history()
+    command = triage_command(arguments)
+    argv = shlex.split(command)
+    argv[0] = sys.executable
+    env = dict(os.environ, COLUMNS=COLUMNS, PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode not in (0, 3):  # 3: an open incident, as the demonstration has
+        raise PluginError(f"{command!r} exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}")
+    if "--markdown" in arguments:
+        written = shlex.split(arguments)[shlex.split(arguments).index("--markdown") + 1]
+        return (Path(folder) / written).read_text().replace(f"{folder}/", ".../")
+    return done.stdout.replace(f"{folder}/", ".../")
+
+
+def _demo_run(
+    uuid: str, night: int, node: str, ips: float, software: dict, minutes: int = 0, rows: list | None = None
+) -> dict:
     run_object = {
         "date": (DEMO_START + timedelta(days=night, minutes=minutes)).isoformat(),
         "host": node,
@@ -375,20 +447,23 @@ def _demo_run(uuid: str, night: int, node: str, ips: float, software: dict, minu
         "labels": {"pool": "h100-east"},
         **software,
     }
-    row = {
-        "key": DEMO_KEY,
-        "framework": "torch",
-        "model": "resnet50",
-        "device_kind": "cuda",
-        "devices": 8,
-        "nodes": 1,
-        "images_per_sec": round(ips, 1),
-        "ci_low": round(ips * 0.995, 1),
-        "ci_high": round(ips * 1.005, 1),
-        "runs": 1,
-        "verdict": "pass",
-    }
-    return {"uuid": uuid, "mode": "gate", "outcome": "passed", "source": "run", "run": run_object, "results": [row]}
+    results = [
+        {
+            "key": key,
+            "framework": "torch",
+            "model": key.split("/")[1],
+            "device_kind": "cuda",
+            "devices": 8,
+            "nodes": 1,
+            "images_per_sec": round(figure, 1),
+            "ci_low": round(figure * 0.995, 1),
+            "ci_high": round(figure * 1.005, 1),
+            "runs": 1,
+            "verdict": "pass",
+        }
+        for key, figure in (rows if rows is not None else [(DEMO_KEY, ips)])
+    ]
+    return {"uuid": uuid, "mode": "gate", "outcome": "passed", "source": "run", "run": run_object, "results": results}
 
 
 def history(arguments: str, database: str = DEMO_DB) -> str:
@@ -404,4 +479,5 @@ def on_post_build(config) -> None:
         shutil.rmtree(_build_demo_histories(), ignore_errors=True)
         _build_demo_histories.cache_clear()
     run.cache_clear()
+    triage.cache_clear()
     pytest_help.cache_clear()

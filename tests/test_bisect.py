@@ -488,7 +488,12 @@ def test_every_burst_is_in_the_history_with_its_commit(main_repo, resumed):
     )
     assert done.returncode == 0, done.stderr
     bursts = {}
-    for run in json.loads(done.stdout)["runs"]:
+    runs = json.loads(done.stdout)["runs"]
+    (verdict,) = [run for run in runs if run["mode"] == "bisect"]  # for triage, beside the bursts
+    assert verdict["outcome"] == "found" and verdict["bursts"] == 0 and verdict["git_commit"] == shas[-1]
+    for run in runs:
+        if run["mode"] == "bisect":
+            continue
         commit = run["labels"].get("bisect_commit")
         assert commit in shas and commit.startswith(run["git_commit"])  # the worktree's HEAD is the commit
         bursts[commit] = bursts.get(commit, 0) + run["bursts"]
@@ -572,3 +577,39 @@ def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(mai
         if t["verdict"] != "skipped":
             assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
     assert leftovers(tmp_path) == []
+
+
+def test_triage_runs_the_bisect_of_a_commit_incident_and_keeps_its_verdict(main_repo, resumed):
+    """A fleet history in which the repository's last commit made KEY 25% slower on every node:
+    triage --bisect runs the bisect of that range (every burst from the cache the bisect above
+    filled), shows its verdict and records it, and the next triage shows it unasked."""
+    pytest.importorskip("sqlalchemy")
+    import triage_history as th
+
+    tmp, repo, shas = main_repo
+    url = f"sqlite:///{tmp / 'triage.db'}"
+    th.build(
+        url,
+        nights=12,
+        key_count=1,
+        key_names=[KEY],
+        factor=lambda node, key, night: 0.75 if night >= 8 else 1.0,
+        env=lambda node, night: {"git_commit": shas[-1] if night >= 8 else shas[0]},
+    )
+    triage = ["triage", "--history", url, "--at", th.at(12), "--json"]
+    done = subprocess.run(
+        command(*triage, "--bisect", "--repo", str(repo), "--bisect-args", " ".join(BURST)),
+        cwd=tmp,
+        env=environment(tmp),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert done.returncode == 3, done.stderr
+    (incident,) = json.loads(done.stdout)["incidents"]
+    assert incident["kind"] == "commit" and incident["commits"] == {"good": shas[0], "bad": shas[-1]}
+    assert incident["bisect"]["status"] == "found" and incident["bisect"]["first_bad"] == shas[CULPRIT - 1]
+    again = subprocess.run(command(*triage), cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT)
+    (incident,) = json.loads(again.stdout)["incidents"]
+    assert incident["bisect"]["first_bad"] == shas[CULPRIT - 1]
+    assert incident["bisect"]["subject"] == "commit 11: the step does 30% more work"

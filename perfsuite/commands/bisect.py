@@ -422,6 +422,8 @@ def run_bisect(args: argparse.Namespace) -> int:
         raise Failure(str(exc)) from None
     except (EndFailed, repo.GitError) as exc:
         raise Failure(str(exc)) from None
+    if opts.history:
+        _record_verdict(opts.history, outcome)
     plotted = _plot(args.plot, outcome) if getattr(args, "plot", None) else None
     if args.json:
         print(json.dumps(dict(as_json(outcome), plot=plotted), indent=1, default=str))
@@ -431,6 +433,18 @@ def run_bisect(args: argparse.Namespace) -> int:
         if plotted:
             print(f"plot: {plotted}")
     return 0 if outcome.status == "found" else 1
+
+
+def _record_verdict(url: str, outcome) -> None:
+    """The verdict in the history beside the bursts it rests on, for ``triage`` to show."""
+    import socket
+
+    from perfsuite.bisect.cache import now_iso
+    from perfsuite.history import document, recorder
+
+    doc = document.bisect_verdict(as_json(outcome), date=now_iso(), host=socket.gethostname())
+    for line in recorder.record(url, doc):
+        _say(line)
 
 
 def _mark_interrupted(path: Path) -> None:

@@ -29,6 +29,10 @@ DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
 NO_FINGERPRINT = "-"  # how a series without a recorded fingerprint is named, and chosen with --fingerprint
 NO_NODE = "-"  # how a run without a recorded node is shown
+HISTORY_HELP = (
+    "a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
+    "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)"
+)
 NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproject.toml)"
 INSTALL = 'pip install -e ".[history]"'
 
@@ -510,12 +514,7 @@ def add_parser(sub: Any) -> None:
 
     def command(name: str, action, **kw) -> argparse.ArgumentParser:
         c = cmds.add_parser(name, **kw)
-        c.add_argument(
-            "--history",
-            metavar="URL",
-            help="a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
-            "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)",
-        )
+        c.add_argument("--history", metavar="URL", help=HISTORY_HELP)
         c.add_argument("--json", action="store_true", help="machine-readable output")
         c.set_defaults(run=run, action=action)
         return c

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from perfsuite.commands import CommandError, baseline, bisect, history
+from perfsuite.commands import CommandError, baseline, bisect, history, triage
 from perfsuite.common import hardware
 from perfsuite.common.text import columns
 from perfsuite.models.registry import FRAMEWORKS, all_models, load_file
@@ -77,6 +77,7 @@ def parser() -> argparse.ArgumentParser:
     baseline.add_parser(sub)
     history.add_parser(sub)
     bisect.add_parser(sub)
+    triage.add_parser(sub)
     return p
 
 

@@ -1,0 +1,757 @@
+"""Regressions turned into incidents: one per cause, whatever the number of keys and nodes it
+touches. Pure functions over a fleet's figures, night by night, and what each run ran with.
+
+**Steps** are the regressions of single series (one node's figures of one key on one
+fingerprint), each with its onset (the last good and the first bad run), found four ways:
+
+* a change point in the fleet's nightly median of a key (``history changes``' rule, Apache
+  Otava's E-Divisive at its p-value), a drop of at least ``min_change``; each node whose own
+  figures dropped by as much within ``NEAR`` nights of it is affected, the others are not;
+* a change point in a node's own series of a key, by the same rule, where part of the fleet
+  slowed and its median did not move;
+* a node the fleet's verdict finds slow tonight (perfsuite.analysis.node_verdict), its onset
+  the night its deviation from its peers stepped down, its keys those that stepped with it;
+* a gate failure tonight (a regression the gate confirmed on a fresh burst) not already one
+  of the above, its onset the first of the nights up to tonight closer to tonight's figure
+  than to the baseline.
+
+A single noisy night opens nothing: the change-point test, the fleet's verdict and the gate's
+confirmation decide.
+
+**What changed** between a step's last good and first bad run: the toolchain first (driver,
+CUDA, cuDNN, NCCL, each framework, the container, Python), then the project's commit, then
+the labels that are stable from run to run. Another host or fingerprint behind a node's name
+(one that held for two runs before) is a **swap**, not a regression: its steps are set apart.
+
+**Incidents** gather the steps whose onsets overlap, then split them by cause: a change is a
+candidate when no node of the same fingerprints without a step made it in that span; each
+step goes to its first candidate (toolchain, then labels, then the commit), and the likely
+cause of an incident is every candidate all its nodes made. Steps with no candidate form one
+incident: one node's (the node itself), or several nodes' that slowed together (what they
+share is said).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from perfsuite.analysis import changes, node_verdict
+from perfsuite.contract.spec import key_fields
+
+TOOLCHAIN = ("driver", "cuda", "cudnn", "nccl", "frameworks", "container", "python")
+NEAR = 3  # nights either side of a fleet's change point in which a node's own step may lie
+FLEET, SERIES, SLOW_NODE, GATE = "fleet change point", "change point", "slow node", "gate"
+ENV, COMMIT, NODE, UNEXPLAINED = "environment", "commit", "node", "unexplained"
+ONE_NODE, SOME_NODES, FINGERPRINT, FINGERPRINTS = "one node", "some nodes", "fingerprint", "fingerprints"
+SHORT_COMMIT = 12
+UNKNOWN = -1  # a run id: the step's last good figure is older than the nights read
+# A node's own series is handed to Otava only where its best split, SIDE nights or more each
+# side, stands this many standard errors apart: pure noise of 30 nights rarely reaches 5.
+SCREEN_T, SIDE = 5.0, 3
+
+
+class RunLike(Protocol):
+    """What a step's runs are compared by: a RunFacts, or the history's own run."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def date(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def env(self) -> Mapping[str, Any]: ...
+    @property
+    def labels(self) -> Mapping[str, Any]: ...
+    @property
+    def fingerprints(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run ran with, for comparing a last good run with a first bad one."""
+
+    id: int
+    date: str
+    node: str
+    host: str | None
+    env: Mapping[str, Any]  # git_commit, frameworks, driver, cuda, cudnn, nccl, container, python
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    fingerprints: tuple[str, ...] = ()  # the run's hardware: its CPU's and GPU's fingerprint ids
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One fingerprint's figures, as perfsuite.history.fleet reads them."""
+
+    fingerprint: str | None
+    nodes: Sequence[str]
+    keys: Sequence[str]
+    figures: Any  # numpy [node, key, night]: img/s, night 0 tonight, NaN where none
+    runs_at: Any  # numpy [node, key, night]: the run of each figure, -1 where none
+
+
+@dataclass(frozen=True)
+class Step:
+    """One series' drop: a node's figures of one key."""
+
+    fingerprint: str | None
+    key: str
+    node: str
+    good: int  # nights ago of the last good figure (the nights read where it is older)
+    bad: int  # nights ago of the first bad one
+    good_run: int  # UNKNOWN where the last good figure is older than the nights read
+    bad_run: int
+    before: float  # img/s: the level before (a gate failure's: the baseline)
+    after: float  # and after
+    change: float  # after / before - 1 (a slow node's: against its peers)
+    source: str  # FLEET, SERIES, SLOW_NODE or GATE
+    still: bool = True  # tonight still this far down
+
+    @property
+    def model(self) -> str:
+        return key_fields(self.key).get("model", self.key)
+
+
+@dataclass(frozen=True)
+class Change:
+    field: str  # "driver", "torch", "container", "python", "commit", "label pool", ...
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        if self.field == "commit":  # git's short form, as a person reads it
+            return f"commit {self.old[:SHORT_COMMIT]} -> {self.new[:SHORT_COMMIT]}"
+        return f"{self.field} {self.old} -> {self.new}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Another machine behind a node's name: said, never a regression."""
+
+    node: str
+    what: str  # "host" or "fingerprint"
+    old: str
+    new: str
+    night: int  # nights ago of the first run on the new one
+    run: int  # that run
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "what": self.what, "old": self.old, "new": self.new, "night": self.night}
+
+
+@dataclass
+class Incident:
+    kind: str  # ENV, COMMIT, NODE or UNEXPLAINED
+    steps: list[Step]  # worst first
+    changes: dict[str, list[Change]]  # node -> what changed between its last good and first bad run
+    cause: list[Change]  # the likely cause: changed on every affected node, on no unaffected one
+    scope: str  # ONE_NODE, SOME_NODES, FINGERPRINT or FINGERPRINTS
+    unaffected: list[str]  # nodes of the same fingerprints with no step here
+    shared_labels: dict[str, str]  # what the affected nodes share and the unaffected do not (SOME_NODES)
+    elsewhere: list[Change] = field(default_factory=list)  # of the changes, those unaffected nodes made too
+    also: list[str] = field(default_factory=list)  # nodes without a step whose figures dropped at the onset too
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({s.node for s in self.steps})
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted({s.key for s in self.steps})
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({s.model for s in self.steps})
+
+    @property
+    def fingerprints(self) -> list[str | None]:
+        return sorted({s.fingerprint for s in self.steps}, key=lambda f: f or "")
+
+    @property
+    def open(self) -> bool:
+        """Still slow tonight: most of its steps are still down."""
+        return 2 * sum(s.still for s in self.steps) >= len(self.steps)
+
+    def by_key(self) -> list[tuple[str, float, list[Step]]]:
+        """(key, its median change over the affected nodes, its steps), worst first."""
+        out: dict[str, list[Step]] = {}
+        for s in self.steps:
+            out.setdefault(s.key, []).append(s)
+        ranked = [(k, float(np.median([s.change for s in found])), found) for k, found in out.items()]
+        return sorted(ranked, key=lambda x: (x[1], x[0]))
+
+    @property
+    def size(self) -> tuple[float, float, float]:
+        """(median, worst, least) change over the affected keys."""
+        per_key = [c for _, c, _ in self.by_key()]
+        return float(np.median(per_key)), min(per_key), max(per_key)
+
+    def onsets(self) -> dict[str, tuple[int, int]]:
+        """node -> (nights ago of its last good figure, of its first bad one): the latest of
+        its keys' last good nights and the earliest first bad one."""
+        out: dict[str, tuple[int, int]] = {}
+        for s in self.steps:
+            good, bad = out.get(s.node, (s.good, s.bad))
+            out[s.node] = (min(good, s.good), min(bad, s.bad))
+        return out
+
+    @property
+    def onset(self) -> tuple[int, int]:
+        """(last good, first bad) nights ago: the ones most of its nodes share."""
+        found = list(self.onsets().values())
+        return max(set(found), key=lambda o: (found.count(o), -o[1]))
+
+    @property
+    def worst(self) -> Step:
+        return self.steps[0]
+
+
+# --- finding the steps -------------------------------------------------------------------------
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """numpy's warnings of an all-NaN slice or of too few values: NaN, as meant."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _chronological(values: Any) -> tuple[list[int], list[float]]:
+    """(nights ago, value) of a night-indexed row, oldest first, NaN left out."""
+    nights = [k for k in range(len(values) - 1, -1, -1) if not math.isnan(values[k])]
+    return nights, [float(values[k]) for k in nights]
+
+
+def _best_splits(values: Any, candidates: range, first: int, last: int) -> tuple[Any, Any]:
+    """For each row of ``values`` (columns oldest first, NaN where none), the split s among
+    ``candidates`` (before: columns [first, s), after: [s, last)) whose two means differ by the
+    largest t, two values at least each side: (s per row, -1 where none; that t). Every
+    candidate at once, from running sums of the values less each row's median."""
+    rows = values.shape[0]
+    best_s = np.full(rows, -1, dtype=np.int64)
+    best_t = np.full(rows, -np.inf)
+    at = np.array([s for s in candidates if first < s < last], dtype=np.int64)
+    if at.size == 0 or rows == 0:
+        return best_s, best_t
+    with _quiet():
+        segment = values[:, first:last]
+        centred = segment - np.nanmedian(segment, axis=1, keepdims=True)
+        have = ~np.isnan(centred)
+        x = np.where(have, centred, 0.0)
+        start = np.zeros((rows, 1))
+        count, total, squares = (np.concatenate([start, np.cumsum(a, axis=1)], axis=1) for a in (have, x, x * x))
+        k = at - first
+        na, sa, qa = count[:, k], total[:, k], squares[:, k]
+        nb, sb, qb = count[:, -1:] - na, total[:, -1:] - sa, squares[:, -1:] - qa
+        ma, mb = sa / na, sb / nb
+        spread = np.maximum(qa - sa * ma, 0.0) + np.maximum(qb - sb * mb, 0.0)  # squared deviations
+        pooled = np.sqrt(spread / (na + nb - 2))
+        gap = np.abs(ma - mb)
+        t = np.where(pooled > 0, gap / (pooled * np.sqrt(1 / na + 1 / nb)), np.where(gap > 0, np.inf, 0.0))
+        t = np.where((na >= 2) & (nb >= 2), t, -np.inf)
+    column = np.argmax(t, axis=1)  # the first of equals, as candidates come
+    found = t[np.arange(rows), column]
+    ok = found > -np.inf
+    best_s[ok], best_t[ok] = at[column[ok]], found[ok]
+    return best_s, best_t
+
+
+def _step(
+    fleet: Fleet,
+    i: int,
+    j: int,
+    good: int,
+    bad: int,
+    level: tuple[float, float],
+    change: float,
+    source: str,
+    still: bool = True,
+) -> Step:
+    """Node i's step in key j from night ``good`` to night ``bad`` (nights ago), its runs found."""
+    runs = (int(fleet.runs_at[i, j, good]), int(fleet.runs_at[i, j, bad]))
+    return Step(fleet.fingerprint, fleet.keys[j], fleet.nodes[i], good, bad, *runs, *level, change, source, still)
+
+
+def fleet_steps(fleet: Fleet, min_change: float, since: int) -> list[Step]:
+    """The change points of each key's nightly median over the nodes, a drop of ``min_change``
+    or more whose first bad night is at most ``since`` nights ago, as the steps of the nodes
+    whose own figures dropped by as much around it."""
+    out = []
+    n, m, _ = fleet.figures.shape
+    with _quiet():
+        medians = np.nanmedian(fleet.figures, axis=0)  # [key, night]
+    for j in range(m):
+        nights, series = _chronological(medians[j])
+        if len(series) < changes.MIN_POINTS:
+            continue
+        points = changes.change_points(series)
+        bounds = [0, *(p.index for p in points), len(series)]
+        for c, p in enumerate(points):
+            if p.change <= -min_change and nights[p.index] <= since:
+                out += _steps_near(fleet, j, nights, bounds[c], bounds[c + 2], p.index, min_change)
+    return out
+
+
+def _steps_near(
+    fleet: Fleet, j: int, nights: list[int], first: int, last: int, near: int, min_change: float
+) -> list[Step]:
+    """Each node's own drop in key j within NEAR of ``near`` (positions of ``nights``, oldest
+    first), the segment [first, last) around it."""
+    values = fleet.figures[:, j, nights]  # [node, position]
+    candidates = range(max(first + 1, near - NEAR), min(last - 1, near + NEAR) + 1)
+    split, _ = _best_splits(values, candidates, first, last)
+    out = []
+    for i in np.flatnonzero(split >= 0).tolist():
+        s = int(split[i])
+        row = values[i]
+        before, after = float(np.nanmedian(row[first:s])), float(np.nanmedian(row[s:last]))
+        change = after / before - 1
+        if change > -min_change:
+            continue
+        good = max(x for x in range(first, s) if not math.isnan(row[x]))
+        bad = min(x for x in range(s, last) if not math.isnan(row[x]))
+        tonight = float(fleet.figures[i, j, 0])
+        still = not math.isnan(tonight) and tonight <= before * (1 - min_change / 2)
+        out.append(_step(fleet, i, j, nights[good], nights[bad], (before, after), change, FLEET, still))
+    return out
+
+
+def series_steps(fleet: Fleet, min_change: float, since: int, known: Iterable[tuple[str, str]] = ()) -> list[Step]:
+    """Each node's own change points in each key (``history changes``' rule on the node's
+    series), a drop of ``min_change`` or more at most ``since`` nights ago: what the fleet's
+    median cannot see when only part of the fleet slowed. Otava is asked only where a split
+    of the node's nights already stands SCREEN_T above their noise and ``known`` (node, key)
+    pairs have no step yet, so a fleet of thousands costs seconds, not minutes."""
+    out = []
+    n, m, read = fleet.figures.shape
+    if read < changes.MIN_POINTS:
+        return []
+    skip = set(known)
+    nights = list(range(read - 1, -1, -1))  # oldest first
+    for j in range(m):
+        values = fleet.figures[:, j, nights]
+        split, t = _best_splits(values, range(SIDE, read - SIDE + 1), 0, read)
+        for i in np.flatnonzero((split >= 0) & (t >= SCREEN_T)).tolist():
+            if (fleet.nodes[i], fleet.keys[j]) in skip:
+                continue
+            row = values[i]
+            with _quiet():
+                before, after = np.nanmedian(row[: split[i]]), np.nanmedian(row[split[i] :])
+            if not after / before - 1 <= -min_change:
+                continue
+            have = np.flatnonzero(~np.isnan(row))
+            if have.size < changes.MIN_POINTS:
+                continue
+            for p in changes.change_points([float(x) for x in row[have]]):
+                good, bad = nights[have[p.index - 1]], nights[have[p.index]]
+                if p.change > -min_change or bad > since:
+                    continue
+                tonight = float(fleet.figures[i, j, 0])
+                still = not math.isnan(tonight) and tonight <= p.before * (1 - min_change / 2)
+                out.append(_step(fleet, i, j, good, bad, (p.before, p.after), p.change, SERIES, still))
+    return out
+
+
+def node_steps(fleet: Fleet, tolerance: float, alpha: float, min_change: float) -> list[Step]:
+    """The nodes the fleet's verdict finds slow tonight, each from the night its deviation from its
+    peers stepped down, in the keys that stepped with it."""
+    n, m, _ = fleet.figures.shape
+    if n < 3:
+        return []
+    evidence = node_verdict.evidence(fleet.nodes, fleet.figures, tolerance)
+    (verdicts,) = node_verdict.verdicts([evidence], tolerance, alpha)
+    flagged = [i for i, v in enumerate(verdicts) if v.flagged]
+    if not flagged:
+        return []
+    with _quiet():
+        nightly = np.nanmedian(evidence.deviations[flagged], axis=1)  # [flagged node, night]
+    out = []
+    for row, i in zip(nightly, flagged):
+        nights, series = _chronological(row)
+        split, _ = _best_splits(np.array([series]), range(1, len(series)), 0, len(series))
+        if split[0] < 0:
+            continue
+        s = int(split[0])
+        for j in range(m):
+            step = _slow_key(fleet, evidence.deviations[i, j], i, j, nights[:s], nights[s:], min_change)
+            if step is not None:
+                out.append(step)
+    return out
+
+
+def _slow_key(
+    fleet: Fleet, deviation: Any, i: int, j: int, before: list[int], after: list[int], min_change: float
+) -> Step | None:
+    """Node i's key j, if its deviation from its peers stepped down with the node's."""
+    figures = fleet.figures[i, j]
+    old = [k for k in before if not math.isnan(deviation[k])]
+    new = [k for k in after if not math.isnan(deviation[k])]
+    if not old or not new:
+        return None
+    change = math.expm1(float(np.median(deviation[new])) - float(np.median(deviation[old])))
+    if change > -min_change:
+        return None
+    good, bad = old[-1], new[0]
+    still = not math.isnan(deviation[0]) and deviation[0] <= math.log1p(-min_change / 2)
+    level = (float(np.median(figures[old])), float(np.median(figures[new])))
+    return _step(fleet, i, j, good, bad, level, change, SLOW_NODE, bool(still))
+
+
+def gate_steps(fleet: Fleet, failed: Iterable[tuple[int, str, float]]) -> list[Step]:
+    """Tonight's gate failures (run id, key, change against the baseline): from the first of the
+    nights up to tonight whose figure is closer to tonight's than to the baseline."""
+    key_index = {k: j for j, k in enumerate(fleet.keys)}
+    out = []
+    for run_id, key, change in failed:
+        j = key_index.get(key)
+        if j is None or not change < 0:
+            continue
+        for i in np.flatnonzero(fleet.runs_at[:, j, 0] == run_id).tolist():
+            row = fleet.figures[i, j]
+            baseline = float(row[0]) / (1 + change)
+            midway = baseline * (1 + change / 2)
+            bad = 0
+            for k in range(1, len(row)):
+                if math.isnan(row[k]):
+                    continue
+                if row[k] >= midway:
+                    break
+                bad = k
+            good = next((k for k in range(bad + 1, len(row)) if not math.isnan(row[k])), None)
+            out.append(
+                Step(
+                    fleet.fingerprint,
+                    key,
+                    fleet.nodes[i],
+                    len(row) if good is None else good,
+                    bad,
+                    UNKNOWN if good is None else int(fleet.runs_at[i, j, good]),
+                    int(fleet.runs_at[i, j, bad]),
+                    baseline,
+                    float(row[0]),
+                    change,
+                    GATE,
+                )
+            )
+    return out
+
+
+def distinct(steps: Iterable[Step]) -> list[Step]:
+    """One step per node, key and onset: a fleet's change point before a slow node before a gate
+    failure (the first names the widest cause)."""
+    order = {FLEET: 0, SERIES: 1, SLOW_NODE: 2, GATE: 3}
+    out: dict[tuple[str | None, str, str], list[Step]] = {}
+    for s in sorted(steps, key=lambda s: (order[s.source], s.bad)):
+        kept = out.setdefault((s.fingerprint, s.node, s.key), [])
+        if not any(s.bad <= k.good and k.bad <= s.good for k in kept):
+            kept.append(s)
+    return [s for found in out.values() for s in found]
+
+
+# --- what changed ------------------------------------------------------------------------------
+
+
+def _flat(run: RunLike) -> dict[str, str]:
+    """A run's environment as field -> text, toolchain first, then the commit."""
+    env = run.env
+    out: dict[str, str] = {}
+    for name in ("driver", "cuda", "cudnn", "nccl"):
+        if env.get(name):
+            out[name] = str(env[name])
+    frameworks = env.get("frameworks")
+    for name, version in sorted((frameworks if isinstance(frameworks, Mapping) else {}).items()):
+        out[str(name)] = str(version)
+    for name in ("container", "python"):
+        if env.get(name):
+            out[name] = str(env[name])
+    if env.get("git_commit"):
+        out["commit"] = str(env["git_commit"])
+    return out
+
+
+def what_changed(good: RunLike, bad: RunLike, stable: Iterable[str] = ()) -> list[Change]:
+    """The fields that differ between a last good and a first bad run: toolchain first, then the
+    commit, then the labels named stable (a label that changes every run, such as a CI job's id,
+    says nothing)."""
+    a, b = _flat(good), _flat(bad)
+    out = [
+        Change(name, a.get(name, "-"), b.get(name, "-"))
+        for name in dict.fromkeys([*a, *b])
+        if a.get(name) != b.get(name)
+    ]
+    for name in sorted(stable):
+        old, new = good.labels.get(name), bad.labels.get(name)
+        if old != new:
+            out.append(Change(f"label {name}", "-" if old is None else str(old), "-" if new is None else str(new)))
+    return out
+
+
+def _by_node(runs: Iterable[RunLike]) -> dict[str, list[RunLike]]:
+    out: dict[str, list[RunLike]] = {}
+    for r in sorted(runs, key=lambda r: (r.date, r.id)):
+        out.setdefault(r.node, []).append(r)
+    return out
+
+
+def stable_labels(runs: Iterable[RunLike]) -> set[str]:
+    """Label names whose value stays the same from one of a node's runs to its next, mostly."""
+    same: dict[str, int] = {}
+    moved: dict[str, int] = {}
+    for found in _by_node(runs).values():
+        for a, b in zip(found, found[1:]):
+            for name in set(a.labels) | set(b.labels):
+                tally = same if a.labels.get(name) == b.labels.get(name) else moved
+                tally[name] = tally.get(name, 0) + 1
+    return {name for name in set(same) | set(moved) if moved.get(name, 0) * 4 <= same.get(name, 0)}
+
+
+def swaps(runs: Mapping[int, RunLike], night_of: Mapping[int, int]) -> list[Swap]:
+    """Each node's change of host or of fingerprint that held: the old one on the two runs
+    before it, the new one on every run after it. A node whose host changes every run (a pod)
+    makes none. ``night_of``: run id -> nights ago."""
+    out: dict[tuple[str, int], Swap] = {}
+    for node, found in _by_node(runs.values()).items():
+        for what, of in (("fingerprint", lambda r: ",".join(r.fingerprints) or None), ("host", lambda r: r.host)):
+            values = [of(r) for r in found]
+            for x in range(2, len(found)):
+                old, new = values[x - 1], values[x]
+                if old and new and old != new and values[x - 2] == old and all(v == new for v in values[x:]):
+                    # new hardware is usually a new host too: one swap, said by its fingerprint
+                    run = found[x].id
+                    out.setdefault((node, run), Swap(node, what, old, new, night_of.get(run, -1), run))
+    return sorted(out.values(), key=lambda w: (w.night, w.node, w.what))
+
+
+def _swapped(s: Step, runs: Mapping[int, RunLike], swapped: Iterable[Swap]) -> bool:
+    """Whether the step's last good and first bad runs stand either side of a swap of its node."""
+    good, bad = runs.get(s.good_run), runs.get(s.bad_run)
+    if good is None or bad is None:
+        return False
+    return any(
+        w.node == s.node and (good.date, good.id) < (runs[w.run].date, w.run) <= (bad.date, bad.id)
+        for w in swapped
+        if w.run in runs
+    )
+
+
+# --- incidents ------------------------------------------------------------------------------------
+
+
+def _rank(c: Change) -> tuple[int, str]:
+    """Toolchain first (in TOOLCHAIN's order, frameworks where the name is none of them), labels,
+    then the commit."""
+    name = c.field
+    if name == "commit":
+        rank = 9
+    elif name.startswith("label "):
+        rank = 8
+    else:
+        rank = TOOLCHAIN.index(name) if name in TOOLCHAIN else TOOLCHAIN.index("frameworks")
+    return rank, str(c)
+
+
+def _overlapping(steps: Sequence[Step]) -> list[list[Step]]:
+    """The steps in groups whose onsets (last good night to first bad night) overlap, chained."""
+    ordered = sorted(steps, key=lambda s: (-s.good, -s.bad))
+    groups: list[list[Step]] = []
+    reach = math.inf  # the newest first-bad night of the group being filled
+    for s in ordered:
+        if groups and s.good >= reach:
+            groups[-1].append(s)
+            reach = min(reach, s.bad)
+        else:
+            groups.append([s])
+            reach = s.bad
+    return groups
+
+
+def incidents(
+    steps: Sequence[Step],
+    runs: Mapping[int, RunLike],
+    fleets: Sequence[Fleet],
+    stable: Iterable[str] = (),
+    min_change: float = 0.05,
+) -> list[Incident]:
+    """The steps grouped into incidents, one per cause, each described; open ones first, then
+    the largest."""
+    labels = set(stable)
+    changed: dict[Step, list[Change]] = {}
+    for s in steps:
+        good, bad = runs.get(s.good_run), runs.get(s.bad_run)
+        changed[s] = what_changed(good, bad, labels) if good and bad else []
+    out = []
+    for group in _overlapping(steps):
+        others = _others(group, fleets, runs, labels, min_change)
+        by_cause: dict[tuple[str, ...], list[Step]] = {}
+        for s in group:
+            candidates = sorted((c for c in changed[s] if c not in others.unharmed), key=_rank)
+            if candidates:
+                first = candidates[0]
+                key: tuple[str, ...] = (COMMIT,) if first.field == "commit" else (ENV, str(first))
+            else:  # nodes that slowed the same night with no change of their own: one incident
+                key = (UNEXPLAINED,)
+            by_cause.setdefault(key, []).append(s)
+        for key, found in by_cause.items():
+            out.append(_describe(found, key[0], changed, others, runs, fleets))
+    return sorted(out, key=lambda i: (not i.open, i.size[0], -len(i.nodes), i.worst.key))
+
+
+@dataclass
+class _Others:
+    """The nodes of a group's fingerprints without a step in it."""
+
+    unharmed: set[Change]  # what those whose figures held made from one run to the next
+    slower: set[str]  # those whose figures of the group's keys dropped at its onset all the same
+
+
+def _describe(
+    group: list[Step],
+    kind: str,
+    changed: Mapping[Step, list[Change]],
+    others: _Others,
+    runs: Mapping[int, RunLike],
+    fleets: Sequence[Fleet],
+) -> Incident:
+    per_node: dict[str, list[Change]] = {}
+    for s in group:
+        kept = per_node.setdefault(s.node, [])
+        kept += [c for c in changed[s] if c not in kept]
+    affected = set(per_node)
+    prints = {s.fingerprint for s in group}
+    fleet_nodes = {n for f in fleets if f.fingerprint in prints for n in f.nodes}
+    # a node whose own step the rules missed, but whose figures dropped at the onset, is not
+    # evidence that the others' slowdown is theirs alone
+    unaffected = sorted(fleet_nodes - affected - others.slower)
+    common = set.intersection(*(set(c) for c in per_node.values()))
+    cause = sorted(common - others.unharmed, key=_rank)
+    if len(prints) > 1:
+        scope = FINGERPRINTS
+    elif len(affected) == 1 and len(fleet_nodes) > 1:
+        scope = ONE_NODE
+    elif unaffected:
+        scope = SOME_NODES
+    else:
+        scope = FINGERPRINT
+    if kind == UNEXPLAINED and scope == ONE_NODE:
+        kind = NODE
+    shared = _shared_labels(affected, unaffected, runs) if scope == SOME_NODES else {}
+    for node in per_node:
+        per_node[node].sort(key=_rank)
+    ordered = sorted(group, key=lambda s: (s.change, s.key, s.node))
+    made = {c for found in per_node.values() for c in found}
+    also = sorted((fleet_nodes & others.slower) - affected)
+    elsewhere = sorted(made & others.unharmed, key=_rank)
+    return Incident(kind, ordered, per_node, cause, scope, unaffected, shared, elsewhere, also)
+
+
+def _others(
+    group: list[Step], fleets: Sequence[Fleet], runs: Mapping[int, RunLike], labels: set[str], min_change: float
+) -> _Others:
+    """What the nodes without a step in the group made and how their figures of its keys moved:
+    a change made by a node whose figures held across it is not the group's cause (a nightly
+    commit every node takes); one whose figures dropped there too says nothing either way."""
+    good, bad = max(s.good for s in group), min(s.bad for s in group)
+    affected = {s.node for s in group}
+    out = _Others(set(), set())
+    for f in fleets:
+        keys = sorted({list(f.keys).index(s.key) for s in group if s.fingerprint == f.fingerprint})
+        if not keys:
+            continue
+        _others_of(f, keys, (good, bad), affected, runs, labels, min_change, out)
+    return out
+
+
+def _others_of(
+    f: Fleet,
+    keys: list[int],
+    span: tuple[int, int],
+    affected: set[str],
+    runs: Mapping[int, RunLike],
+    labels: set[str],
+    min_change: float,
+    out: _Others,
+) -> None:
+    good, bad = span
+    drops: dict[int, Any] = {}  # night -> which nodes' figures dropped there: one pass for all
+
+    def dropped(i: int, night: int) -> bool:
+        if night not in drops:
+            drops[night] = _dropped(f, keys, night, min_change)
+        return bool(drops[night][i])
+
+    for i, node in enumerate(f.nodes):
+        if node in affected:
+            continue
+        if dropped(i, bad):
+            out.slower.add(node)
+        ids = f.runs_at[i, :, bad : good + 1]
+        found = sorted({int(r) for r in ids[ids >= 0].tolist() if r in runs}, key=lambda r: (runs[r].date, r))
+        night = {int(r): k for k in range(good, bad - 1, -1) for r in f.runs_at[i, :, k].tolist() if r >= 0}
+        for a, b in zip(found, found[1:]):
+            made = what_changed(runs[a], runs[b], labels)
+            if made and not dropped(i, night.get(b, bad)):
+                out.unharmed.update(made)
+
+
+def _dropped(f: Fleet, keys: list[int], night: int, min_change: float) -> Any:
+    """Per node, whether its figures of these keys dropped from the NEAR nights before ``night``
+    (nights ago) to the NEAR from it: the median over the keys, by half of ``min_change`` or more."""
+    after = f.figures[:, keys, max(0, night - NEAR + 1) : night + 1]
+    before = f.figures[:, keys, night + 1 : night + 1 + NEAR]
+    with _quiet():
+        moved = np.nanmedian(np.nanmedian(after, axis=2) / np.nanmedian(before, axis=2), axis=1) - 1
+    return moved <= -min_change / 2
+
+
+def _shared_labels(affected: set[str], unaffected: list[str], runs: Mapping[int, RunLike]) -> dict[str, str]:
+    """Labels all affected nodes share (their latest run's) that not every unaffected node has."""
+    latest = {node: found[-1] for node, found in _by_node(runs.values()).items()}
+    found = [latest[n].labels for n in sorted(affected) if n in latest]
+    if not found:
+        return {}
+    shared = {k: str(v) for k, v in found[0].items() if all(str(f.get(k)) == str(v) for f in found)}
+    others = [latest[n].labels for n in unaffected if n in latest]
+    return {k: v for k, v in shared.items() if not all(str(o.get(k)) == v for o in others)}
+
+
+def triage(
+    fleets: Sequence[Fleet],
+    runs: Mapping[int, RunLike],
+    failed: Mapping[str | None, Sequence[tuple[int, str, float]]],
+    *,
+    min_change: float,
+    tolerance: float,
+    alpha: float,
+    since: int,
+) -> tuple[list[Incident], list[Swap]]:
+    """Every step of every fingerprint's fleet (gate failures by fingerprint: run id, key,
+    change), swaps set apart, grouped into incidents."""
+    found: list[Step] = []
+    for f in fleets:
+        known = fleet_steps(f, min_change, since) + node_steps(f, tolerance, alpha, min_change)
+        found += known
+        found += series_steps(f, min_change, since, {(s.node, s.key) for s in known})
+        found += gate_steps(f, failed.get(f.fingerprint, ()))
+    night_of = {}
+    for f in fleets:
+        for night in range(f.runs_at.shape[2] - 1, -1, -1):
+            for r in np.unique(f.runs_at[:, :, night]).tolist():
+                if r >= 0:
+                    night_of[r] = night
+    swapped = swaps(runs, night_of)
+    kept = [s for s in distinct(found) if not _swapped(s, runs, swapped)]
+    return incidents(kept, runs, fleets, stable_labels(runs.values()), min_change), swapped
