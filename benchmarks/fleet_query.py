@@ -1,18 +1,25 @@
-"""How long ``python -m perfsuite history fleet`` takes on a fleet-sized history.
+"""How long ``python -m perfsuite history fleet`` and ``python -m perfsuite triage`` take on a
+fleet-sized history.
 
     .venv/bin/python benchmarks/fleet_query.py [--hosts 1000] [--keys 80] [--nights 30]
-        [--sqlite PATH] [--postgresql URL | --start-postgresql] [--repeats 3] [--json FILE]
+        [--sqlite PATH] [--postgresql URL | --start-postgresql] [--only {fleet,triage}]
+        [--repeats 3] [--json FILE]
 
 Builds a history of HOSTS nodes x KEYS burst keys x NIGHTS nights (by default 30,000 runs and
-2,400,000 bursts, one hardware fingerprint) in SQLite and/or PostgreSQL, then times the
-command as a user runs it, a fresh process each time (interpreter start and imports
-included): ``history fleet --history URL --at <an hour after the last night>`` with its
-defaults (36 h window, 7 nights of persistence). ``--start-postgresql`` runs a throwaway
-server (tests/postgres_server.py: initdb and pg_ctl, deleted afterwards).
+2,400,000 bursts, one hardware fingerprint) in SQLite and/or PostgreSQL, then times both
+commands as a user runs them, a fresh process each time (interpreter start and imports
+included), with ``--history URL --at <05:00 UTC of the last night, 3 hours after its first run>``:
+``history fleet`` with its defaults (24 h nights, 7 nights pooled), with ``--nights 1`` and
+with ``--json --limit 0``; ``triage`` with its defaults (the last 30 nights), with
+``--markdown FILE`` and with ``--json``. ``--only fleet`` or ``--only triage`` times one of
+the two (default: both). ``--start-postgresql`` runs a throwaway server
+(tests/postgres_server.py: initdb and pg_ctl, deleted afterwards).
 
 The history: every host runs every key each night at 02:00 UTC plus 7 s per host; each
 figure is its key's level times 1 + N(0, 1%); hosts 0-2 run 8% slower from night NIGHTS-5
-on (the flagged ones). Runs and bursts are bulk-inserted (SQLite: executemany in batches;
+on (the ones ``history fleet`` flags). ``triage`` should report one incident, of 3 nodes
+(those hosts: gpu0000-gpu0002), open (exit 3); both commands exit 0 or 3, and either counts
+as success here. Runs and bursts are bulk-inserted (SQLite: executemany in batches;
 PostgreSQL: COPY), not through ``db.write_run``, whose transaction per run would take an
 hour here; each burst's stored JSON row is a --perf-json row of 31 fields (about 900
 bytes). A database already built with the same shape is reused (--rebuild to build anew).
@@ -31,6 +38,7 @@ import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -257,11 +265,14 @@ def _copy_postgresql(engine: sa.Engine, hosts: int, keys: int, nights: int) -> N
         raw.close()
 
 
-def time_command(url: str, at: str, repeats: int, extra: list[str]) -> tuple[list[float], list[float], str]:
-    """Wall-clock seconds of each run, and the CPU seconds (user + system) of the command's own
-    process: on a busy machine the first grows with the load, the second hardly does. A
-    PostgreSQL server's own CPU time is in neither list."""
-    cmd = [sys.executable, "-m", "perfsuite", "history", "fleet", "--history", url, "--at", at, *extra]
+def time_command(url: str, at: str, repeats: int, argv: list[str]) -> tuple[list[float], list[float], str]:
+    """``python -m perfsuite *argv --history URL --at AT`` (argv: ``["history", "fleet", ...]``,
+    ``["triage", ...]``) run ``repeats`` times: wall-clock seconds of each run, the CPU seconds
+    (user + system) of the command's own process, and the last run's standard output. On a busy
+    machine the first grows with the load, the second hardly does. A PostgreSQL server's own CPU
+    time is in neither list. Exit codes 0 and 3 (nothing to report, something to report) both
+    count as success."""
+    cmd = [sys.executable, "-m", "perfsuite", *argv, "--history", url, "--at", at]
     times, cpu, out = [], [], ""
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -285,18 +296,33 @@ def measure(name: str, url: str, args: argparse.Namespace) -> dict:
     )
     at = (START + datetime.timedelta(days=args.nights - 1, hours=3)).isoformat() + "Z"
     result = {"backend": name, "history": shown(url), "build_seconds": built, "at": at, "load_before": os.getloadavg()}
-    variants = (("default", []), ("one_night", ["--nights", "1"]), ("json_all_rows", ["--json", "--limit", "0"]))
-    for label, extra in variants:
-        times, cpu, out = time_command(url, at, args.repeats, extra)
-        result[label] = {"seconds": times, "best": min(times), "cpu_seconds": cpu}
-        print(
-            f"  history fleet {' '.join(extra) or '(defaults)'}: best {min(times):.2f} s of {args.repeats} "
-            f"({', '.join(f'{t:.2f}' for t in times)}); CPU {', '.join(f'{t:.2f}' for t in cpu)} s",
-            flush=True,
-        )
-        if label == "default":
-            result["first_lines"] = out.splitlines()[:6]
-            print("    " + "\n    ".join(result["first_lines"]))
+    with tempfile.TemporaryDirectory(prefix="perfsuite-fleet-bench-") as tmp:
+        variants = []
+        if args.only in (None, "fleet"):
+            fleet = ["history", "fleet"]
+            variants += [
+                ("default", fleet, []),
+                ("one_night", fleet, ["--nights", "1"]),
+                ("json_all_rows", fleet, ["--json", "--limit", "0"]),
+            ]
+        if args.only in (None, "triage"):
+            variants += [
+                ("triage", ["triage"], []),
+                ("triage_markdown", ["triage"], ["--markdown", str(Path(tmp) / "triage.md")]),
+                ("triage_json", ["triage"], ["--json"]),
+            ]
+        for label, command, extra in variants:
+            times, cpu, out = time_command(url, at, args.repeats, [*command, *extra])
+            result[label] = {"seconds": times, "best": min(times), "cpu_seconds": cpu}
+            print(
+                f"  {' '.join(command)} {' '.join(extra) or '(defaults)'}: best {min(times):.2f} s of "
+                f"{args.repeats} ({', '.join(f'{t:.2f}' for t in times)}); CPU {', '.join(f'{t:.2f}' for t in cpu)} s",
+                flush=True,
+            )
+            if label in ("default", "triage"):
+                lines = out.splitlines()[:6]
+                result["first_lines" if label == "default" else "triage_first_lines"] = lines
+                print("    " + "\n    ".join(lines))
     result["load_after"] = os.getloadavg()
     print(f"  load average before {_load(result['load_before'])}, after {_load(result['load_after'])}")
     return result
@@ -315,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     p.add_argument("--postgresql", metavar="URL", help="a PostgreSQL database to fill (its tables are emptied)")
     p.add_argument("--start-postgresql", action="store_true", help="fill a throwaway PostgreSQL server")
+    p.add_argument(
+        "--only", choices=("fleet", "triage"), help="time only `history fleet` or only `triage` (default: both)"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rebuild", action="store_true", help="build the history even when one of this shape is there")
     p.add_argument("--json", metavar="FILE", help="write the figures here too")
