@@ -5,7 +5,8 @@ busy machine, and ``PERFSUITE_TINY_SLOWDOWN`` multiplies it: a known, injected s
 ``PERFSUITE_TINY_JITTER`` adds a random extra cost of up to that many step costs (a noisy
 machine). ``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
 ``PERFSUITE_TINY_KILL_RANK`` names a rank that sends itself SIGKILL on its fifth forward pass (as
-the OOM killer would end it).
+the OOM killer would end it); ``PERFSUITE_TINY_STOP_RANK`` one that sends itself SIGSTOP on its
+hundredth (a frozen rank, which hangs the others' next all-reduce).
 """
 
 import os
@@ -30,6 +31,7 @@ def tiny(num_classes: int = 4):
     nan = bool(os.environ.get("PERFSUITE_TINY_NAN"))
     jitter = float(os.environ.get("PERFSUITE_TINY_JITTER", "0"))
     doomed = os.environ.get("PERFSUITE_TINY_KILL_RANK") == os.environ.get("RANK", "0")
+    frozen = os.environ.get("PERFSUITE_TINY_STOP_RANK") == os.environ.get("RANK", "0")
     rng = random.Random(0)
     calls = [0]
 
@@ -44,6 +46,10 @@ def tiny(num_classes: int = 4):
                 import signal
 
                 os.kill(os.getpid(), signal.SIGKILL)
+            if frozen and calls[0] == 100:
+                import signal
+
+                os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(step_s * (1 + jitter * rng.random()))
             out = self.fc(x.flatten(1))
             return out * float("nan") if nan else out

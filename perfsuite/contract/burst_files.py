@@ -1,8 +1,8 @@
 """The burst folder: the files a launcher and its burst processes share, and their formats.
 
 job.json (``Job``) goes in; result.json (``WorkerRecord``), one error line per failed
-rank, a pid file per burst process, the leader's progress state and, when the job asked
-for a profile, the profiled steps' trace come out.
+rank, a pid file per burst process, the leader's progress state, each rank's heartbeat and,
+when the job asked for a profile, the profiled steps' trace come out.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ LOG = "worker.log"
 JOIN = "join.json"
 TRACE = "trace.json.gz"  # the profiled steps, as Chrome trace JSON (Perfetto opens it too)
 PID_SUFFIX = ".pid"
+HEARTBEAT_PREFIX = "heartbeat.rank"
 
 
 class Unsupported(RuntimeError):
@@ -85,6 +86,27 @@ def write_progress(path: Path, state: dict[str, Any]) -> None:
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def heartbeat_path(folder: Path, rank: int) -> Path:
+    return folder / f"{HEARTBEAT_PREFIX}{rank}.json"
+
+
+def heartbeat_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f"{HEARTBEAT_PREFIX}*.json"))
+
+
+def write_heartbeat(path: Path, state: dict[str, Any]) -> None:
+    """Atomically: the launcher reads it twice a second while the rank rewrites it."""
+    atomic_write(path, json.dumps(state).encode())
+
+
+def read_heartbeat(path: Path) -> dict[str, Any] | None:
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):

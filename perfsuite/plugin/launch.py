@@ -29,6 +29,7 @@ from perfsuite.contract.job import PARENT_ENV, ContractError, Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.plugin import hang
 from perfsuite.plugin.processes import BurstProcesses
 
 POLL_S = 0.5  # how often the launcher looks at a running burst: progress, deadlines
@@ -36,7 +37,7 @@ _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)"
 
 
 class BurstError(RuntimeError):
-    """A burst that did not produce a result: crash, OOM, timeout. Not a regression."""
+    """A burst that did not produce a result: crash, OOM, hang, timeout. Not a regression."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class LaunchOptions:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     worker_hosts: tuple[str, ...] = ()  # TF multi-node: every node's HOST:PORT, in rank order
+    hang_steps: float = hang.HANG_STEPS  # hung: no step for this many median steps ...
+    hang_floor_s: float = hang.HANG_FLOOR_S  # ... and at least this long (perfsuite.plugin.hang)
 
 
 WORKER = "perfsuite.worker"
@@ -188,7 +191,7 @@ class _BurstFolder:
             workdir / burst_files.TRACE,
             join,
         )
-        stale = [files.out, files.progress, join, files.trace]
+        stale = [files.out, files.progress, join, files.trace, *burst_files.heartbeat_files(workdir)]
         for path in [*stale, *burst_files.error_files(files.out), *burst_files.pid_files(workdir)]:
             if path is not None:
                 path.unlink(missing_ok=True)
@@ -235,6 +238,10 @@ def _wait(
         if waiting is not None:
             burst.stop()
             raise BurstError(_missing_nodes_line(waiting, options.init_timeout_s))
+        hung = hang.check(log.parent, time.time(), factor=options.hang_steps, floor_s=options.hang_floor_s)
+        if hung is not None:
+            burst.stop()
+            raise BurstError(hung.line())
         if time.monotonic() - started > options.timeout_s:
             burst.stop()
             raise BurstError(f"burst timed out after {options.timeout_s:.0f} s" + _suffix(_last_error_line(out, log)))

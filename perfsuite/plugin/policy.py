@@ -28,7 +28,7 @@ PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 ORDER = (FAIL, SKIP, WARN, PASS)  # the test's outcome is the first of these any line asks for
 
 # The findings' statuses, as the table and the docs name them.
-BURST_FAILED = "measured nothing (crash, timeout, loss not finite, no throughput)"
+BURST_FAILED = "measured nothing (crash, hang, timeout, loss not finite, no throughput)"
 UNSUPPORTED = "cannot run on this device"
 BELOW_FLOOR = "below --perf-min-input-efficiency"
 FOUND = "found"

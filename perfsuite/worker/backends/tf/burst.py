@@ -25,6 +25,7 @@ def rank(job: Job) -> int:
 def run(job: Job) -> WorkerRecord | None:
     global _strategy
     from perfsuite.models.registry import resolve_builder
+    from perfsuite.worker.heartbeat import Heartbeat
     from perfsuite.worker.measure import run_windows, stable_within
     from perfsuite.worker.progress import progress_writer
     from perfsuite.worker.record import build_record, completed, fp32_kind, host_peak_memory, rank_entry
@@ -77,24 +78,25 @@ def run(job: Job) -> WorkerRecord | None:
 
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
     sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
-    timings = run_windows(
-        step,
-        sync,
-        lambda loss: float(loss.numpy()),
-        # The first call traces (and with XLA compiles) the step: never time it.
-        warmup_steps=max(spec.warmup_steps, 1),
-        windows=spec.windows,
-        steps_per_window=spec.steps_per_window,
-        on_step=progress_writer(
-            job.progress_file if leader else None, global_batch * spec.nodes * spec.steps_per_window
-        ),
-        # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
-        max_windows=spec.max_windows if spec.nodes == 1 else 0,
-        stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
-        sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
-        after_warmup=reset_peaks,
-        compiles=spec.xla,
-    )
+    with Heartbeat(job.folder, job.node_rank) as heartbeat:
+        timings = run_windows(
+            heartbeat.counting(step),
+            sync,
+            lambda loss: float(loss.numpy()),
+            # The first call traces (and with XLA compiles) the step: never time it.
+            warmup_steps=max(spec.warmup_steps, 1),
+            windows=spec.windows,
+            steps_per_window=spec.steps_per_window,
+            on_step=progress_writer(
+                job.progress_file if leader else None, global_batch * spec.nodes * spec.steps_per_window
+            ),
+            # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
+            max_windows=spec.max_windows if spec.nodes == 1 else 0,
+            stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
+            sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
+            after_warmup=reset_peaks,
+            compiles=spec.xla,
+        )
     if gpus:
         # Per device, as torch reports it: the fullest GPU is what limits the batch.
         peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)

@@ -36,6 +36,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.torch.profile import run_profiled_steps
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
+    from perfsuite.worker.heartbeat import Heartbeat
     from perfsuite.worker.measure import run_windows
     from perfsuite.worker.profiling import after_windows
     from perfsuite.worker.progress import progress_writer
@@ -74,20 +75,21 @@ def run(job: Job) -> WorkerRecord | None:
             torch.cuda.synchronize(device)
 
     progress = job.progress_file if leader else None
-    timings = run_windows(
-        step,
-        sync,
-        lambda loss: float(loss.float().item()),
-        warmup_steps=spec.warmup_steps,
-        windows=spec.windows,
-        steps_per_window=spec.steps_per_window,
-        on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
-        max_windows=spec.max_windows,
-        stable=_stability_check(spec, dist, device),
-        sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
-        after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
-        compiles=spec.compile,
-    )
+    with Heartbeat(job.folder, global_rank) as heartbeat:
+        timings = run_windows(
+            heartbeat.counting(step),
+            sync,
+            lambda loss: float(loss.float().item()),
+            warmup_steps=spec.warmup_steps,
+            windows=spec.windows,
+            steps_per_window=spec.steps_per_window,
+            on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
+            max_windows=spec.max_windows,
+            stable=_stability_check(spec, dist, device),
+            sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
+            after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
+            compiles=spec.compile,
+        )
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
         device_name = torch.cuda.get_device_name(device)
