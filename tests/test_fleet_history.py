@@ -237,6 +237,21 @@ def test_plot(slow_fleet, tmp_path, capsys):
     assert (tmp_path / "fleet.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_the_plot_labels_each_strip_by_what_sets_it_apart():
+    """The long keys' shared parts are said once, so the labels leave the width to the strips."""
+    from perfsuite.reporting.fleet import MAX_LABEL, Strip, short_labels
+
+    strips = [Strip(key, FINGERPRINT, [], (("pool", "a"),)) for key in KEYS]
+    strips.append(Strip(KEYS[0], "gpu-a100-sxm-40gb-x8", [], (("pool", "b"),)))
+    labels, shared = short_labels(strips)
+    assert labels == ["torch [h100-80gb, pool=a]", "tf [h100-80gb, pool=a]", "torch [a100-40gb, pool=b]"]
+    assert shared == "resnet50/cuda8/nodes1/device/bs64/img224/fp32"
+    alone, everything = short_labels(strips[:1])
+    assert alone == [""] and everything == f"{KEYS[0]} [fingerprint {FINGERPRINT}, pool=a]"
+    long = [Strip(f"{k}/{'x' * 80}{i}", FINGERPRINT, []) for i, k in enumerate(KEYS)]
+    assert all(len(label) <= MAX_LABEL for label in short_labels(long)[0])
+
+
 # --- the node verdict: pooled, and the nodes that did not report -----------------------------
 
 

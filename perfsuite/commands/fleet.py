@@ -309,6 +309,8 @@ def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str
             print(f"  ... and {len(unjudged) - DEFAULT_LIMIT} more (--json lists them all)")
     if s["plot"]:
         print(f"\nplot: {s['plot']}")
+    if s.get("openmetrics"):
+        print(f"metrics: {s['openmetrics']}")
 
 
 def _table(s: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
@@ -350,9 +352,62 @@ def _plot(where: str, history: Fleet, evidence: list[KeyEvidence], tolerance: fl
                 for i in range(len(ev.group.nodes))
                 if ev.has[i, j]
             ]
-            strips.append(Strip(f"{history.keys[column][1]} [{ev.group.describe()}]", hosts))
+            strips.append(Strip(history.keys[column][1], _fp(ev.group.fingerprint), hosts, ev.group.labels))
     strips.sort(key=lambda s: (not any(f for _, _, f in s.hosts), min(d for _, d, _ in s.hosts)))
     return write_plot(where, lambda: fleet_png(strips, tolerance, title))
+
+
+# --- --openmetrics ----------------------------------------------------------------------------
+
+BATCH = 500  # run ids per query: SQLite binds at most 999 parameters in older builds
+
+
+def gate_verdicts(engine: Any, history: Fleet) -> dict[tuple[int, str | None, str], str]:
+    """(run id, fingerprint, key) -> the gate's verdict of tonight's bursts, where the history holds one."""
+    import sqlalchemy as sa
+
+    from perfsuite.history import schema
+
+    b = schema.bursts
+    ids = sorted({int(x) for x in history.run_ids.ravel().tolist() if x >= 0})
+    out: dict[tuple[int, str | None, str], str] = {}
+    with engine.connect() as conn:
+        for start in range(0, len(ids), BATCH):
+            query = sa.select(b.c.run_id, b.c.fingerprint, b.c.key, b.c.verdict).where(
+                b.c.run_id.in_(ids[start : start + BATCH]), b.c.images_per_sec > 0, b.c.verdict.is_not(None)
+            )
+            for run_id, fp, key, verdict in conn.execute(query):
+                out[(run_id, fp or None, key)] = verdict
+    return out
+
+
+def _metrics(where: str, history: Fleet, evidence: list[KeyEvidence], report: dict[str, Any], gated: dict) -> None:
+    """--openmetrics FILE: every node's figure of every key tonight (its ratio to the key's group
+    median, and the gate's verdict), and each node's flag: slow, did not report or failed."""
+    from pathlib import Path
+
+    from perfsuite.reporting import openmetrics
+
+    keys = []
+    for ev, i, j in ranked(evidence):
+        node, (fp, key) = history.nodes[ev.group.nodes[i]], history.keys[ev.group.keys[j]]
+        found = history.tonight(ev.group.nodes[i], ev.group.keys[j])
+        assert found is not None
+        run_id, ips = found[0], found[1]
+        deviation = float(ev.tonight.deviation[i, j])
+        ratio = None if math.isnan(deviation) else 1.0 + deviation
+        keys.append(openmetrics.KeyFigures(key, node, fp, ips, ratio, openmetrics.PEERS, gated.get((run_id, fp, key))))
+    flagged: dict[tuple[str, str | None], bool] = {}
+    for v in report["nodes"]:
+        flagged[(v["node"], v["fingerprint"])] = bool(v["flagged"]) or flagged.get((v["node"], v["fingerprint"]), False)
+    for absent_or_failed in (*report["did_not_report"], *report["failed"]):
+        flagged[(absent_or_failed["node"], absent_or_failed["fingerprint"])] = True
+    try:
+        openmetrics.write(Path(where), keys, flagged)
+    except ImportError as exc:
+        raise Failure(f"--openmetrics needs prometheus-client ({exc}): pip install prometheus-client") from None
+    except OSError as exc:
+        raise Failure(f"--openmetrics {where}: cannot write: {exc.strerror or exc}") from None
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -380,6 +435,7 @@ def run(args: argparse.Namespace, url: str) -> int:
         history = read_fleet(
             engine, end, datetime.timedelta(hours=args.since), args.nights, fingerprints=fingerprints, labels=args.label
         )
+        gated = gate_verdicts(engine, history) if args.openmetrics else {}
     finally:
         engine.dispose()
     found = fleet_groups(history, key_filter, args.group_by)
@@ -387,6 +443,9 @@ def run(args: argparse.Namespace, url: str) -> int:
     if not any(ev.has.any() for ev in evidence) and not history.failed:
         raise Failure(_nothing(args, end, patterns, history.newest(), shown(url)))
     report = _report(args, url, end, history, found, evidence)
+    if args.openmetrics:
+        _metrics(args.openmetrics, history, evidence, report, gated)
+        report["openmetrics"] = args.openmetrics
     if args.json:
         print(json.dumps({**report, "at": end.isoformat() + "Z"}, indent=1, default=str, allow_nan=False))
     else:
@@ -606,6 +665,13 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         help=f"the worst N per-key rows (default: {DEFAULT_LIMIT}; 0: all)",
     )
     p.add_argument("--plot", metavar="FILE.png", help="also draw one strip per key, each host a point, flagged marked")
+    p.add_argument(
+        "--openmetrics",
+        metavar="FILE",
+        help="also write the figures as Prometheus metrics, replaced atomically (OpenMetrics text for "
+        "node_exporter's textfile collector, which reads *.prom): each node's img/s of each key tonight, "
+        "its ratio to the key's group median, the gate's verdict, and each node's flag",
+    )
     p.add_argument(
         "--fail-on-flagged",
         action="store_true",

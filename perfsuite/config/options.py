@@ -358,6 +358,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
     ),
     Option(
+        "perf-openmetrics",
+        "write this run's figures as Prometheus metrics to this file, replaced atomically: OpenMetrics "
+        "text for node_exporter's textfile collector, which reads the *.prom files of its directory",
+        "path",
+        metavar="FILE",
+    ),
+    Option(
         "perf-history",
         "append every burst of this run to a results history: a SQLite file (a path or "
         "sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB; read back for the drift check",
@@ -497,6 +504,7 @@ class PerfOptions:
     keep_burst_dirs: bool
     perf_json: Path | None
     perf_report: Path | None
+    perf_openmetrics: Path | None
     perf_history: str | None  # a full URL: a bare path has become sqlite:///ABSOLUTE
     perf_label: tuple[tuple[str, str], ...]
     drift_window: int
@@ -675,6 +683,9 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
     report = v["perf_report"]
     if report is not None and report.exists() and not report.is_dir():  # found now, not after an hour of bursts
         raise OptionError(f"{src['perf_report']}: {report} exists and is not a directory")
+    metrics = v["perf_openmetrics"]
+    if metrics is not None and metrics.is_dir():
+        raise OptionError(f"{src['perf_openmetrics']}: {metrics} is a directory, not a file")
     # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
     slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
     frameworks = set(v["framework"] or FRAMEWORKS)

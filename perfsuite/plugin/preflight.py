@@ -105,6 +105,7 @@ def check_frameworks(options: PerfOptions, cases: list[SelectedCase], installed)
 
 
 HISTORY_INSTALL = 'pip install -e ".[history]"'
+METRICS_INSTALL = "pip install prometheus-client"
 
 
 def check_history(options: PerfOptions, installed=lambda name: importlib.util.find_spec(name) is not None) -> None:
@@ -131,6 +132,10 @@ def check_outputs(options: PerfOptions) -> None:
         if target.is_dir():
             raise PreflightError(f"{_named(options, 'perf_json')}: {target} is a directory, not a file")
         _writable_dir(target.parent, _named(options, "perf_json"), for_file=target)
+    if options.perf_openmetrics is not None:
+        _writable_dir(options.perf_openmetrics.parent, _named(options, "perf_openmetrics"), options.perf_openmetrics)
+        if importlib.util.find_spec("prometheus_client") is None:
+            raise PreflightError(f"{_named(options, 'perf_openmetrics')} needs prometheus-client: {METRICS_INSTALL}")
     if options.node_rank != 0:
         return  # node 0 reads and saves the baselines
     where = _named(options, "baseline_dir")

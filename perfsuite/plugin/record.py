@@ -1,7 +1,7 @@
 """What the run writes, all of it from the findings: a case's JUnit properties as it ends, and at
-the end of the run the bursts as the records show them, the saved baselines, --perf-json, the
-report folder, the history and the terminal summary (pytest-benchmark reads the same bursts,
-perfsuite.plugin.benchmark).
+the end of the run the bursts as the records show them, the saved baselines, --perf-json,
+--perf-openmetrics, the report folder, the history and the terminal summary (pytest-benchmark
+reads the same bursts, perfsuite.plugin.benchmark).
 
 A burst's figures in every record are the ones its throughput case judged (else its scaling
 case's, else the latest), so no record shows a figure no verdict saw.
@@ -229,9 +229,9 @@ def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
 
 
 def finish(session: PerfSession, exitstatus: int, command: Sequence[str] = (), collect_only: bool = False) -> int:
-    """Save baselines, write --perf-json, --perf-report and the history, remove the burst folders;
-    return the run's exit status, which a file that could not be written, or a run in which no
-    burst ran, turns into a failure."""
+    """Save baselines, write --perf-json, --perf-openmetrics, --perf-report and the history, remove
+    the burst folders; return the run's exit status, which a file that could not be written, or a
+    run in which no burst ran, turns into a failure."""
     session.interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     status = exitstatus
     if session.options.save_baseline and session.bursts:
@@ -352,12 +352,22 @@ def _write_results(
 
     o = session.options
     failed = pytest.ExitCode.TESTS_FAILED if status == pytest.ExitCode.OK else status
-    if o.perf_json is not None and shown:
+    rows = [row(r) for r in shown] if shown and (o.perf_json or o.perf_openmetrics) else []
+    if o.perf_json is not None and rows:
         try:
-            write_json(o.perf_json, session.run_info(command), [row(r) for r in shown])
+            write_json(o.perf_json, session.run_info(command), rows)
             session.messages.append(f"results: {o.perf_json}")
         except OSError as exc:
             session.messages.append(f"--perf-json: cannot write {o.perf_json}: {exc}")
+            status = failed
+    if o.perf_openmetrics is not None and rows:
+        from perfsuite.reporting import openmetrics  # prometheus-client is imported when metrics are written
+
+        try:
+            openmetrics.write(o.perf_openmetrics, *openmetrics.from_results(session.run_info(command).as_dict(), rows))
+            session.messages.append(f"metrics: {o.perf_openmetrics}")
+        except (OSError, ImportError) as exc:
+            session.messages.append(f"--perf-openmetrics: cannot write {o.perf_openmetrics}: {exc}")
             status = failed
     if o.perf_report is not None and exitstatus != pytest.ExitCode.USAGE_ERROR:
         from perfsuite.reporting.folder import write_report  # loaded only when a report is asked for

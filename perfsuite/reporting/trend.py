@@ -7,6 +7,7 @@ folder whose run kept a history (--perf-history).
 from __future__ import annotations
 
 import io
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +25,8 @@ class Trend:
 
 
 MAX_TICKS = 12
+DPI = 110
+TITLE_CHAR_PX = 7.5  # a character of the 9-point title, wide ones counted, at DPI
 
 
 def trend_png(trend: Trend) -> bytes:
@@ -31,7 +34,8 @@ def trend_png(trend: Trend) -> bytes:
     from matplotlib.figure import Figure
 
     n = len(trend.images_per_sec)
-    fig = Figure(figsize=(max(6.0, min(14.0, 4 + n * 0.12)), 3.6), dpi=110, layout="constrained")
+    width = max(6.0, min(14.0, 4 + n * 0.12))
+    fig = Figure(figsize=(width, 3.6), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     xs = list(range(n))
     ys = list(trend.images_per_sec)
@@ -73,7 +77,8 @@ def trend_png(trend: Trend) -> bytes:
     ticks = xs[::step]
     ax.set_xticks(ticks, [str(trend.runs[t]) for t in ticks], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("images/s")
-    ax.set_title(trend.title, fontsize=9)
+    # A long key and its fingerprint overflow a short history's narrow figure: wrapped at a space.
+    ax.set_title(textwrap.fill(trend.title, int(width * DPI / TITLE_CHAR_PX)), fontsize=9)
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
