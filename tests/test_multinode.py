@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,8 +73,45 @@ def test_two_nodes_on_loopback(project):
 
 
 def test_missing_node_fails_within_its_timeout(project):
-    node = _node(project, 0, free_port(), "--perf-rdzv-timeout", "4", "-k", "throughput")
+    port = free_port()
+    node = _node(project, 0, port, "--perf-rdzv-timeout", "4", "-k", "throughput")
     out = node.communicate(timeout=120)[0]
     assert node.returncode == 1, out
-    assert "rendezvous at 127.0.0.1:" in out and "timed out after 4 s" in out
-    assert "missing: node 1" in out
+    assert f"the 2 nodes did not meet at 127.0.0.1:{port} within 4 s (this is node 0)" in out, out
+    assert "No burst ran" in out and not (project / "node0.json").exists()
+
+
+def test_a_node_gone_after_the_meet_fails_its_bursts_rendezvous_within_its_timeout(tmp_path, monkeypatch):
+    import tiny_model  # noqa: F401  registers "tiny"
+
+    from perfsuite.contract.spec import BurstSpec
+    from perfsuite.models.registry import get_model
+    from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
+
+    spec = BurstSpec(framework="torch", model="tiny", devices=1, nodes=2, batch_size=8, image_size=8, steps=10)
+    options = LaunchOptions(init_timeout_s=4, node_rank=0, rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    with pytest.raises(BurstError) as failure:
+        run_burst(spec, get_model("torch", "tiny"), tmp_path / "burst", options)
+    line = str(failure.value)
+    assert "rendezvous at 127.0.0.1:" in line and "timed out after 4 s" in line and "missing: node 1" in line, line
+
+
+def test_a_refused_option_on_node_0_stops_node_1_before_its_first_burst(project):
+    port = free_port()
+    started = time.monotonic()
+    nodes = [_node(project, 0, port, "--perf-windows", "0"), _node(project, 1, port)]
+    outs = [n.communicate(timeout=300)[0] for n in nodes]
+    print(f"node 1 stopped {time.monotonic() - started:.1f} s after the two nodes started")
+    assert nodes[0].returncode == 4 and "--perf-windows: must be >= 1" in outs[0], outs[0]
+    assert nodes[1].returncode == 4, outs[1]
+    assert "node 0 stopped before its first burst: --perf-windows: must be >= 1, got '0'" in outs[1], outs[1]
+    assert not (project / "node1.json").exists()  # no burst ran there
+
+
+def test_nodes_that_selected_different_cases_stop_together(project):
+    port = free_port()
+    nodes = [_node(project, 0, port, "-k", "throughput"), _node(project, 1, port)]
+    outs = [n.communicate(timeout=300)[0] for n in nodes]
+    for node, out in zip(nodes, outs):
+        assert node.returncode == 4, out
+        assert "the nodes selected different cases (node 0 1, node 1 2 cases" in out, out

@@ -5,7 +5,8 @@ busy machine, and ``PERFSUITE_TINY_SLOWDOWN`` multiplies it: a known, injected s
 ``PERFSUITE_TINY_JITTER`` adds a random extra cost of up to that many step costs (a noisy
 machine). ``PERFSUITE_TINY_CRASH`` makes the builder raise, ``PERFSUITE_TINY_NAN`` the loss NaN.
 ``PERFSUITE_TINY_KILL_RANK`` names a rank that sends itself SIGKILL on its fifth forward pass (as
-the OOM killer would end it); ``PERFSUITE_TINY_STOP_RANK`` one that sends itself SIGSTOP on its
+the OOM killer would end it; "any": every rank of the process it is set for, as one node's);
+``PERFSUITE_TINY_STOP_RANK`` one that sends itself SIGSTOP on its
 hundredth (a frozen rank, which hangs the others' next all-reduce).
 """
 
@@ -30,7 +31,7 @@ def tiny(num_classes: int = 4):
     step_s *= float(os.environ.get("PERFSUITE_TINY_SLOWDOWN", "1"))
     nan = bool(os.environ.get("PERFSUITE_TINY_NAN"))
     jitter = float(os.environ.get("PERFSUITE_TINY_JITTER", "0"))
-    doomed = os.environ.get("PERFSUITE_TINY_KILL_RANK") == os.environ.get("RANK", "0")
+    doomed = os.environ.get("PERFSUITE_TINY_KILL_RANK") in (os.environ.get("RANK", "0"), "any")
     frozen = os.environ.get("PERFSUITE_TINY_STOP_RANK") == os.environ.get("RANK", "0")
     rng = random.Random(0)
     calls = [0]

@@ -566,6 +566,27 @@ def resolve(cli: Callable[[str], Any], table: dict[str, Any], table_source: str,
     return PerfOptions(**values, sources=sources)
 
 
+def partial(
+    cli: Callable[[str], Any], table: dict[str, Any], table_source: str, base_dir: Path, dests: tuple[str, ...]
+) -> dict[str, Any]:
+    """``resolve`` of the options ``dests`` alone, without the checks across options: a value
+    that is refused is its default."""
+    values: dict[str, Any] = {}
+    for dest in dests:
+        o = BY_DEST[dest]
+        raw = cli(dest)
+        where, base = o.flag, Path.cwd()
+        if raw is None and dest in table:
+            raw, where, base = table[dest], f"{dest} in [tool.perfsuite] of {table_source}", base_dir
+            if o.repeat and not isinstance(raw, (list, dict)):
+                raw = [raw]
+        try:
+            values[dest] = default(dest) if raw is None else _convert(o, raw, where, base)
+        except OptionError:
+            values[dest] = default(dest)
+    return values
+
+
 def _default(o: Option) -> Any:
     if o.kind == "path" and o.default is not None:
         return Path(o.default)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from perfsuite.config.options import OptionError, PerfOptions, resolve
+from perfsuite.config.options import OptionError, PerfOptions, partial, resolve
 
 PYPROJECT = "pyproject.toml"
 
@@ -41,3 +41,16 @@ def load(folder: Path, given: Mapping[str, Any] | None = None, pyproject: Path |
     table, source = read_table(path)
     values = dict(given or {})
     return resolve(values.get, table, source, path.parent)
+
+
+def load_some(
+    folder: Path, dests: tuple[str, ...], given: Mapping[str, Any] | None = None, pyproject: Path | None = None
+) -> dict[str, Any]:
+    """Only the options ``dests``, each taken where it can be and its default where it cannot:
+    what a run whose other options are refused still needs (a node of a multi-node run tells
+    the others why it stops)."""
+    try:
+        table, source = read_table(pyproject if pyproject is not None else Path(folder) / PYPROJECT)
+    except OptionError:
+        table, source = {}, ""
+    return partial(dict(given or {}).get, table, source, Path(folder), dests)

@@ -14,8 +14,8 @@ from perfsuite.common import hardware
 from perfsuite.common.hardware import HardwareError, cuda_device_count
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.models.registry import model_names
-from perfsuite.plugin import benchmark, cases, markers, preflight, progress, record
-from perfsuite.plugin.options import add_options, session_options
+from perfsuite.plugin import benchmark, cases, markers, meet, preflight, progress, record
+from perfsuite.plugin.options import add_options, session_options, some_options
 from perfsuite.plugin.pipeline import PerfGate
 from perfsuite.plugin.preflight import PreflightError
 from perfsuite.plugin.processes import stop_all
@@ -34,7 +34,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     markers.register_gate_marker(config)
-    config.stash[SESSION] = PerfSession(session_options(config), config.rootpath)
+    try:
+        options = session_options(config)
+    except pytest.UsageError as exc:
+        if not config.option.help:
+            _meet_refused(config, str(exc))
+        raise
+    config.stash[SESSION] = PerfSession(options, config.rootpath)
+
+
+def _meet_refused(config: pytest.Config, error: str) -> None:
+    """One node of several refused its options: it tells the others before it stops (perfsuite.plugin.meet)."""
+    some = some_options(config, ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_timeout"))
+    if meet.can_meet(some["nnodes"], some["rdzv_endpoint"]) and some["node_rank"] < some["nnodes"]:
+        plan = meet.Plan.of(some["node_rank"], some["rdzv_timeout"], error=error)
+        meet.meet(plan, some["nnodes"], some["rdzv_endpoint"])
+
+
+def _meet(session: pytest.Session, error: str | None) -> str | None:
+    """The nodes of a multi-node run meet before the first burst: why this one stops with the others, or None."""
+    options = _session(session.config).options
+    if not meet.can_meet(options.nnodes, options.rdzv_endpoint) or session.config.option.collectonly:
+        return None
+    assert options.rdzv_endpoint is not None
+    ids = [item.nodeid for item in session.items if _is_perf_item(item)]
+    plan = meet.Plan.of(options.node_rank, options.rdzv_timeout, error=error, case_ids=ids)
+    plans = meet.meet(plan, options.nnodes, options.rdzv_endpoint)
+    if isinstance(plans, str):
+        if error is None:  # not this run's usage: a node that did not come, as a burst's rendezvous fails
+            pytest.exit(plans, returncode=pytest.ExitCode.TESTS_FAILED)
+        return None
+    return meet.verdict(plans, options.node_rank)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -243,18 +273,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             reporter = session.config.pluginmanager.getplugin("terminalreporter")
             if reporter is not None:
                 reporter.write_line(f"perfsuite warning: {warning}", yellow=True)
-        if not selected or session.config.option.collectonly:
+        if session.config.option.collectonly:
             return  # nothing will run or be written: listing the matrix needs no GPU and no folder
-        preflight.check_frameworks(perf.options, selected, cases.framework_installed)
-        preflight.check_gpus(perf.options, selected, cuda_device_count(), hardware.visibility())
-        preflight.check_outputs(perf.options)
-        preflight.check_history(perf.options)
-        for kind in {c.device_kind or "" for c in selected} & {"cpu", "cuda"}:
-            if kind == "cuda" and cuda_device_count() == 0:
-                continue
-            perf.baseline_file(kind)  # a bad file stops the run up front
+        if selected:
+            _preflight(perf, selected)
     except (PreflightError, BaselineError, HardwareError) as exc:
+        _meet(session, str(exc))
         raise pytest.UsageError(str(exc)) from None
+    stop = _meet(session, None)
+    if stop is not None:
+        raise pytest.UsageError(stop)
+
+
+def _preflight(perf: PerfSession, selected: list[preflight.SelectedCase]) -> None:
+    preflight.check_frameworks(perf.options, selected, cases.framework_installed)
+    preflight.check_gpus(perf.options, selected, cuda_device_count(), hardware.visibility())
+    preflight.check_outputs(perf.options)
+    preflight.check_history(perf.options)
+    for kind in {c.device_kind or "" for c in selected} & {"cpu", "cuda"}:
+        if kind == "cuda" and cuda_device_count() == 0:
+            continue
+        perf.baseline_file(kind)  # a bad file stops the run up front
 
 
 def _selected(item: pytest.Item) -> preflight.SelectedCase:

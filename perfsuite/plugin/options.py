@@ -3,12 +3,13 @@ the resolved options of a session (perfsuite.config.options holds the table itse
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from perfsuite.config.options import OPTIONS, Option, OptionError, PerfOptions
-from perfsuite.config.project import PYPROJECT, load
+from perfsuite.config.project import PYPROJECT, load, load_some
 
 
 def add_options(group: Any) -> None:
@@ -54,11 +55,21 @@ def _add(group: Any, o: Option, spelling: str, help: str) -> None:
 def session_options(config: pytest.Config) -> PerfOptions:
     """The command line over [tool.perfsuite] of the pyproject.toml pytest reads its settings
     from (else the one in its root folder) over the defaults; a refused value is a UsageError."""
-    inipath = config.inipath
-    in_pyproject = inipath is not None and inipath.name == PYPROJECT
-    pyproject = inipath if inipath is not None and in_pyproject else config.rootpath / PYPROJECT
+    pyproject = _pyproject(config)
     given = {o.dest: config.getoption(f"perf_{o.dest}") for o in OPTIONS}
     try:
         return load(pyproject.parent, given, pyproject)
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def some_options(config: pytest.Config, dests: tuple[str, ...]) -> dict[str, Any]:
+    """The options ``dests`` alone, each its default where refused (perfsuite.config.project.load_some)."""
+    pyproject = _pyproject(config)
+    return load_some(pyproject.parent, dests, {d: config.getoption(f"perf_{d}") for d in dests}, pyproject)
+
+
+def _pyproject(config: pytest.Config) -> Path:
+    inipath = config.inipath
+    in_pyproject = inipath is not None and inipath.name == PYPROJECT
+    return inipath if inipath is not None and in_pyproject else config.rootpath / PYPROJECT
