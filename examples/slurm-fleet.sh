@@ -24,8 +24,10 @@
 # the same bursts, on the same hardware, in the same sweep, slower than its peers: drain it
 # and look at it (clocks and thermals, power caps, a degraded link or device, firmware or
 # driver versions, something else running there). A node whose job did not run to the end
-# (cancelled, failed to start, killed) is named as "did not report"; one whose bursts failed
-# as "failed". A group needs at least 3 nodes to judge; fewer are listed, never flagged.
+# (cancelled, failed to start, killed) is named as "did not report", with its log's last line;
+# one whose bursts failed as "failed". A node that is down, drained or reserved when the sweep
+# starts is skipped, and said. A group needs at least 3 nodes to judge; fewer are listed,
+# never flagged.
 #
 # Exit codes: the fleet job's (and WAIT=1's) is the check's: 0 = every node reported and none is
 # slow, 3 = a node slow, did not report or failed (its name is in the fleet log), other = the
@@ -38,7 +40,8 @@
 #                  ~/.pgpass or PGPASSWORD on the nodes
 #   PARTITION      the partition to sweep (default: Slurm's default partition)
 #   NODES          the nodes to sweep, a Slurm host list (default: every node of the
-#                  partition that is idle, mixed or allocated: none down, drained or reserved)
+#                  partition); those not idle, mixed or allocated (down, drained, reserved)
+#                  are skipped, and said
 #   GPUS           GPUs per node (default: each node's gpu GRES count)
 #   CPU_WORKERS    CPU mode: `-m cpu --perf-cpu-workers N` instead of `-m gpu --perf-gpus GPUS`
 #   ONE_AT_A_TIME  1: the node jobs run one after another (--dependency=singleton), for
@@ -46,6 +49,8 @@
 #   SINCE          hours of history the fleet check reads (default: since the sweep began)
 #   FLEET_ARGS     more arguments of the fleet check, e.g. "--tolerance 0.08 --plot fleet.png"
 #   TIME_LIMIT     each node job's time limit (default 02:00:00)
+#   FLUSH_MINUTES  how long a node job keeps trying to write its run when the history is
+#                  unreachable (default 10); meanwhile the run waits in the node's spool
 #   LOG_DIR        logs and report folders (default perf-logs/fleet-DATE-TIME):
 #                  NODE-JOBID.log, NODE/ (its report), NODE.status, fleet-JOBID.log
 #   PYTHON         the Python of the virtual environment (default .venv/bin/python)
@@ -57,6 +62,7 @@ PYTHON=${PYTHON:-.venv/bin/python}
 HISTORY=${HISTORY:-}
 CPU_WORKERS=${CPU_WORKERS:-}
 TIME_LIMIT=${TIME_LIMIT:-02:00:00}
+FLUSH_MINUTES=${FLUSH_MINUTES:-10}
 LOG_DIR=${LOG_DIR:-perf-logs/fleet-$(date +%Y%m%d-%H%M%S)}
 JOB_NAME=perfsuite-fleet-node
 
@@ -72,12 +78,30 @@ die() {
 PARTITION=${PARTITION:-$(sinfo -h -o %P | sed -n 's/\*$//p' | head -n 1)}
 [[ -n "$PARTITION" ]] || die "no default partition: set PARTITION"
 
+# Each node's state in the partition: only those that can run a job now (idle, mixed or
+# allocated, with no flag: *, ~, #, ...) are swept; the others are skipped, and said, so a
+# node that is down is never mistaken for one that did not report.
+declare -A state_of
+while read -r name state; do
+    state_of[$name]=$state
+done < <(sinfo -h -N -p "$PARTITION" -o '%N %t' | sort -u)
 if [[ -n "${NODES:-}" ]]; then
-    mapfile -t nodes < <(scontrol show hostnames "$NODES")
+    mapfile -t wanted < <(scontrol show hostnames "$NODES")
 else
-    # Nodes that can run a job now: idle, mixed or allocated, with no flag (*, ~, #, ...).
-    mapfile -t nodes < <(sinfo -h -N -p "$PARTITION" -o '%N %t' | awk '$2 ~ /^(idle|mix|alloc)$/ {print $1}' | sort -u)
+    mapfile -t wanted < <(printf '%s\n' "${!state_of[@]}" | sort -V)
 fi
+nodes=()
+for node in "${wanted[@]}"; do
+    state=${state_of[$node]:-}
+    if [[ "$state" =~ ^(idle|mix|alloc)$ ]]; then
+        nodes+=("$node")
+    elif [[ -z "$state" ]]; then
+        echo "node $node: skipped, not in partition $PARTITION"
+    else
+        reason=$(sinfo -h -N -n "$node" -p "$PARTITION" -o %E | head -n 1)
+        echo "node $node: skipped, it is $state${reason:+ ($reason)}"
+    fi
+done
 ((${#nodes[@]} > 0)) || die "no node to sweep in partition $PARTITION"
 if ((${#nodes[@]} < 3)); then
     echo "warning: ${#nodes[@]} node(s): the fleet check needs at least 3 of one fingerprint to flag one" >&2
@@ -112,7 +136,10 @@ for node in "${nodes[@]}"; do
     fi
     cmd=("$PYTHON" -m pytest tests_perf -rs "${devices[@]}" --perf-history "$HISTORY" --perf-node "$node"
         --perf-report "$LOG_DIR/$node" --junitxml "$LOG_DIR/$node/junit.xml" "$@")
-    # The job's script, written here: every value is known at submission.
+    flush=("$PYTHON" -m perfsuite history import --history "$HISTORY")
+    # The job's script, written here: every value is known at submission. A run the history
+    # could not take (the database restarting) waits in the node's spool; the job writes it
+    # once the history is back, within FLUSH_MINUTES, so the fleet check sees it tonight.
     id=$(sbatch --parsable --partition="$PARTITION" --nodelist="$node" --nodes=1 --ntasks=1 --exclusive \
         --job-name="$JOB_NAME" --time="$TIME_LIMIT" --output="$LOG_DIR/$node-%j.log" \
         "${serial[@]}" "${gres[@]}" <<EOF
@@ -120,6 +147,11 @@ for node in "${nodes[@]}"; do
 echo "node $node, job \$SLURM_JOB_ID, \$(date -u +%FT%TZ): $(shown "${cmd[@]}")"
 status=0
 $(quote "${cmd[@]}") || status=\$?
+for try in \$(seq 1 $((FLUSH_MINUTES * 6))); do
+    $(quote "${flush[@]}") && break
+    echo "node $node: the history is unreachable; its runs wait in the spool, written as soon as it is back (try \$try)"
+    sleep 10
+done
 echo "\$status" > $(printf %q "$LOG_DIR/$node.status")
 exit "\$status"
 EOF
@@ -146,7 +178,12 @@ fleet_id=$(sbatch --parsable "${wait_flag[@]}" --partition="$PARTITION" --nodes=
 #!/bin/bash
 for node in $(quote "${nodes[@]}"); do
     file=$(printf %q "$LOG_DIR")/\$node.status
-    if [[ -f "\$file" ]]; then echo "node \$node: pytest exit \$(cat "\$file")"; else echo "node \$node: no result (its job did not run to the end)"; fi
+    if [[ -f "\$file" ]]; then
+        echo "node \$node: pytest exit \$(cat "\$file")"
+    else
+        last=\$(cat $(printf %q "$LOG_DIR")/"\$node"-*.log 2>/dev/null | grep -v '^[[:space:]]*\$' | tail -n 1)
+        echo "node \$node: no result (its job did not run to the end); the last line of its log: \${last:-(no log)}"
+    fi
 done
 since=$(printf %q "${SINCE:-}")
 if [[ -z "\$since" ]]; then

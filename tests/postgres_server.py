@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from suite_files import free_port
@@ -122,12 +122,42 @@ def postgres_server() -> Iterator[str]:
         with (data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
         port = _start(run, data, log)
+        _RUNNING[port] = (run, data, log)
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
+        for key in [k for k, v in _RUNNING.items() if v[1] == data]:
+            del _RUNNING[key]
         # Also after a failed start: a start that timed out may have left the server running.
         if (data / "postmaster.pid").exists():
             run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# port -> the running server's runner, data folder and log: what stop() and start() need.
+_RUNNING: dict[int, tuple[_Runner, Path, Path]] = {}
+
+
+def _server(url: str) -> tuple[_Runner, Path, Path, int]:
+    port = urlsplit(url).port
+    if port not in _RUNNING:
+        raise KeyError(f"no server of postgres_server() at {url}")
+    return (*_RUNNING[port], port)
+
+
+def stop(url: str) -> None:
+    """Stop the server behind ``url`` (any database on it), as a database restart begins."""
+    run, data, _, _ = _server(url)
+    done = run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+    if done.returncode != 0:
+        pytest.fail(f"pg_ctl stop failed ({done.returncode}):\n{done.stdout}{done.stderr}", pytrace=False)
+
+
+def start(url: str) -> None:
+    """Start the server behind ``url`` again, on its port."""
+    run, data, log, port = _server(url)
+    done = run("pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", str(START_TIMEOUT_S), "start")
+    if done.returncode != 0:
+        pytest.fail(f"pg_ctl start failed ({done.returncode}):\n{_log_tail(log)}", pytrace=False)
 
 
 def _start(run: _Runner, data: Path, log: Path) -> int:

@@ -575,9 +575,10 @@ def add_parser(sub: Any) -> None:
         help="back-fill runs from --perf-json or report results.json files",
         description="Write each file's run, with its own date, commit and hardware, in a transaction "
         "of its own; all files are read and checked first. A file already imported is "
-        "skipped. Runs spooled while the history was unreachable are written first.",
+        "skipped. Runs spooled while the history was unreachable are written first; with no FILE, "
+        "only they are (a job writes its run as soon as the history is back).",
     )
-    imp.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    imp.add_argument("files", nargs="*", type=Path, metavar="FILE")
     fleet.add_parser(command)
 
 
