@@ -25,7 +25,19 @@ ALLOWED = {
     "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "config", "suite"},
     "suite": {"common", "contract", "plugin"},
     "bisect": {"common", "contract", "analysis"},
-    "commands": {"common", "contract", "models", "store", "analysis", "history", "reporting", "bisect", "config"},
+    "site": {"common", "contract", "analysis", "store", "history", "reporting"},
+    "commands": {
+        "common",
+        "contract",
+        "models",
+        "store",
+        "analysis",
+        "history",
+        "reporting",
+        "bisect",
+        "config",
+        "site",
+    },
     "top": {"commands", "contract", "models"},  # __init__ (the public names), __main__
 }
 

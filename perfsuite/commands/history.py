@@ -1,4 +1,4 @@
-"""``python -m perfsuite history runs|trend|changes|fleet|import``: read the results history and back-fill it.
+"""``python -m perfsuite history runs|trend|changes|fleet|site|import``: read the results history and back-fill it.
 
 Exit codes: 0 done; 1 the history or a file cannot be used (unreachable, locked, newer
 schema, missing, not a results file); 2 bad command-line arguments. Errors are one
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet, write_plot
+from perfsuite.commands import Failure, UsageError, fleet, site, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments, project
@@ -510,7 +510,7 @@ def add_parser(sub: Any) -> None:
         epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments "
         "(fleet: 3 with --fail-on-flagged when a host is flagged)",
     )
-    cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,import}")
+    cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,site,import}")
 
     def command(name: str, action, **kw) -> argparse.ArgumentParser:
         c = cmds.add_parser(name, **kw)
@@ -580,6 +580,7 @@ def add_parser(sub: Any) -> None:
     )
     imp.add_argument("files", nargs="*", type=Path, metavar="FILE")
     fleet.add_parser(command)
+    site.add_parser(command)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,347 @@
+"""What the history site shows, read from the history once.
+
+One ``read_fleet`` of the last ``nights`` nights (24-hour windows ending at ``at``, as
+``triage`` reads them) feeds every page: the incidents come from the same rules as
+``perfsuite triage`` (perfsuite.analysis.incidents), the node verdicts from those of
+``history fleet`` (perfsuite.analysis.node_verdict, over the nights it would read), the
+change points from perfsuite.analysis.changes. Nothing here writes HTML.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import math
+import re
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfsuite.analysis import fleet as fleet_rules
+from perfsuite.analysis.node_verdict import SCALE_POINTS
+from perfsuite.history.fleet import DAY, MAX_NIGHTS_FACTOR, Fleet, read_fleet
+
+NO_FINGERPRINT = "-"
+# The toolchain fields whose change is marked on a key's time axis, then the project's commit.
+ENV_FIELDS = ("driver", "cuda", "cudnn", "nccl", "container", "python")
+
+# perfsuite.analysis.incidents' scopes of an incident of some nodes, the rest of the fleet holding
+NODE_SCOPES = ("one node", "some nodes")
+REGRESSION, SLOW_NODE, IMPROVEMENT, OK, NO_RUN = "regression", "slow node", "improvement", "ok", "no run tonight"
+
+
+def fp_name(fingerprint: str | None) -> str:
+    return NO_FINGERPRINT if fingerprint is None else fingerprint
+
+
+def slug(*parts: str | None) -> str:
+    """A file name for a page: readable, and unique whatever characters a key holds."""
+    text = "__".join(fp_name(p) for p in parts)
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")[:80]
+    return f"{readable}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class KeyData:
+    """One fingerprint x key: each node's nightly figure, oldest night first."""
+
+    fingerprint: str | None
+    key: str
+    slug: str
+    nodes: list[str]
+    figures: np.ndarray  # [node, night], oldest first; NaN where none
+    run_ids: np.ndarray  # [node, night], -1 where none
+    median: list[float | None]  # the fleet's median each night
+    baseline: float | None  # img/s of the baseline file's entry
+    reference: str  # what ``change`` is against
+    change: float | None  # tonight's median against the reference
+    status: str
+    flagged: list[str]  # nodes of the fingerprint the fleet's verdict finds slow
+    affected: list[str]  # nodes an incident of this key names
+    incidents: list[int]  # their ids
+    change_points: list[dict[str, Any]] = field(default_factory=list)  # of the fleet's median
+    bisects: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def latest(self) -> float | None:
+        return self.median[-1]
+
+
+@dataclass
+class FleetData:
+    """One fingerprint's node verdicts and tonight's figures of each key against its group."""
+
+    fingerprint: str | None
+    slug: str
+    verdicts: list[dict[str, Any]]  # each judged node's, worst first
+    did_not_report: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    strips: list[dict[str, Any]]  # per key: slug, nodes, deviations, flagged (tonight)
+    env_changes: list[dict[str, Any]]  # night, date, text: the fleet's most common value changed
+
+    @property
+    def flagged(self) -> list[dict[str, Any]]:
+        return [v for v in self.verdicts if v["flagged"]]
+
+
+@dataclass
+class SiteData:
+    history: str
+    at: datetime.datetime
+    nights: list[str]  # each night's date, oldest first
+    tolerance: float
+    runs: dict[int, dict[str, Any]]  # run id -> date, commit, node, host
+    keys: list[KeyData]
+    fleets: list[FleetData]
+    incidents: list[dict[str, Any]]  # as ``triage --json`` gives them
+    swaps: list[dict[str, Any]]
+    changed: set[tuple[str | None, str]] | None = None  # with --since: the series a recent run touched
+
+    def fleet(self, fingerprint: str | None) -> FleetData | None:
+        return next((f for f in self.fleets if f.fingerprint == fingerprint), None)
+
+
+# The judgements the site shows are the commands' own, handed in by the command that builds it:
+# (connection, history) -> triage's {"incidents", "swaps", "bisect_verdicts"}, and history ->
+# per fingerprint {"fingerprint", "verdicts", "did_not_report", "failed", "strips"} as
+# ``history fleet`` judges them.
+Incidents = Callable[[Any, Fleet], dict[str, Any]]
+Verdicts = Callable[[Fleet], list[dict[str, Any]]]
+
+
+def read(
+    url: str,
+    end: datetime.datetime,
+    nights: int,
+    baseline_dir: Path | None,
+    incidents: Incidents,
+    verdicts: Verdicts,
+    since: float | None = None,
+    tolerance: float = fleet_rules.TOLERANCE,
+) -> SiteData | None:
+    """The site's content; None where the nights read hold no run."""
+    from perfsuite.analysis import changes
+    from perfsuite.history import db
+    from perfsuite.history.url import shown
+
+    engine = db.open_history(url, write=False)
+    try:
+        history = read_fleet(engine, end, DAY, nights, env=True, more_nights=False)
+        if not history.runs:
+            return None
+        changes.load()
+        with engine.connect() as conn:
+            report = incidents(conn, history)
+    finally:
+        engine.dispose()
+    figures = history.figures[:, :, ::-1]  # oldest night first, as a time axis reads
+    run_ids = history.runs_at[:, :, ::-1]
+    dates = [w[1].strftime("%Y-%m-%d") for w in reversed(history.windows)]
+    fleets = _fleets(history, verdicts(history), dates)
+    bisects = report["bisect_verdicts"]
+    keys = [
+        _key(
+            history,
+            j,
+            figures[:, j, :],
+            run_ids[:, j, :],
+            fleets,
+            report["incidents"],
+            bisects,
+            baseline_dir,
+            tolerance,
+        )
+        for j in range(len(history.keys))
+    ]
+    runs = {
+        r.id: {"date": r.date, "node": r.node, "host": r.host, "commit": r.env.get("git_commit")}
+        for r in history.runs.values()
+    }
+    data = SiteData(shown(url), end, dates, tolerance, runs, keys, fleets, report["incidents"], report["swaps"])
+    if since is not None:
+        data.changed = _changed(history, end - datetime.timedelta(hours=since))
+    return data
+
+
+# --- the fleet: each fingerprint's node verdicts with what changed in its environment --------------
+
+
+def _fleets(history: Fleet, judged: list[dict[str, Any]], dates: list[str]) -> list[FleetData]:
+    return [
+        FleetData(
+            g["fingerprint"],
+            slug(g["fingerprint"]),
+            g["verdicts"],
+            g["did_not_report"],
+            g["failed"],
+            g["strips"],
+            _env_changes(history, g["fingerprint"], dates),
+        )
+        for g in judged
+    ]
+
+
+def nights_judged(history: Fleet) -> int:
+    """The nights ``history fleet`` would read: its verdict's nights, or more for a small fleet's
+    noise (perfsuite.history.fleet)."""
+    tonight = np.any(~np.isnan(history.figures[:, :, 0]), axis=1).sum()
+    want = fleet_rules.NIGHTS
+    if tonight:
+        want = max(want, min(MAX_NIGHTS_FACTOR * want, math.ceil(SCALE_POINTS / int(tonight))))
+    return min(want, history.figures.shape[2])
+
+
+# --- environment changes ---------------------------------------------------------------------------
+
+
+def _flat(env: dict[str, Any]) -> dict[str, str]:
+    out = {name: str(env[name]) for name in ENV_FIELDS if env.get(name)}
+    frameworks = env.get("frameworks")
+    if isinstance(frameworks, dict):
+        out.update({str(k): str(v) for k, v in frameworks.items()})
+    if env.get("git_commit"):
+        out["commit"] = str(env["git_commit"])[:12]
+    return out
+
+
+def _env_changes(history: Fleet, fingerprint: str | None, dates: list[str]) -> list[dict[str, Any]]:
+    """Where the most common value of a toolchain field (or the commit) among the fingerprint's
+    runs of a night differs from the night before's: what a time axis marks."""
+    columns = [j for j, (fp, _) in enumerate(history.keys) if fp == fingerprint]
+    read = history.figures.shape[2]
+    common: list[dict[str, str] | None] = []
+    for night in range(read - 1, -1, -1):  # oldest first
+        ids = np.unique(history.runs_at[:, columns, night])
+        envs = [_flat(history.runs[int(r)].env) for r in ids.tolist() if r >= 0 and int(r) in history.runs]
+        if not envs:
+            common.append(None)
+            continue
+        names = {n for e in envs for n in e}
+        common.append({n: Counter(e.get(n, "-") for e in envs).most_common(1)[0][0] for n in names})
+    out: list[dict[str, Any]] = []
+    last: dict[str, str] | None = None
+    for position, now in enumerate(common):
+        if now is None:
+            continue
+        if last is not None:
+            moved = [f"{n} {last.get(n, '-')} → {now.get(n, '-')}" for n in dict.fromkeys([*last, *now])
+                     if last.get(n, "-") != now.get(n, "-")]  # fmt: skip
+            if moved:
+                out.append({"night": position, "date": dates[position], "text": "; ".join(moved)})
+        last = now
+    return out
+
+
+# --- one key ---------------------------------------------------------------------------------------
+
+
+def _key(
+    history: Fleet,
+    j: int,
+    figures: np.ndarray,
+    run_ids: np.ndarray,
+    fleets: list[FleetData],
+    incidents: list[dict[str, Any]],
+    verdicts: list[dict[str, Any]],
+    baseline_dir: Path | None,
+    tolerance: float,
+) -> KeyData:
+    fingerprint, key = history.keys[j]
+    rows = np.flatnonzero(np.any(~np.isnan(figures), axis=1))
+    values = figures[rows]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        medians = np.nanmedian(values, axis=0) if rows.size else np.full(figures.shape[1], np.nan)
+    median = [None if math.isnan(x) else float(x) for x in medians.tolist()]
+    baseline = _baseline(baseline_dir, fingerprint, key)
+    latest = median[-1]
+    before = [x for x in median[-8:-1] if x is not None]
+    against: float | None = baseline
+    reference = "the baseline"
+    if baseline is None:
+        reference, against = "the median of the 7 nights before", float(np.median(before)) if before else None
+    change = latest / against - 1 if latest is not None and against else None
+    fleet = next((f for f in fleets if f.fingerprint == fingerprint), None)
+    nodes = [history.nodes[i] for i in rows.tolist()]
+    flagged = [v["node"] for v in fleet.flagged] if fleet else []
+    mine = [i for i in incidents if any(k["key"] == key and k["fingerprint"] == fingerprint for k in i["keys"])]
+    affected = sorted({n for i in mine for n in i["nodes"]})
+    fleet_wide = any(i["open"] and i["scope"] not in NODE_SCOPES for i in mine)  # a slow node's is its own
+    slow = (set(flagged) & set(nodes)) or any(i["open"] for i in mine)
+    status = _status(latest, change, tolerance, fleet_wide, bool(slow))
+    return KeyData(
+        fingerprint,
+        key,
+        slug(fingerprint, key),
+        nodes,
+        values,
+        run_ids[rows],
+        median,
+        baseline,
+        reference,
+        change,
+        status,
+        [n for n in flagged if n in set(nodes)],
+        affected,
+        [i["id"] for i in mine],
+        _change_points(median),
+        [v for v in verdicts if v.get("key") == key and v.get("fingerprint") in (fingerprint, None)],
+    )
+
+
+def _status(latest: float | None, change: float | None, tolerance: float, open_incident: bool, slow: bool) -> str:
+    if latest is None:
+        return NO_RUN
+    if open_incident or (change is not None and change < -tolerance):
+        return REGRESSION
+    if slow:
+        return SLOW_NODE
+    if change is not None and change > tolerance:
+        return IMPROVEMENT
+    return OK
+
+
+def _baseline(folder: Path | None, fingerprint: str | None, key: str) -> float | None:
+    """The key's img/s in ``folder/<fingerprint>.json``; None where there is none or it is unusable."""
+    from perfsuite.store.baseline import BaselineError, load
+
+    if folder is None or fingerprint is None or "/" in fingerprint:
+        return None
+    try:
+        found = load(folder / f"{fingerprint}.json")
+    except BaselineError:
+        return None
+    entry = found.get(key) if found is not None else None
+    value = entry.get("images_per_sec") if entry else None
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
+
+
+def _change_points(median: list[float | None]) -> list[dict[str, Any]]:
+    """Change points of the fleet's nightly median, each at its position in ``median``."""
+    from perfsuite.analysis.changes import MIN_POINTS, change_points
+
+    at = [i for i, x in enumerate(median) if x is not None]
+    if len(at) < MIN_POINTS:
+        return []
+    found = change_points([median[i] for i in at])  # type: ignore[misc]
+    return [
+        {"night": at[cp.index], "before": cp.before, "after": cp.after, "change": cp.change, "p_value": cp.p_value}
+        for cp in found
+    ]
+
+
+# --- --since --------------------------------------------------------------------------------------
+
+
+def _changed(history: Fleet, cutoff: datetime.datetime) -> set[tuple[str | None, str]]:
+    """The series (fingerprint, key) with a figure from a run after ``cutoff``."""
+    recent = np.array([r.id for r in history.runs.values() if r.started_at > cutoff], dtype=np.int64)
+    if not recent.size:
+        return set()
+    touched = np.any(np.isin(history.runs_at, recent), axis=(0, 2))
+    return {history.keys[j] for j in np.flatnonzero(touched).tolist()}
