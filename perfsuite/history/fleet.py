@@ -237,6 +237,7 @@ def _bursts(conn: sa.Connection, windows: Sequence[Span], prints: list[str | Non
     result = conn.execute(sa.select(r.c.id, per_run).where(_span(windows)))
     runs, counts, names, figures, pooled, low, high, measured, twice = [], [], [], [], [], [], [], [], []
     lists: dict[str, list[str]] = {}
+    canonical: dict[str, str] = {}
     for run_id, text in result:
         if not text:
             continue
@@ -244,6 +245,9 @@ def _bursts(conn: sa.Connection, windows: Sequence[Span], prints: list[str | Non
         found = lists.get(keys)
         if found is None:
             found = lists[keys] = keys.split(LIST_SEPARATOR)
+        else:
+            keys = canonical[keys]  # the first run's copy: 30,000 runs' equal key lists are one string
+        canonical.setdefault(keys, keys)
         runs.append(run_id)
         counts.append(len(found))
         names.append(keys)
