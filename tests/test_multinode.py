@@ -13,7 +13,13 @@ pytestmark = needs("torch")
 
 
 def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
-    cmd = [
+    return subprocess.Popen(
+        _node_cmd(rank, port, *extra), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _node_cmd(rank: int, port: int, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "pytest",
@@ -47,7 +53,6 @@ def _node(tmp: Path, rank: int, port: int, *extra: str) -> subprocess.Popen:
         f"node{rank}.json",
         *extra,
     ]
-    return subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture
@@ -115,3 +120,25 @@ def test_nodes_that_selected_different_cases_stop_together(project):
     for node, out in zip(nodes, outs):
         assert node.returncode == 4, out
         assert "the nodes selected different cases (node 0 1, node 1 2 cases" in out, out
+
+
+def test_a_rank_killed_on_node_1_fails_the_burst_on_both_nodes_naming_where(project):
+    """Node 1's rank ends itself with SIGKILL mid-burst: node 1 names it, node 0 says the cause is
+    on another node, and both go on to their next burst."""
+    import os
+
+    port = free_port()
+    node0 = _node(project, 0, port, "--perf-steps", "400")
+    node1 = subprocess.Popen(
+        _node_cmd(1, port, "--perf-steps", "400"),
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PERFSUITE_TINY_KILL_RANK="any"),
+    )
+    outs = [n.communicate(timeout=300)[0] for n in (node0, node1)]
+    assert node1.returncode == 1 and "killed by SIGKILL" in outs[1], outs[1]
+    assert node0.returncode == 1, outs[0]
+    assert "a rank of another node stopped (this is node 0; that node's log says why)" in outs[0], outs[0]
+    assert "2 failed" in outs[0] and "2 failed" in outs[1]  # the scaling case's burst ran, and failed the same way

@@ -312,7 +312,16 @@ def _failure_line(returncode: int | None, out: Path, log: Path, spec: BurstSpec,
         rank, signum = killed
         return f"rank {rank} killed by {_signal_text(signum)}"
     line = _last_error_line(out, log)
+    if line and spec.nodes > 1 and _PEER_GONE.search(line):
+        # The cause is on the other side: that node's own line names its rank and why.
+        line = f"a rank of another node stopped (this is node {options.node_rank}; that node's log says why): {line}"
     return line or f"burst worker exited with code {returncode} and no result"
+
+
+# A collective whose peer went away, as gloo, TensorFlow's gRPC collectives and NCCL say it.
+_PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote process exited|Broken pipe", re.IGNORECASE
+)
 
 
 def _signal_text(signum: int) -> str:
