@@ -6,8 +6,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from suite_files import SUITE, free_ports
 
@@ -106,6 +108,56 @@ def test_missing_node_fails_within_its_timeout(project):
     assert node.returncode == 1, out
     assert "timed out after 4 s" in out and "not all 2 nodes joined" in out
     assert "missing: node 1 (127.0.0.1:" in out
+
+
+def _stepping_worker(node: subprocess.Popen, steps: int = 5, timeout: float = 200) -> psutil.Process:
+    """The burst worker under ``node``'s pytest, once its heartbeat counts ``steps`` steps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and node.poll() is None:
+        for child in psutil.Process(node.pid).children(recursive=True):
+            try:
+                cmdline = child.cmdline()
+                if "perfsuite.worker" not in " ".join(cmdline):
+                    continue
+                beats = list(Path(cmdline[-2]).parent.glob("heartbeat.rank*.json"))
+                if beats and (json.loads(beats[0].read_text()).get("steps") or 0) >= steps:
+                    return child
+            except (psutil.Error, OSError, ValueError, IndexError):
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"no stepping burst worker under node {node.pid}")
+
+
+def test_a_worker_killed_on_node_1_fails_the_burst_on_both_nodes(project):
+    hosts = _hosts()
+    nodes = [_node(project, 0, hosts, "--perf-steps", "20000"), _node(project, 1, hosts, "--perf-steps", "20000")]
+    try:
+        _stepping_worker(nodes[1]).kill()
+        killed = time.monotonic()
+        outs = [n.communicate(timeout=120)[0] for n in nodes]
+        print(f"node 0 ended {time.monotonic() - killed:.1f} s after the kill (at most)")
+    finally:
+        for n in nodes:
+            n.kill()
+    assert nodes[1].returncode == 1 and "burst worker killed by SIGKILL" in outs[1], outs[1]
+    assert nodes[0].returncode == 1, outs[0]
+    assert "a rank of another node stopped (this is node 0; that node's log says why)" in outs[0], outs[0]
+
+
+def test_a_stopped_worker_hangs_the_collective_and_both_nodes_end_it_as_hung(project):
+    hosts = _hosts()
+    floor = ("--perf-steps", "20000", "--perf-hang-floor", "8")
+    nodes = [_node(project, 0, hosts, *floor), _node(project, 1, hosts, *floor)]
+    try:
+        _stepping_worker(nodes[1]).suspend()  # SIGSTOP
+        outs = [n.communicate(timeout=200)[0] for n in nodes]
+    finally:
+        for n in nodes:
+            n.kill()
+    assert nodes[1].returncode == 1 and "hung: no step for " in outs[1], outs[1]
+    assert ", stopped) stopped responding" in outs[1] and "rank 1 (pid " in outs[1], outs[1]
+    assert nodes[0].returncode == 1 and "hung: no step for " in outs[0], outs[0]
+    assert "rank 0 alive and waiting after step" in outs[0], outs[0]
 
 
 # --- the pieces, without bursts -------------------------------------------------------------

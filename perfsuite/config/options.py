@@ -243,6 +243,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
     ),
     Option(
+        "hang-floor",
+        "seconds without a step, on every rank, that end a burst as hung at the least: the limit is "
+        "10 times the burst's median step, never under this",
+        "float",
+        minimum=1,
+        default=60.0,
+        metavar="SECONDS",
+    ),
+    Option(
         "baseline-dir",
         "directory of baseline files, one per hardware fingerprint",
         "path",
@@ -489,6 +498,7 @@ class PerfOptions:
     max_windows: int | None
     warmup_steps: int | None
     burst_timeout: float
+    hang_floor: float
     baseline_dir: Path
     save_baseline: bool
     baseline_runs: int

@@ -6,7 +6,7 @@ nothing of who was at fault. Each rank beats (perfsuite.worker.heartbeat); the l
 reads the beats while it polls the burst:
 
 * the limit is the burst's own step time: HANG_STEPS times the slowest rank's median step,
-  never under HANG_FLOOR_S (a data pipeline's pause, a checkpoint of the allocator, a busy
+  never under HANG_FLOOR_S, `--perf-hang-floor` (a data pipeline's pause, a checkpoint of the allocator, a busy
   CPU worker are seconds, not minutes);
 * the watch starts once a rank has made two steps (a median exists): building the model,
   compiling and joining the others are for the burst's other timeouts;
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite.config.options import default
 from perfsuite.contract.burst_files import heartbeat_files, read_heartbeat
 
 HANG_STEPS = 10.0
-HANG_FLOOR_S = 60.0
+HANG_FLOOR_S: float = default("hang_floor")  # --perf-hang-floor
 STALE_BEAT_S = 5.0  # five missed beats (perfsuite.worker.heartbeat.BEAT_S = 1 s)
 
 

@@ -318,9 +318,11 @@ def _failure_line(returncode: int | None, out: Path, log: Path, spec: BurstSpec,
     return line or f"burst worker exited with code {returncode} and no result"
 
 
-# A collective whose peer went away, as gloo, TensorFlow's gRPC collectives and NCCL say it.
+# A collective whose peer went away, as gloo, TensorFlow (its collectives, or its coordination
+# service's heartbeat: "the tasks have crashed") and NCCL say it.
 _PEER_GONE = re.compile(
-    r"Connection closed by peer|Connection reset by peer|remote process exited|Broken pipe", re.IGNORECASE
+    r"Connection closed by peer|Connection reset by peer|remote process exited|Broken pipe|tasks have crashed",
+    re.IGNORECASE,
 )
 
 

@@ -114,6 +114,7 @@ class PerfSession:
         workdir = self.workdir / f"burst{next(self._run_numbers):04d}"
         options = LaunchOptions(
             timeout_s=self.options.burst_timeout,
+            hang_floor_s=self.options.hang_floor,
             init_timeout_s=self.options.rdzv_timeout,
             node_rank=self.options.node_rank,
             rdzv_endpoint=self.options.rdzv_endpoint,
