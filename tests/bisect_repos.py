@@ -4,6 +4,7 @@ Every commit holds ``tests_perf/conftest.py`` (the model ``bisectnet``, register
 ``register_model``), ``tests_perf/test_suite.py`` (the shipped suite), ``build.sh`` (what
 ``--setup`` runs) and a line of ``NOTES``. From the culprit on, the model does 30% more work
 per step: its step is a sleep, so the 30% costs 30% of the sleep on a loaded machine too.
+Noisy machines are the simulated bench's (tests/test_bisect_rules.py).
 Commits are made with fixed names and dates, so two repositories built alike share the
 hashes of the commits they have in common (and so their cached bursts).
 """
@@ -18,32 +19,12 @@ from pathlib import Path
 
 MODEL = '''"""bisectnet: a linear classifier on 8x8 images whose step sleeps STEP_S x WORK."""
 
-import fcntl
-import os
-import random
 import time
 
 from perfsuite import register_model
 
 STEP_S = 0.03
 WORK = {work}
-# BISECTNET_BURSTS names a counter file: burst n runs slower by CYCLE[n], as whole bursts on
-# a busy machine wander (so bursts measured side by side differ too, by up to 6%);
-# BISECTNET_JITTER adds up to that many step costs to each step, the same sequence in every
-# burst (windows scatter within a burst, bursts only by CYCLE).
-CYCLE = (1.0, 1.06, 1.04, 1.0, 1.0, 1.05, 1.03, 1.0, 1.0, 1.04, 1.02, 1.0)
-
-
-def _burst_factor():
-    path = os.environ.get("BISECTNET_BURSTS")
-    if not path:
-        return 1.0
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        n = len(f.read())
-        f.write("x")
-    return CYCLE[n % len(CYCLE)]
 
 
 @register_model(
@@ -52,9 +33,7 @@ def _burst_factor():
 def bisectnet(num_classes=4):
     from torch import nn
 
-    step_s = STEP_S * WORK * _burst_factor()
-    jitter = float(os.environ.get("BISECTNET_JITTER", "0"))
-    rng = random.Random(0)
+    step_s = STEP_S * WORK
 
     class Net(nn.Module):
         def __init__(self):
@@ -62,7 +41,7 @@ def bisectnet(num_classes=4):
             self.fc = nn.Linear(3 * 8 * 8, num_classes)
 
         def forward(self, x):
-            time.sleep(step_s * (1 + jitter * rng.random()))
+            time.sleep(step_s)
             return self.fc(x.flatten(1))
 
     return Net()
@@ -184,11 +163,7 @@ def environment(tmp: Path, **extra: str) -> dict[str, str]:
     """A private cache and temporary folder (so what a run leaves behind can be looked for)."""
     (tmp / "cache").mkdir(parents=True, exist_ok=True)
     (tmp / "tmp").mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PERFSUITE_CACHE=str(tmp / "cache"), TMPDIR=str(tmp / "tmp"), **extra)
-    for name in ("BISECTNET_BURSTS", "BISECTNET_JITTER"):
-        if name not in extra:
-            env.pop(name, None)
-    return env
+    return dict(os.environ, PERFSUITE_CACHE=str(tmp / "cache"), TMPDIR=str(tmp / "tmp"), **extra)
 
 
 def leftovers(tmp: Path) -> list[str]:

@@ -28,7 +28,10 @@ from perfsuite.commands.main import parser
 
 pytestmark = pytest.mark.xdist_group("bisect")
 
-COMMITS, CULPRIT, BROKEN = 16, 11, 8
+# Seven commits after GOOD: three midpoints, the first of them (commit 4) broken. What the rules
+# decide on many more commits and noisier bursts: tests/test_bisect_rules.py, on the simulated bench.
+COMMITS, CULPRIT, BROKEN = 8, 6, 4
+SUBJECT = f"commit {CULPRIT}: the step does 30% more work"
 TIMEOUT = 1200  # a generous bound on a whole bisect, never the assertion
 
 
@@ -428,10 +431,10 @@ def test_bisect_names_the_commit_that_made_it_slower(main_repo, resumed):
     tmp, repo, shas = main_repo
     assert resumed["status"] == "found"
     assert resumed["first_bad"]["commit"] == shas[CULPRIT - 1]
-    assert resumed["first_bad"]["subject"] == "commit 11: the step does 30% more work"
+    assert resumed["first_bad"]["subject"] == SUBJECT
     assert resumed["first_bad"]["author"] == "Tess Ter <tess@example.com>"
-    assert resumed["first_bad"]["date"].startswith("2026-01-11")
-    assert resumed["midpoints"] <= resumed["expected_midpoints"] == 4
+    assert resumed["first_bad"]["date"].startswith(f"2026-01-{CULPRIT:02d}")
+    assert resumed["midpoints"] <= resumed["expected_midpoints"] == 3
     for t in resumed["tested"]:  # every verdict is the truth
         assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
         assert t["bursts"] >= 1 and t["images_per_sec"] > 0
@@ -520,7 +523,7 @@ def test_a_rerun_costs_nothing_twice_and_prints_the_table(main_repo, resumed):
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert out.startswith(f"first bad commit: {shas[CULPRIT - 1]}\n")
-    assert "  subject: commit 11: the step does 30% more work" in out
+    assert f"  subject: {SUBJECT}" in out
     assert re.search(r"^step: -\d+\.\d% \(95% interval -\d+\.\d% to -\d+\.\d%\)", out, re.M)
     assert f"{resumed['bursts']} bursts (0 run now, {resumed['bursts']} from the cache)" in out
     table = out[out.index("#  commit") :].split("\n\n")[0].splitlines()[1:]
@@ -529,13 +532,15 @@ def test_a_rerun_costs_nothing_twice_and_prints_the_table(main_repo, resumed):
     assert leftovers(tmp) == []
 
 
-def test_a_range_without_a_real_change_is_no_reproducible_change(main_repo, resumed):
-    tmp, repo, shas = main_repo
+@pytest.mark.xdist_group("bisect-no-change")  # needs nothing of the shared bisect: beside it, not after it
+def test_a_range_without_a_real_change_is_no_reproducible_change(tmp_path):
+    repo = tmp_path / "repo"
+    shas = build(repo, COMMITS, CULPRIT)
     good, bad = shas[CULPRIT], shas[-1]  # both after the step
     done = subprocess.run(
         command("bisect", good, bad, KEY, *BURST, "--pairs", "2"),
         cwd=repo,
-        env=environment(tmp),
+        env=environment(tmp_path),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -612,4 +617,4 @@ def test_triage_runs_the_bisect_of_a_commit_incident_and_keeps_its_verdict(main_
     again = subprocess.run(command(*triage), cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT)
     (incident,) = json.loads(again.stdout)["incidents"]
     assert incident["bisect"]["first_bad"] == shas[CULPRIT - 1]
-    assert incident["bisect"]["subject"] == "commit 11: the step does 30% more work"
+    assert incident["bisect"]["subject"] == SUBJECT

@@ -5,9 +5,12 @@ One module per reason: ``repo`` (the commits of a range, what git says about the
 ``measure`` (one setup or one burst through pytest and ``--perf-json``), ``cache`` (bursts
 kept by commit, key and fingerprint), ``state`` (what ``--resume`` and ``bisect-step`` read
 back), ``decide`` (the statistics: the ends' change, a commit like GOOD or like BAD),
-``bench`` (one commit's measurements), ``search`` (which commit next), ``bisection`` (the
-whole run) and ``plot``. Nothing here imports torch or TensorFlow: the bursts run in
-pytest processes of their own, in the commit's worktree.
+``ranks`` (the gate's rank test, computed directly), ``bench`` (one commit's measurements),
+``simulated`` (a bench whose bursts a noise model draws), ``search`` (which commit next),
+``procedure`` (the pairs, the rounds and the search over any bench), ``bisection`` (the
+whole run: the procedure with the real bench, the cache and the messages) and ``plot``.
+Nothing here imports torch or TensorFlow: the bursts run in pytest processes of their own,
+in the commit's worktree.
 """
 
 # The search's defaults, here where the command line reads them without importing the search.

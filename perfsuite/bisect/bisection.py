@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfsuite.analysis import stats
-from perfsuite.bisect import MAX_REPEATS, PAIRS, decide, repo, search, state
+from perfsuite.bisect import MAX_REPEATS, PAIRS, decide, procedure, repo, search, state
 from perfsuite.bisect.bench import Bench, Context
 from perfsuite.bisect.cache import Cache, StoredRound
 from perfsuite.bisect.selection import Selection
 from perfsuite.bisect.worktree import Worktrees
 from perfsuite.common.numbers import fixed
 
-SKIPPED = "skipped"
+SKIPPED = procedure.SKIPPED
 
 
 class EndFailed(Exception):
@@ -230,26 +230,8 @@ class Run:
                 f"({decide.log_ratio(b, g):+.1%} log ratio)"
             )
 
-        while len(pairs) < self.opts.pairs:
-            another()
-        # Every midpoint is judged against the ends' pairs: they may have twice a commit's rounds.
-        most = max(2 * self.opts.max_repeats, self.opts.pairs)
-        while True:
-            ends = decide.Ends.of(pairs, self.alpha)
-            change = decide.ends_change(ends, self.opts.min_change)
-            if len(pairs) >= most:
-                break
-            if not change.settled:
-                self.say(
-                    f"GOOD and BAD differ by {change.change:+.1%} ({change.low:+.1%} to {change.high:+.1%}), "
-                    f"not yet known to be within or beyond {self.opts.min_change:.1%}: another pair"
-                )
-            elif change.reproducible and ends.rounds_needed() > decide.ENOUGH_ROUNDS:
-                self.say(f"their pairs scatter ({ends.rounds_needed()} rounds a commit would need): another pair")
-            else:
-                break
-            another()
-        return ends, change
+        settings = procedure.Settings(self.opts.min_change, self.opts.pairs, self.opts.max_repeats)
+        return procedure.gather_ends(pairs, another, settings, self.alpha, self.say)
 
     def end_tested(self, ends: decide.Ends, order: int) -> Tested:
         role = "GOOD" if order == 0 else "BAD"
@@ -284,30 +266,34 @@ class Run:
             return tested(SKIPPED, entry.failure, None)
         self.say(f"{name}: measuring" + (f" ({cached} rounds in the cache)" if cached else ""))
         bench = Bench(self.ctx, sha, name)
+
+        def stored(one: decide.Round) -> None:
+            self.cache.add_round(
+                sha, key, fp, StoredRound(list(one.burst), one.end, by_end[one.end], list(one.reference))
+            )
+            self.say(
+                f"{name}: round {len(rounds)}: {fixed(stats.median(one.burst))} img/s, {one.end.upper()} beside it "
+                f"{fixed(stats.median(one.reference))} (at {one.position(ends.span):.2f} of the way)"
+            )
+
         try:
-            while True:
-                call = decide.judge(rounds, ends)
-                if call.verdict != decide.UNDECIDED:
-                    self.say(f"{name}: like {call.verdict.upper()} ({call.reason})")
-                    return tested(call.verdict, "", call)
-                if len(rounds) >= self.opts.max_repeats:
-                    reason = f"undecided after {len(rounds)} rounds ({call.reason})"
-                    self.say(f"{name}: {reason}: skipped")
-                    return tested(SKIPPED, reason, call)
-                if rounds:
-                    self.say(f"{name}: undecided ({call.reason}): another round")
-                samples = bench.burst()
-                if samples is None:
-                    return tested(SKIPPED, bench.failure or "failed", None)
-                end = decide.next_reference(rounds, ends, samples)
-                reference = self.end_burst(end)
-                one = decide.Round(tuple(samples), end, tuple(reference))
-                rounds.append(one)
-                self.cache.add_round(sha, key, fp, StoredRound(samples, end, by_end[end], reference))
-                self.say(
-                    f"{name}: round {len(rounds)}: {fixed(stats.median(samples))} img/s, {end.upper()} beside it "
-                    f"{fixed(stats.median(reference))} (at {one.position(ends.span):.2f} of the way)"
-                )
+            decided = procedure.gather_rounds(
+                rounds,
+                ends,
+                self.opts.max_repeats,
+                bench.burst,
+                self.end_burst,
+                say=lambda line: self.say(f"{name}: {line}"),
+                failure=lambda: bench.failure or "failed",
+                on_round=stored,
+            )
+            if decided.verdict == SKIPPED:
+                if decided.call is not None:
+                    self.say(f"{name}: {decided.reason}: skipped")
+                return tested(SKIPPED, decided.reason, decided.call)
+            assert decided.call is not None
+            self.say(f"{name}: like {decided.verdict.upper()} ({decided.call.reason})")
+            return tested(decided.verdict, "", decided.call)
         finally:
             bench.close()
 

@@ -11,9 +11,9 @@ interval, is the noise a verdict has to beat.
 * **The ends** differ reproducibly when their pairs' mean log ratio is at least
   ``--min-change`` away from no change, the pairs agree on it (a one-sided t-test on the
   log ratios at the gate's alpha) and so do the windows (the gate's one-sided Mann-Whitney
-  rank test, ``perfsuite.analysis.stats``). They differ by less when the pairs' 95%
-  interval lies within ``--min-change`` of no change; while it straddles that mark, neither
-  is known, and the ends get more pairs.
+  rank test, computed by ``ranks`` with the p-values of ``perfsuite.analysis.stats``).
+  They differ by less when the pairs' 95% interval lies within ``--min-change`` of no
+  change; while it straddles that mark, neither is known, and the ends get more pairs.
 * **A round** places the commit on the way from GOOD (0) to BAD (1) by its ratio to the
   end measured beside it. The end chosen is the one the commit looks least like so far,
   so that the round can tell it apart.
@@ -39,9 +39,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 from perfsuite.analysis import stats
-from perfsuite.bisect import search
+from perfsuite.bisect import ranks, search
 
 ALPHA = stats.ALPHA
 GOOD = "good"
@@ -60,6 +61,23 @@ MIN_ROUNDS = 2
 ENOUGH_ROUNDS = 3
 
 Samples = Sequence[float]
+
+
+@cache
+def _chi2_low(df: int) -> float:
+    """The chi-squared quantile the scatter's upper bound divides by (one per pair count: cached)."""
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(1 - SCATTER_CONFIDENCE, df))
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+def _at_least(k: int, n: int, q: float) -> float:
+    """P(at least k of n rounds stray), each with chance q: the binomial tail, summed (n is small)."""
+    return min(1.0, sum(math.comb(n, j) * q**j * (1 - q) ** (n - j) for j in range(k, n + 1)))
 
 
 def pooled(bursts: Sequence[Samples]) -> list[float]:
@@ -98,7 +116,7 @@ class Ends:
     def bad(self) -> list[list[float]]:
         return [list(b) for _, b in self.pairs]
 
-    @property
+    @cached_property  # a search asks for them at every verdict; the pairs never change
     def ratios(self) -> list[float]:
         """log(BAD / GOOD) of each pair."""
         return [log_ratio(b, g) for g, b in self.pairs]
@@ -111,22 +129,18 @@ class Ends:
 
     def scatter(self) -> float:
         """Upper bound of the standard deviation of one pair's log ratio; infinite with one pair."""
-        from scipy.stats import chi2
-
         r = self.ratios
         if len(r) < 2:
             return math.inf
         mean = sum(r) / len(r)
         df = len(r) - 1
         sd = math.sqrt(sum((v - mean) ** 2 for v in r) / df)
-        return max(sd * math.sqrt(df / chi2.ppf(1 - SCATTER_CONFIDENCE, df)), MIN_SCATTER)
+        return max(sd * math.sqrt(df / _chi2_low(df)), MIN_SCATTER)
 
     def stray_chance(self) -> float:
         """The chance that one round of a commit like one end places it past the half-way mark."""
-        from scipy.stats import norm
-
         s = self.scatter()
-        return 0.5 if math.isinf(s) else float(norm.cdf(-abs(self.span) / 2 / s))
+        return 0.5 if math.isinf(s) else _normal_cdf(-abs(self.span) / 2 / s)
 
     def rounds_needed(self) -> int:
         """How many rounds, all on one side, let a commit be called."""
@@ -192,7 +206,7 @@ def ends_change(ends: Ends, min_change: float) -> Change:
     ratio = math.exp(ends.span)
     if min(len(g), len(b)) < stats.MIN_SAMPLES or len(r) < 2:
         return Change(ratio, 1.0, 1.0, min_change)
-    p = stats.drop_p_value(b, g) if ratio < 1 else stats.gain_p_value(b, g)
+    p = ranks.drop_p_value(b, g) if ratio < 1 else ranks.gain_p_value(b, g)
     mean = sum(r) / len(r)
     sd = max(math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1)), MIN_SCATTER)
     se = sd / math.sqrt(len(r))
@@ -264,13 +278,11 @@ def _windows_p(rounds: Sequence[Round], against: str, slower: bool, towards_good
     if not mine:
         return 1.0
     faster = towards_good == slower  # GOOD is the faster end when BAD is the slow one
-    return stats.gain_p_value(mine, theirs) if faster else stats.drop_p_value(mine, theirs)
+    return ranks.gain_p_value(mine, theirs) if faster else ranks.drop_p_value(mine, theirs)
 
 
 def judge(rounds: Sequence[Round], ends: Ends) -> Call:
     """Is the commit whose rounds these are like GOOD, like BAD, or not yet either?"""
-    from scipy.stats import binom
-
     if not rounds:
         return Call(UNDECIDED, math.nan, 1.0, 1.0, "not measured")
     span = ends.span
@@ -284,8 +296,8 @@ def judge(rounds: Sequence[Round], ends: Ends) -> Call:
     x = stats.median(xs)
     q = ends.stray_chance()
     n, near_good = len(xs), sum(1 for v in xs if v < 0.5)
-    tail_good = float(binom.sf(near_good - 1, n, q)) if near_good else 1.0
-    tail_bad = float(binom.sf(n - near_good - 1, n, q)) if near_good < n else 1.0
+    tail_good = _at_least(near_good, n, q) if near_good else 1.0
+    tail_bad = _at_least(n - near_good, n, q) if near_good < n else 1.0
     p_vs_bad = _windows_p(rounds, BAD, slower, towards_good=True)
     p_vs_good = _windows_p(rounds, GOOD, slower, towards_good=False)
     where = f"at {x:.2f} of the way from GOOD to BAD, {near_good} of {n} round{'s' if n != 1 else ''} in GOOD's half"
