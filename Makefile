@@ -37,7 +37,7 @@ perf: setup
 # Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
 # share a heavy import (TensorFlow) stay in one worker through xdist_group.
 test: setup lint docs
-	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm
+	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm --durations=15
 
 # tests/slurm starts slurmctld, 5 slurmd and munged on 127.0.0.1 (Debian's packages installed
 # where missing, as root) and submits the recipes with sbatch; where Slurm cannot run, its tests

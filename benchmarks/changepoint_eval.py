@@ -16,6 +16,11 @@ entries of a measured baseline file (each entry's run_medians are bursts of one 
   window samples): how often drift() flags it on the last night, the first night it does, and
   how often the gate against last night's samples fails a night;
 - the time to analyse 10,000 runs, best of 3.
+
+``--burst-noise FILE`` (a ``benchmarks/bisect_sim.py calibrate`` file) adds flat histories
+whose nights are bursts drawn from that noise model (``perfsuite.bisect.simulated``, each
+night's machine speed drawn afresh; the figure is the burst's median): false change points
+per 100 runs on the noise fitted to real bursts, outliers and hit windows included.
 """
 
 from __future__ import annotations
@@ -113,6 +118,24 @@ def flat_trials(noise: float, trials: int, seed: int, max_pvalue: float) -> dict
     }
 
 
+def model_history(model, length: int, rng) -> list[float]:
+    """A flat nightly history: each night one burst of ``model`` (the nights' speeds independent)."""
+    from dataclasses import replace
+
+    from perfsuite.bisect import simulated
+
+    bench = simulated.Bench(replace(model, keep=0.0), length + 1, 0.0, rng)
+    return [statistics.median(bench.burst(0) or [0.0]) for _ in range(length)]
+
+
+def model_flat_trials(model, trials: int, seed: int, max_pvalue: float) -> dict:
+    false = sum(
+        len(changes.change_points(model_history(model, FLAT_LEN, np.random.default_rng([seed, 3, t])), max_pvalue))
+        for t in range(trials)
+    )
+    return {"model": model.as_dict(), "trials": trials, "false_per_100_runs": 100 * false / (trials * FLAT_LEN)}
+
+
 def nights(levels, rng, between: float, within: float, windows: int = 5) -> list[list[float]]:
     out = []
     for level in levels:
@@ -186,6 +209,7 @@ def main(argv=None) -> int:
         action="store_true",
         help="Otava's own merge step (compute_change_points as it is), for comparison",
     )
+    parser.add_argument("--burst-noise", type=Path, help="a bisect_sim.py calibrate file: flat histories of its bursts")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -250,6 +274,16 @@ def main(argv=None) -> int:
         f"flat 60-run histories at 5%: {pct(flat['flat60_5pct_with_change_point'])} of"
         f" {flat['flat60_5pct_histories']} have a change point\n"
     )
+
+    if args.burst_noise:
+        from perfsuite.bisect import simulated
+
+        model = simulated.NoiseModel(**json.loads(args.burst_noise.read_text())["model"])
+        fitted = report["flat_bursts"] = model_flat_trials(model, args.trials, args.seed, p)
+        print(
+            f"flat {FLAT_LEN}-run histories of bursts from {args.burst_noise}:"
+            f" {fitted['false_per_100_runs']:.2f} false change points per 100 runs\n"
+        )
 
     report["drift"] = [drift_trials(b, args.trials, args.seed, p) for b in (0.01, noise)]
     print(

@@ -10,6 +10,14 @@ test that does not fail as a regression is a miss). Two ways to slow it down:
   slowdown of the machine whose size is whatever it turns out to be (reported).
 
     python benchmarks/gate_fidelity.py --repeats 10 --slowdown 0.25
+
+``--simulated`` draws the bursts from a noise model instead (``perfsuite.bisect.simulated``,
+fitted to real bursts by ``benchmarks/bisect_sim.py calibrate``: ``--noise FILE``) and gates
+them with the verdict at the plugin's core (``perfsuite.analysis.stats.compare``, without the
+baseline's noise floor, which only widens the tolerance): thousands of A/A and slowed
+verdicts in seconds, the rates with their Clopper-Pearson intervals.
+
+    python benchmarks/gate_fidelity.py --simulated --repeats 10000 --slowdown 0.10
 """
 
 from __future__ import annotations
@@ -58,6 +66,41 @@ def verdicts(records: list[dict]) -> collections.Counter:
     return collections.Counter(r["verdict"] for r in records)
 
 
+def simulated(model, slowdown: float, trials: int, seed: int, tolerance: float, baseline_bursts: int = 3) -> dict:
+    """The gate's verdicts on drawn bursts: a baseline of ``baseline_bursts`` bursts, then one
+    burst at the same speed (A/A) and one slowed by ``slowdown``, the machine's speed wandering
+    between them as it does between bursts."""
+    import numpy as np
+
+    from perfsuite.analysis import stats
+    from perfsuite.bisect import simulated as sim
+
+    rng = np.random.default_rng(seed)
+    aa, slow = collections.Counter(), collections.Counter()
+    for _ in range(trials):
+        bench = sim.Bench(model, 1, -slowdown, rng)
+        baseline = [x for _ in range(baseline_bursts) for x in bench.burst(0) or []]
+        aa[stats.compare(bench.burst(0) or [], baseline, tolerance).status] += 1
+        slow[stats.compare(bench.burst(1) or [], baseline, tolerance).status] += 1
+    return {"aa": dict(aa), "slowed": dict(slow), "trials": trials}
+
+
+def simulated_main(a: argparse.Namespace) -> int:
+    from scipy.stats import beta
+
+    from perfsuite.bisect import simulated as sim
+
+    model = sim.NoiseModel(**json.loads(a.noise.read_text())["model"]) if a.noise else sim.NoiseModel()
+    found = simulated(model, a.slowdown, a.repeats, a.seed, a.tolerance)
+    n = found["trials"]
+    for name, counts in (("false alarms", found["aa"]), ("detected", found["slowed"])):
+        k = counts.get("regression", 0)
+        lo = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
+        hi = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
+        print(f"{name}: {k}/{n} = {k / n:.2%} (95% interval {lo:.2%}-{hi:.2%}); verdicts {counts}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=10, help="A/A runs and slowed runs, each")
@@ -70,7 +113,13 @@ def main() -> int:
         default=["-m", "cpu", "--perf-framework", "torch", "--perf-model", "cifar10", "-k", "throughput"],
         help="arguments selecting the suite slice (after --)",
     )
+    p.add_argument("--simulated", action="store_true", help="draw the bursts from a noise model")
+    p.add_argument("--noise", type=Path, help="with --simulated: a benchmarks/bisect_sim.py calibrate file")
+    p.add_argument("--tolerance", type=float, default=0.10, help="with --simulated: the gate's --perf-tolerance")
+    p.add_argument("--seed", type=int, default=1, help="with --simulated")
     a = p.parse_args()
+    if a.simulated:
+        return simulated_main(a)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
