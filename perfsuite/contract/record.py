@@ -72,7 +72,11 @@ class WorkerRecord:
     # torch.compile or XLA: the first step's time (tracing and compiling), taken before the
     # warm-up and never part of a window.
     compile_seconds: float | None = None
-    # Set by the launcher, not the worker: the burst's wall time and its log file.
+    # The leader's marks of where its time went (perfsuite.contract.phases), by time.time().
+    phase_marks: dict[str, float] = field(default_factory=dict)
+    # Set by the launcher, not the worker: the seconds of each phase (perfsuite.contract.phases),
+    # the burst's wall time and its log file.
+    phases: dict[str, float] = field(default_factory=dict)
     wall_seconds: float | None = None
     worker_log: str | None = None
     trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import perfsuite
 from perfsuite.common.text import one_line
-from perfsuite.contract import burst_files
+from perfsuite.contract import burst_files, phases
 from perfsuite.contract.job import PARENT_ENV, ContractError, Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RemoteNode, WorkerRecord
@@ -147,7 +147,7 @@ def run_burst(
         ),
     )
     cmd = worker_command(spec, files.job, files.out, options)
-    started = time.monotonic()
+    started, launched = time.monotonic(), time.time()
     with open(files.log, "wb") as log_file:
         # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
         proc = subprocess.Popen(
@@ -165,7 +165,7 @@ def run_burst(
         # completed: nothing of this burst may outlive it.
         burst.stop()
         raise
-    return _outcome(returncode, node_rank, time.monotonic() - started, files, spec, options)
+    return _outcome(returncode, node_rank, time.monotonic() - started, files, spec, options, launched)
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,13 @@ class _BurstFolder:
 
 
 def _outcome(
-    returncode: int | None, node_rank: int, seconds: float, files: _BurstFolder, spec: BurstSpec, options: LaunchOptions
+    returncode: int | None,
+    node_rank: int,
+    seconds: float,
+    files: _BurstFolder,
+    spec: BurstSpec,
+    options: LaunchOptions,
+    launched: float,
 ) -> WorkerRecord | RemoteNode:
     """What the worker left: its record, this node's part of a multi-node burst, or BurstError."""
     if returncode == 0 and node_rank != 0:
@@ -212,7 +218,9 @@ def _outcome(
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
     trace = str(files.trace) if files.trace.is_file() else None
-    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace)
+    warmup = record.warmup_seconds + (record.compile_seconds or 0.0)
+    spent = phases.durations(record.phase_marks, launched, time.time(), warmup, sum(record.window_seconds))
+    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace, phases=spent)
 
 
 def _wait(

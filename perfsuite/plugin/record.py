@@ -21,6 +21,7 @@ from perfsuite.common import hardware
 from perfsuite.common.files import shown_path
 from perfsuite.contract.spec import device_kind_of, short_kind
 from perfsuite.plugin.session import PerfSession
+from perfsuite.reporting import terminal
 from perfsuite.reporting.view import RunView
 from perfsuite.store import baseline
 
@@ -242,6 +243,9 @@ def finish(session: PerfSession, exitstatus: int, command: Sequence[str] = (), c
     kept = session.remove_burst_dirs()
     if kept:
         session.messages.append(kept)
+    spent = terminal.duty_cycle_line(session.spent)
+    if spent:
+        session.messages.append(spent)
     for what, keys in sorted(_entries_lacking(session).items()):
         session.messages.append(
             f"{len(keys)} baseline entr{'y has' if len(keys) == 1 else 'ies have'} no {what} to "

@@ -18,6 +18,7 @@ from perfsuite.analysis.measurement import Measurement
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
 from perfsuite.contract.burst_files import unsupported_reason
+from perfsuite.contract.record import WorkerRecord
 from perfsuite.contract.spec import BurstSpec, device_kind_of, short_kind
 from perfsuite.models.registry import get_model
 from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
@@ -69,6 +70,9 @@ class PerfSession:
     # Live progress: called with {} when a burst starts, the worker's progress state while
     # it runs, and None when it is over (perfsuite.plugin.progress).
     progress: Callable[[BurstSpec, dict | None], None] | None = None
+    # Where each burst launched on this node spent its wall time (perfsuite.contract.phases),
+    # reruns included: the run's duty cycle.
+    spent: list[dict[str, float]] = field(default_factory=list)
 
     # -- bursts -----------------------------------------------------------------------
     def burst(self, spec: BurstSpec, test: str | None = None) -> Measurement:
@@ -125,17 +129,12 @@ class PerfSession:
         if on_progress:
             on_progress({})
         try:
-            return Measurement.of(
-                spec,
-                run_burst(
-                    spec,
-                    model,
-                    workdir,
-                    options,
-                    on_progress,
-                    profile_steps=self.options.profile_steps if profile else 0,
-                ),
+            outcome = run_burst(
+                spec, model, workdir, options, on_progress, profile_steps=self.options.profile_steps if profile else 0
             )
+            if isinstance(outcome, WorkerRecord) and outcome.phases:
+                self.spent.append(outcome.phases)
+            return Measurement.of(spec, outcome)
         except BurstError as exc:
             return Measurement(spec, error=str(exc))
         finally:

@@ -159,6 +159,8 @@ OPTIONAL = (  # header, getter, cell
     ("MFU", _mfu, _mfu_cell),
     ("CPU % (mean)", cpu_mean, lambda r: fmt(cpu_mean(r), ".0f", "%")),
     ("GPU util (mean)", gpu_mean, lambda r: fmt(gpu_mean(r), ".0f", "%")),
+    # The timed windows' share of the burst's wall time (perfsuite.contract.phases).
+    ("duty cycle", lambda r: r.get("duty_cycle"), lambda r: fmt(r.get("duty_cycle"), ".2f")),
 )
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.

@@ -17,6 +17,7 @@ from perfsuite.analysis import mfu, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
+from perfsuite.contract import phases
 from perfsuite.store.run import RunInfo
 
 SCHEMA_VERSION = 4
@@ -121,6 +122,9 @@ def row(result: BurstResult) -> dict:
         "attribution_lines": result.attribution.lines() if result.attribution else [],
         "attribution_note": result.attribution_note,
         "wall_seconds": rec.wall_seconds if rec else (result.remote.wall_seconds if result.remote else None),
+        # Where the latest burst's wall time went, and its timed windows' share of it.
+        "phases": rec.phases if rec and rec.phases else None,
+        "duty_cycle": phases.duty_cycle(rec.phases) if rec and rec.phases else None,
         # Summary only: the time series stay in the record's utilisation.
         "utilisation": utilisation_summary(rec.utilisation) if rec else None,
         **mfu.fields(rec, s, result.images_per_sec),

@@ -11,6 +11,7 @@ from perfsuite.common.files import shown_path
 from perfsuite.common.hardware import describe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+from perfsuite.contract import phases
 from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, peak_memory
 from perfsuite.reporting.perf_json import row as results_row
 from perfsuite.reporting.view import RunView
@@ -150,3 +151,22 @@ def diagnosis_lines(view: RunView) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the diagnosis is advice, the table is the verdict
         return [f"diagnosis unavailable: {type(exc).__name__}: {exc}"]
     return [f"diagnosis: {f.text}" for f in findings]
+
+
+def duty_cycle_line(spent: list[dict[str, float]]) -> str | None:
+    """Where the run's bursts spent their wall time: the timed windows' share, then the largest
+    of the rest (perfsuite.contract.phases)."""
+    if not spent:
+        return None
+    summed = phases.total(spent)
+    cycle = phases.duty_cycle(summed)
+    if cycle is None:
+        return None
+    wall = sum(summed.values())
+    rest = sorted(((s, name) for name, s in summed.items() if name != phases.WINDOWS), reverse=True)
+    shown = ", ".join(f"{name} {s:.1f} s" for s, name in rest[:4] if s >= 0.05)
+    n = len(spent)
+    return (
+        f"burst time: {summed[phases.WINDOWS]:.1f} s of timed windows in {wall:.1f} s of {n} burst"
+        f"{'s' if n != 1 else ''} (duty cycle {cycle:.2f}); the most of the rest: {shown}"
+    )

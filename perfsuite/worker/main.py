@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Protocol, cast
 from perfsuite.contract.burst_files import write_error, write_result
 from perfsuite.contract.frameworks import SUPPORTED
 from perfsuite.contract.job import Job
+from perfsuite.contract.phases import STARTED
 from perfsuite.contract.record import WorkerRecord
+from perfsuite.worker import phases
 from perfsuite.worker.lifeline import tie_to_parent, write_pid_file
 
 USAGE = "usage: python -m perfsuite.worker JOB.json OUT.json"
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     tie_to_parent()  # before the slow imports: a pytest gone meanwhile must not leave this process behind
+    phases.mark(STARTED)
     job_path, out = Path(argv[0]), Path(argv[1])
     rank = int(os.environ.get("RANK", "0"))  # until the job says better
     backend: Backend | None = None

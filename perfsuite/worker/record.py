@@ -14,7 +14,9 @@ from collections.abc import Callable
 from perfsuite.analysis.utilisation import merge_ranks, rank_share, summary
 from perfsuite.contract.job import Job
 from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.phases import RECORDED
 from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.worker import phases
 from perfsuite.worker.measure import WindowTimings, combine_ranks
 
 
@@ -102,6 +104,7 @@ def build_record(
     # The series live once, in the record's utilisation.
     ranks = [dataclasses.replace(r, utilisation=summary(r.utilisation)) for r in ranks]
     samples = combine_ranks([list(r.window_seconds) for r in ranks], images_per_window)
+    phases.mark(RECORDED)
     return WorkerRecord(
         spec=job.spec,
         model=info,
@@ -126,4 +129,5 @@ def build_record(
         profile_seconds=profile_seconds,
         profile_error=profile_error,
         compile_seconds=compile_seconds,
+        phase_marks=phases.marks(),
     )

@@ -13,7 +13,9 @@ import inspect
 import os
 
 from perfsuite.contract.job import Job
+from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import WorkerRecord
+from perfsuite.worker import phases
 
 _strategy = None  # a multi-node run's strategy, for the last collective in finish()
 
@@ -50,12 +52,14 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.backends.tf.train import make_optimizer, make_step
     from perfsuite.worker.profiling import after_windows
 
+    phases.mark(IMPORTED)
     devices = configure_devices(spec)  # before any op runs
     leader = job.node_rank == 0  # node 0 gates and saves, so the record belongs there
     strategy = make_strategy(spec, devices, job.join_file)
     if spec.nodes > 1:
         _strategy = strategy
     worker_index = strategy.cluster_resolver.task_id if spec.nodes > 1 else 0
+    phases.mark(DISTRIBUTED)
     precision = precision_policy(spec)
     keras.mixed_precision.set_global_policy(precision.policy)
     keras.utils.set_random_seed(spec.seed)
@@ -66,8 +70,10 @@ def run(job: Job) -> WorkerRecord | None:
         optimizer = make_optimizer()
         optimizer.build(model.trainable_variables)
         loss_scale = DynamicLossScale() if precision.loss_scaling else None
+    phases.mark(BUILT)
     data = make_feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
     step = make_step(spec, strategy, model, optimizer, data, loss_scale)
+    phases.mark(FED)
 
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
     global_batch = spec.batch_size * len(devices)
@@ -97,6 +103,7 @@ def run(job: Job) -> WorkerRecord | None:
             after_warmup=reset_peaks,
             compiles=spec.xla,
         )
+    phases.mark(STEPPED)
     if gpus:
         # Per device, as torch reports it: the fullest GPU is what limits the batch.
         peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)

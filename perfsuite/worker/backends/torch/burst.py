@@ -10,7 +10,9 @@ import datetime
 import os
 
 from perfsuite.contract.job import Job
+from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.worker import phases
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -42,6 +44,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.progress import progress_writer
     from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
 
+    phases.mark(IMPORTED)
     spec, info = job.spec, job.model
     global_rank = rank(job)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -61,14 +64,17 @@ def run(job: Job) -> WorkerRecord | None:
         torch.set_num_interop_threads(1)
     dist = _init_distributed(spec.device_kind, job.init_timeout_s)
     set_tf32(spec, device)
+    phases.mark(DISTRIBUTED)
 
     # Same initial weights on every rank; distinct batches per rank.
     torch.manual_seed(spec.seed)
     model = resolve_builder(info)(num_classes=info.num_classes).to(device)
     info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
     model.train()
+    phases.mark(BUILT)
     data = batches(spec, info.num_classes, device, seed=spec.seed + 1000 * global_rank)
     step = make_step(spec, model, data, device)
+    phases.mark(FED)
 
     def sync() -> None:
         if device.type == "cuda":
@@ -90,6 +96,7 @@ def run(job: Job) -> WorkerRecord | None:
             after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
             compiles=spec.compile,
         )
+    phases.mark(STEPPED)
     if device.type == "cuda":
         peak = int(torch.cuda.max_memory_allocated(device))
         device_name = torch.cuda.get_device_name(device)
