@@ -538,7 +538,7 @@ def _hosts(history: Fleet, evidence: list[KeyEvidence]) -> set[str]:
 # --- arguments ---------------------------------------------------------------------------------
 
 
-def _at(text: str) -> datetime.datetime:
+def parse_at(text: str) -> datetime.datetime:
     from perfsuite.history.document import utc
     from perfsuite.history.url import HistoryError
 
@@ -593,7 +593,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         help=f"tonight is each host's latest run in the HOURS before --at (default: {DEFAULT_SINCE_H:g})",
     )
     p.add_argument(
-        "--at", type=_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
+        "--at", type=parse_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
     )
     p.add_argument(
         "--nights",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet as fleet_rules
 from perfsuite.commands import Failure, UsageError
-from perfsuite.commands.fleet import _at
+from perfsuite.commands.fleet import parse_at
 from perfsuite.config import arguments
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs
@@ -102,7 +102,7 @@ def _incidents(conn: Any, history: Fleet) -> dict[str, Any]:
     from perfsuite.commands import triage as command
     from perfsuite.history import triage as reads
 
-    fleets = command._fleets(history)
+    fleets = command.fleets_of(history)
     runs: dict[int, Any] = dict(history.runs)
     found, swapped = incidents.triage(
         fleets,
@@ -113,11 +113,13 @@ def _incidents(conn: Any, history: Fleet) -> dict[str, Any]:
         alpha=fleet_rules.ALPHA,
         since=history.figures.shape[2],
     )
-    ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in command._ops_candidates(i)])
+    ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in command.ops_candidates(i)])
     verdicts = reads.bisect_verdicts(conn, history.windows[-1][0])
     return {
-        "incidents": [command._incident(n, i, history, runs, ops, verdicts, fleets) for n, i in enumerate(found, 1)],
-        "swaps": [command._swap(w, history) for w in swapped],
+        "incidents": [
+            command.incident_dict(n, i, history, runs, ops, verdicts, fleets) for n, i in enumerate(found, 1)
+        ],
+        "swaps": [command.swap_dict(w, history) for w in swapped],
         "bisect_verdicts": verdicts,
     }
 
@@ -183,7 +185,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument("folder", type=Path, metavar="DIR", help="the site's folder, replaced whole unless --since")
     p.add_argument(
-        "--at", type=_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
+        "--at", type=parse_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
     )
     p.add_argument(
         "--nights",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.analysis import fleet as fleet_rules
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import Failure, UsageError
-from perfsuite.commands.fleet import NO_FINGERPRINT, _at
+from perfsuite.commands.fleet import NO_FINGERPRINT, parse_at
 from perfsuite.common.files import atomic_write
 from perfsuite.config import arguments
 
@@ -102,7 +102,7 @@ def _triage(args: argparse.Namespace, url: str) -> dict[str, Any]:
         with engine.connect() as conn:
             failed = reads.gate_failures(conn, history.windows[0])
             runs: dict[int, RunLike] = dict(history.runs)
-            fleets = _fleets(history)
+            fleets = fleets_of(history)
             found, swapped = incidents.triage(
                 fleets,
                 runs,
@@ -112,7 +112,7 @@ def _triage(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 alpha=args.alpha,
                 since=args.nights if args.since is None else max(0, math.ceil(args.since / 24) - 1),
             )
-            ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in _ops_candidates(i)])
+            ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in ops_candidates(i)])
             verdicts = reads.bisect_verdicts(conn, history.windows[-1][0])
     finally:
         engine.dispose()
@@ -132,10 +132,10 @@ def _triage(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "runs": len(history.runs),
         },
         "incidents": [],
-        "swaps": [_swap(w, history) for w in swapped],
+        "swaps": [swap_dict(w, history) for w in swapped],
     }
     for number, incident in enumerate(found, 1):
-        report["incidents"].append(_incident(number, incident, history, runs, ops, verdicts, fleets))
+        report["incidents"].append(incident_dict(number, incident, history, runs, ops, verdicts, fleets))
     if args.bisect:
         _bisect(args, url, report)
     return report
@@ -160,7 +160,7 @@ def _fp(fingerprint: str | None) -> str:
     return NO_FINGERPRINT if fingerprint is None else fingerprint
 
 
-def _fleets(history: Fleet) -> list:
+def fleets_of(history: Fleet) -> list:
     """One incidents.Fleet per fingerprint: its keys' columns and the nodes that ran them."""
     import numpy as np
 
@@ -185,7 +185,7 @@ def _fleets(history: Fleet) -> list:
     return out
 
 
-def _ops_candidates(incident: Incident) -> list[Step]:
+def ops_candidates(incident: Incident) -> list[Step]:
     """The steps whose bursts may carry attribution, worst first: a few per incident."""
     return incident.steps[:20]
 
@@ -227,7 +227,7 @@ def _step(s: Step, runs: dict[int, RunLike]) -> dict[str, Any]:
     }
 
 
-def _incident(
+def incident_dict(
     number: int,
     incident: Incident,
     history: Fleet,
@@ -369,7 +369,7 @@ def _short_verdict(v: dict[str, Any]) -> dict[str, Any]:
 
 def _ops(incident: Incident, found: dict[tuple[int, str], dict[str, Any]]) -> dict[str, Any] | None:
     """The ops that moved most in the worst burst that carries attribution with movers."""
-    for s in _ops_candidates(incident):
+    for s in ops_candidates(incident):
         attribution = found.get((s.bad_run, s.key))
         if not attribution or not attribution.get("movers"):
             continue
@@ -432,7 +432,7 @@ def _trend(incident: Incident, history: Fleet, fleets: list) -> dict[str, Any]:
     return out
 
 
-def _swap(w: Swap, history: Fleet) -> dict[str, Any]:
+def swap_dict(w: Swap, history: Fleet) -> dict[str, Any]:
     return {**w.as_dict(), "date": _night(history, w.night)}
 
 
@@ -490,7 +490,7 @@ def add_parser(sub: Any) -> None:
         "tonight is one whenever it began (default: any in the nights read)",
     )
     p.add_argument(
-        "--at", type=_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
+        "--at", type=parse_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
     )
     p.add_argument(
         "--nights",
