@@ -156,8 +156,12 @@ def test_a_stopped_worker_hangs_the_collective_and_both_nodes_end_it_as_hung(pro
             n.kill()
     assert nodes[1].returncode == 1 and "hung: no step for " in outs[1], outs[1]
     assert ", stopped) stopped responding" in outs[1] and "rank 1 (pid " in outs[1], outs[1]
-    assert nodes[0].returncode == 1 and "hung: no step for " in outs[0], outs[0]
-    assert "rank 0 alive and waiting after step" in outs[0], outs[0]
+    # Node 0 waits in the collective: its own watch ends it as hung, or, where node 1's ended first
+    # (its stopped worker killed), the collective's end says the cause is on another node.
+    assert nodes[0].returncode == 1, outs[0]
+    assert "rank 0 alive and waiting after step" in outs[0] or (
+        "a rank of another node stopped (this is node 0" in outs[0]
+    ), outs[0]
 
 
 # --- the pieces, without bursts -------------------------------------------------------------
