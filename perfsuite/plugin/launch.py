@@ -326,10 +326,11 @@ def _failure_line(returncode: int | None, out: Path, log: Path, spec: BurstSpec,
     return line or f"burst worker exited with code {returncode} and no result"
 
 
-# A collective whose peer went away, as gloo, TensorFlow (its collectives, or its coordination
-# service's heartbeat: "the tasks have crashed") and NCCL say it.
+# A collective whose peer went away, as gloo, TensorFlow (its collectives aborted on a reset or
+# closed socket, or its coordination service's heartbeat: "the tasks have crashed") and NCCL say it.
 _PEER_GONE = re.compile(
-    r"Connection closed by peer|Connection reset by peer|remote process exited|Broken pipe|tasks have crashed",
+    r"Connection closed by peer|Connection reset by peer|Socket closed|Collective ops is aborted|"
+    r"remote process exited|Broken pipe|tasks have crashed",
     re.IGNORECASE,
 )
 
