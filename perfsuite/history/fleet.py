@@ -242,12 +242,10 @@ def _bursts(conn: sa.Connection, windows: Sequence[Span], prints: list[str | Non
         if not text:
             continue
         keys, ips, pools, lows, highs = text.split(PART_SEPARATOR)
+        keys = canonical.setdefault(keys, keys)  # the first run's copy: 30,000 runs' equal key lists are one string
         found = lists.get(keys)
         if found is None:
             found = lists[keys] = keys.split(LIST_SEPARATOR)
-        else:
-            keys = canonical[keys]  # the first run's copy: 30,000 runs' equal key lists are one string
-        canonical.setdefault(keys, keys)
         runs.append(run_id)
         counts.append(len(found))
         names.append(keys)

@@ -64,19 +64,26 @@ def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions
     if spec.nodes == 1:
         run.append("--standalone")  # c10d rendezvous on a free local port
     else:
-        timeout = int(options.init_timeout_s)
-        # Node 0 hosts the c10d store, so on one machine (127.0.0.1) the roles are not
-        # left to a race; every node derives the same run id from the spec.
-        conf = f"join_timeout={timeout},read_timeout={timeout},is_host={int(options.node_rank == 0)}"
-        run += [
-            f"--nnodes={spec.nodes}",
-            f"--node-rank={options.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={options.rdzv_endpoint}",
-            f"--rdzv-id={rendezvous_id(spec)}",
-            f"--rdzv-conf={conf}",
-        ]
+        assert options.rdzv_endpoint is not None
+        run += c10d_args(
+            spec.nodes, options.node_rank, options.rdzv_endpoint, rendezvous_id(spec), options.init_timeout_s
+        )
     return run + ["-m", WORKER, str(job), str(out)]
+
+
+def c10d_args(nodes: int, node_rank: int, endpoint: str, rdzv_id: str, timeout_s: float) -> list[str]:
+    """torchrun's arguments for a c10d rendezvous of ``nodes`` nodes at ``endpoint``. Node 0 hosts
+    the c10d store, so on one machine (127.0.0.1) the roles are not left to a race; every node
+    derives the same ``rdzv_id``."""
+    timeout = int(timeout_s)
+    return [
+        f"--nnodes={nodes}",
+        f"--node-rank={node_rank}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=join_timeout={timeout},read_timeout={timeout},is_host={int(node_rank == 0)}",
+    ]
 
 
 def tf_config(hosts: tuple[str, ...], node_rank: int) -> str:
@@ -89,6 +96,17 @@ def rendezvous_id(spec: BurstSpec) -> str:
     return "perfsuite-" + hashlib.sha1(spec.key().encode()).hexdigest()[:12]
 
 
+def child_env() -> dict[str, str]:
+    """What every process the launcher starts needs: this perfsuite importable, output unbuffered,
+    and this process's pid, to die with it (perfsuite.worker.lifeline)."""
+    root = str(Path(perfsuite.__file__).resolve().parent.parent)
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+        "PYTHONUNBUFFERED": "1",
+        PARENT_ENV: str(os.getpid()),
+    }
+
+
 def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...] = ()) -> dict[str, str]:
     """The worker's environment: the frameworks' own variables, and the launcher's pid."""
     env = dict(os.environ)
@@ -96,10 +114,7 @@ def worker_env(spec: BurstSpec, node_rank: int = 0, worker_hosts: tuple[str, ...
     env.pop("TF_CONFIG", None)
     if spec.framework == "tf" and spec.nodes > 1 and worker_hosts:
         env["TF_CONFIG"] = tf_config(worker_hosts, node_rank)
-    root = str(Path(perfsuite.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env[PARENT_ENV] = str(os.getpid())  # the worker dies with this process (perfsuite.worker.lifeline)
+    env.update(child_env())
     if spec.device_kind == "cpu":
         # Each CPU worker stands in for one device: a fixed share of cores, no GPU.
         env["OMP_NUM_THREADS"] = str(spec.threads)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import perfsuite
-from perfsuite.contract.job import PARENT_ENV
+from perfsuite.plugin import launch
 
 MEET_ID = "perfsuite-meet"
 EXTRA_S = 60.0  # beyond the rendezvous timeout: torchrun's start and its teardown
@@ -56,7 +56,6 @@ def can_meet(nnodes: int, endpoint: str | None) -> bool:
 
 def meet(plan: Plan, nnodes: int, endpoint: str) -> list[Plan] | str:
     """Every node's plan, in node rank order, or the line that says why the nodes did not meet."""
-    timeout = int(plan.timeout_s)
     with tempfile.TemporaryDirectory(prefix="perfsuite-meet-") as tmp:
         folder = Path(tmp)
         (folder / "plan.json").write_text(json.dumps(asdict(plan)))
@@ -64,28 +63,18 @@ def meet(plan: Plan, nnodes: int, endpoint: str) -> list[Plan] | str:
             sys.executable,
             "-m",
             "perfsuite.worker.torchrun",
-            f"--nnodes={nnodes}",
-            f"--node-rank={plan.node_rank}",
             "--nproc-per-node=1",
             "--max-restarts=0",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={MEET_ID}",
-            f"--rdzv-conf=join_timeout={timeout},read_timeout={timeout},is_host={int(plan.node_rank == 0)}",
+            *launch.c10d_args(nnodes, plan.node_rank, endpoint, MEET_ID, plan.timeout_s),
             "-m",
             "perfsuite.worker.meet",
             str(folder / "plan.json"),
             str(folder / "plans.json"),
         ]
-        root = str(Path(perfsuite.__file__).resolve().parent.parent)
-        env = {
-            **os.environ,
-            PARENT_ENV: str(os.getpid()),
-            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-            "CUDA_VISIBLE_DEVICES": "",
-        }
+        env = {**os.environ, **launch.child_env(), "CUDA_VISIBLE_DEVICES": ""}
         unmet = (
-            f"the {nnodes} nodes did not meet at {endpoint} within {timeout} s (this is node {plan.node_rank}): "
+            f"the {nnodes} nodes did not meet at {endpoint} within {plan.timeout_s:.0f} s "
+            f"(this is node {plan.node_rank}): "
             "a node did not start, or stopped before its first burst; see its log. No burst ran"
         )
         try:
