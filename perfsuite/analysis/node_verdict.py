@@ -196,24 +196,38 @@ def _standardise(values: Array, scale: float) -> Array:
         return np.where(np.abs(values) < EQUAL, 0.0, np.sign(values) * np.inf)
 
 
+def _standardise_columns(values: Array, scales: Array) -> Array:
+    """Each column of ``values`` standardised by its scale (as ``_standardise``); NaN where the
+    column's scale is NaN."""
+    out = np.full_like(values, np.nan)
+    with np.errstate(invalid="ignore"):
+        positive, zero = scales > 0, scales == 0
+        out[:, positive] = values[:, positive] / scales[positive]
+        flat = values[:, zero]
+        out[:, zero] = np.where(np.abs(flat) < EQUAL, 0.0, np.sign(flat) * np.inf)
+    return out
+
+
 def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int = NIGHTS) -> Evidence:
     """Steps 1 to 4 of the module's note for one fleet group; ``figures`` is [node, key, night]
     with NaN where a node has no figure; nights beyond ``nights`` only inform the noise."""
     n, keys, read = figures.shape
+    # One [node, key, night] array, worked in place and a night at a time: a fleet's figures
+    # are millions, and each whole-array step would hold another copy of them.
+    d = np.where(figures > 0, figures, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log(np.where(figures > 0, figures, np.nan))
-    d = np.full_like(logs, np.nan)
+        np.log(d, out=d)
     for k in range(read):
-        d[:, :, k] = logs[:, :, k] - peers_centre(logs[:, :, k])
-    z = np.full_like(d, np.nan)
-    for j in range(keys):
-        scale, _ = spread(d[:, j, :].ravel())
-        if not math.isnan(scale):
-            z[:, j, :] = _standardise(d[:, j, :], scale)
+        d[:, :, k] -= peers_centre(d[:, :, k])
+    scales = np.array([spread(d[:, j, :].ravel())[0] for j in range(keys)])
+    night_z = np.full((n, read), np.nan)
+    nightly = np.full((n, min(nights, read)), np.nan)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice is NaN, as meant
-        night_z = np.nanmedian(z, axis=1)  # [node, night]
-        nightly = np.nanmedian(d, axis=1)[:, : min(nights, read)]
+        for k in range(read):
+            night_z[:, k] = np.nanmedian(_standardise_columns(d[:, :, k], scales), axis=1)
+            if k < nightly.shape[1]:
+                nightly[:, k] = np.nanmedian(d[:, :, k], axis=1)
     scale, points = spread(night_z.ravel())
     window = min(nights, read)
     judged = ~np.isnan(night_z[:, :window])

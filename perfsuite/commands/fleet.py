@@ -61,6 +61,16 @@ class Group:
     def describe(self) -> str:
         return f"fingerprint {_fp(self.fingerprint)}" + "".join(f", {k}={v}" for k, v in self.labels)
 
+    def figures(self, history: Fleet, nights: int | None = None) -> Any:
+        """The group's [node, key, night] figures: a view of the fleet's where its rows and its
+        columns each run without a gap (one fingerprint's keys always do), else a copy."""
+        return history.figures[_positions(self.nodes)][:, _positions(self.keys), :nights]
+
+
+def _positions(at: list[int]) -> Any:
+    """A slice for ascending positions without a gap (indexing by it is a view), else the list."""
+    return slice(at[0], at[-1] + 1) if at and at[-1] - at[0] + 1 == len(at) else at
+
 
 def fleet_groups(history: Fleet, key_filter: Callable[[str], bool], group_by: list[str]) -> list[Group]:
     """The fleet's groups; a node is in a fingerprint's group where it has a figure of one of its
@@ -73,7 +83,7 @@ def fleet_groups(history: Fleet, key_filter: Callable[[str], bool], group_by: li
             by_fp.setdefault(fp, []).append(j)
     out: list[Group] = []
     for fp, keys in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
-        seen = np.any(~np.isnan(history.figures[:, keys, :]), axis=(1, 2))
+        seen = np.any(~np.isnan(history.figures[:, _positions(keys), :]), axis=(1, 2))
         split: dict[tuple[tuple[str, str], ...], list[int]] = {}
         for i in np.flatnonzero(seen).tolist():
             labels = history.labels(history.nodes[i])
@@ -99,7 +109,7 @@ class KeyEvidence:
 def key_evidence(history: Fleet, g: Group, tolerance: float, cutoff: float, nights: int) -> KeyEvidence:
     import numpy as np
 
-    values = history.figures[g.nodes][:, g.keys, : min(nights, history.figures.shape[2])]
+    values = g.figures(history, min(nights, history.figures.shape[2]))
     n, m, k = values.shape
     judged = fleet.judge_columns(values.transpose(0, 2, 1).reshape(n, k * m), tolerance, cutoff)  # night-major
     tonight = fleet.Columns(
@@ -189,10 +199,7 @@ def verdicts(
     from perfsuite.analysis import node_verdict
 
     evidence = [
-        node_verdict.evidence(
-            [history.nodes[i] for i in g.nodes], history.figures[g.nodes][:, g.keys, :], tolerance, nights
-        )
-        for g in found
+        node_verdict.evidence([history.nodes[i] for i in g.nodes], g.figures(history), tolerance, nights) for g in found
     ]
     return node_verdict.verdicts(evidence, tolerance, alpha)
 

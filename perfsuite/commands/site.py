@@ -141,20 +141,22 @@ def _verdicts(history: Fleet) -> list[dict[str, Any]]:
     missing, failed = command.absent(judged, groups, fleet_rules.NIGHTS, [])
     out = []
     for g, group_verdicts in zip(groups, found):
-        ev = command.key_evidence(judged, g, fleet_rules.TOLERANCE, fleet_rules.CUTOFF, fleet_rules.NIGHTS)
+        # tonight's strips only: each key-night is judged on its own, so one night gives tonight's same figures
+        ev = command.key_evidence(judged, g, fleet_rules.TOLERANCE, fleet_rules.CUTOFF, 1)
         strips = []
         for j, column in enumerate(g.keys):
-            rows = np.flatnonzero(ev.has[:, j]).tolist()
-            if math.isnan(ev.tonight.median[j]) or not rows:
+            rows = np.flatnonzero(ev.has[:, j])
+            if math.isnan(ev.tonight.median[j]) or not rows.size:
                 continue
-            strips.append(
+            nodes = np.asarray(g.nodes)[rows]
+            strips.append(  # arrays, not lists: 80,000 figures as Python floats would be megabytes
                 {
                     "key": history.keys[column][1],
                     "median": float(ev.tonight.median[j]),
-                    "nodes": [history.nodes[g.nodes[i]] for i in rows],
-                    "deviation": [round(float(ev.tonight.deviation[i, j]), 5) for i in rows],
-                    "figure": [round(float(history.figures[g.nodes[i], column, 0]), 2) for i in rows],
-                    "flagged": [bool(ev.tonight.flagged[i, j]) for i in rows],
+                    "nodes": [history.nodes[i] for i in nodes.tolist()],
+                    "deviation": ev.tonight.deviation[rows, j],
+                    "figure": history.figures[nodes, column, 0],
+                    "flagged": ev.tonight.flagged[rows, j],
                 }
             )
         shown = [v.as_dict() for v in group_verdicts if v.status != command.NOT_JUDGED or v.keys]

@@ -171,15 +171,20 @@ def fleets_of(history: Fleet) -> list:
         by_fp.setdefault(fp, []).append(j)
     out = []
     for fp, columns in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
-        figures = history.figures[:, columns, :]
-        rows = np.flatnonzero(np.any(~np.isnan(figures), axis=(1, 2)))
+        # The keys are sorted by fingerprint, so a fingerprint's columns are a slice, and where
+        # every node ran it, its figures are a view of the fleet's: no copy of millions of figures.
+        keys: Any = slice(columns[0], columns[-1] + 1) if columns[-1] - columns[0] + 1 == len(columns) else columns
+        figures = history.figures[:, keys, :]
+        rows: Any = np.flatnonzero(np.any(~np.isnan(figures), axis=(1, 2)))
+        if rows.size == figures.shape[0]:
+            rows = slice(None)
         out.append(
             Figures(
                 fp,
-                [history.nodes[i] for i in rows.tolist()],
+                history.nodes[rows] if isinstance(rows, slice) else [history.nodes[i] for i in rows.tolist()],
                 [history.keys[j][1] for j in columns],
                 figures[rows],
-                history.runs_at[rows][:, columns, :],
+                history.runs_at[rows][:, keys, :],
             )
         )
     return out

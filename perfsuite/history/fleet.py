@@ -8,11 +8,12 @@ Nights are 24-hour steps back from the end of tonight's window (``--at``, defaul
 window of ``since`` hours ending there, then the same window ending 24 h, 48 h, ... before:
 each night is read as the command would have read it run that night. (Calendar days would
 split a sweep that runs across midnight.) One read serves every night: the runs of their
-span (id, time, node, labels), then their measured bursts in the order of the runs' time,
-only the columns the fleet needs, which the index ``ix_bursts_fleet`` (schema version 2)
-holds, so SQLite answers from the index without reading a burst's stored JSON row. Each
-burst is filed under every window its run falls in, a later run's replacing an earlier
-one's: what is left is each node's latest figure per window.
+span (id, time, node, labels), then their measured bursts, the newest run first, only the
+columns the fleet needs, which the index ``ix_bursts_fleet`` (schema version 2) holds, so
+SQLite answers from the index without reading a burst's stored JSON row. The bursts stream
+into the node x key x night arrays one run at a time: a figure takes the newest of its run's
+windows that no newer run of the node has filled, so what is left is each node's latest
+figure per window, and memory holds the arrays, not the span's bursts.
 
 A small fleet gets more nights than asked for (up to ``MAX_NIGHTS_FACTOR`` times): the noise of
 each key is learnt from at least SCALE_POINTS node-nights where the history holds them; only
@@ -43,7 +44,7 @@ Span = tuple[datetime.datetime, datetime.datetime]  # (start, end]: naive UTC
 FleetKey = tuple[str | None, str]  # (fingerprint, burst key)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     id: int
     started_at: datetime.datetime  # naive UTC
@@ -69,8 +70,8 @@ class Fleet:
     keys: list[FleetKey]
     figures: np.ndarray  # [node, key, night]: img/s
     ci: np.ndarray  # [node, key, 2]: tonight's 95% interval
-    run_ids: np.ndarray  # [node, key]: tonight's run, -1 where none
-    runs_at: np.ndarray  # [node, key, night]: the run each figure is from, -1 where none
+    run_ids: np.ndarray  # [node, key]: tonight's run, -1 where none (int32 or int64)
+    runs_at: np.ndarray  # [node, key, night]: the run each figure is from, -1 where none (int32 or int64)
     runs: dict[int, Run] = field(default_factory=dict)  # every run read, by id
     failed: dict[tuple[str, str | None], int] = field(
         default_factory=dict
@@ -126,10 +127,11 @@ def read_fleet(
     with engine.connect() as conn:
         read = _nights_to_read(conn, night_windows(end, since, 1)[0], nights, prints) if more_nights else nights
         windows = night_windows(end, since, read)
-        runs = _runs(conn, windows, wanted, env)
-        rows = _bursts(conn, windows, prints)
+        filling = _Filling(windows, _runs(conn, windows, wanted, env))
+        for run_id, text in _burst_lists(conn, windows, prints):
+            filling.add(run_id, text)
         failed = _failed(conn, windows[0], prints)
-    return _file(windows, runs, rows, failed)
+    return filling.fleet(failed)
 
 
 def _span(windows: Sequence[Span]) -> Any:
@@ -182,6 +184,7 @@ def _runs(conn: sa.Connection, windows: Sequence[Span], wanted: dict[str, str], 
         columns += [r.c[c] for c in ENV_COLUMNS[:-1]]
         columns.append(r.c.info["python"].as_string())  # in the run's stored object only: read in the database
     out = {}
+    seen: dict[Any, Any] = {}  # a fleet's runs share a few label sets, environments and names: one copy each
     for row in conn.execute(sa.select(*columns).where(_span(windows), r.c.mode != BISECT_MODE)):
         run_id, started_at, date, node, host, run_labels = row[:6]
         run_labels = run_labels if isinstance(run_labels, dict) else {}
@@ -190,27 +193,36 @@ def _runs(conn: sa.Connection, windows: Sequence[Span], wanted: dict[str, str], 
         ):
             continue
         found = dict(zip(ENV_COLUMNS, row[6:])) if env else {}
-        out[run_id] = Run(run_id, started_at, date, node or host or "?", run_labels, host, found)
+        out[run_id] = Run(
+            run_id,
+            started_at,
+            _one(seen, date),
+            _one(seen, node or host or "?"),
+            _one(seen, run_labels),
+            _one(seen, host),
+            _one(seen, found),
+        )
     return out
 
 
-@dataclass
-class _Bursts:
-    """The span's measured bursts, one array entry each."""
-
-    keys: list[FleetKey]
-    run: np.ndarray  # run id
-    key: np.ndarray  # position in keys
-    ips: np.ndarray
-    ci_low: np.ndarray  # NaN where none
-    ci_high: np.ndarray
-    pooled: np.ndarray  # bursts pooled: of one run's rows of a key, the most pooled stands
+def _one(seen: dict[Any, Any], value: Any) -> Any:
+    """The copy of ``value`` met first, where an equal one was."""
+    return seen.setdefault(_frozen(value), value)
 
 
-def _bursts(conn: sa.Connection, windows: Sequence[Span], prints: list[str | None] | None) -> _Bursts:
-    """The span's measured bursts as arrays, one row per run: each run's keys, figures (and,
-    tonight, intervals) joined into strings by the database, split and parsed in C. A row per
-    burst would be millions of Python objects; this is tens of thousands."""
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return (dict, tuple((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(_frozen(v) for v in value))
+    return (type(value), value)
+
+
+def _burst_lists(conn: sa.Connection, windows: Sequence[Span], prints: list[str | None] | None) -> Any:
+    """(run id, text) of each run of the span with a measured burst, the newest run first: the
+    run's keys, figures, bursts pooled and (tonight) intervals, joined into one string by the
+    database, to be split and parsed in C. A row per burst would be millions of Python objects;
+    this is one row per run, read as it streams (a server-side cursor on PostgreSQL)."""
     r, b = schema.runs, schema.bursts
 
     def joined(value: Any, separator: str = ",") -> Any:
@@ -234,62 +246,19 @@ def _bursts(conn: sa.Connection, windows: Sequence[Span], prints: list[str | Non
     per_run = _by_fingerprint(
         sa.select(together).where(b.c.run_id == r.c.id, b.c.images_per_sec > 0), prints
     ).scalar_subquery()
-    result = conn.execute(sa.select(r.c.id, per_run).where(_span(windows)))
-    runs, counts, names, figures, pooled, low, high, measured, twice = [], [], [], [], [], [], [], [], []
-    lists: dict[str, list[str]] = {}
-    canonical: dict[str, str] = {}
-    for run_id, text in result:
-        if not text:
-            continue
-        keys, ips, pools, lows, highs = text.split(PART_SEPARATOR)
-        keys = canonical.setdefault(keys, keys)  # the first run's copy: 30,000 runs' equal key lists are one string
-        found = lists.get(keys)
-        if found is None:
-            found = lists[keys] = keys.split(LIST_SEPARATOR)
-        runs.append(run_id)
-        counts.append(len(found))
-        names.append(keys)
-        figures.append(ips)
-        if len(set(found)) < len(found):  # a key measured twice in one run: the most pooled stands
-            twice.append(len(runs) - 1)
-            pooled.append(pools)
-        if lows:
-            measured.append(len(runs) - 1)
-            low.append(lows)
-            high.append(highs)
-    if not runs:
-        return _no_bursts()
-    index: dict[FleetKey, int] = {}
-    for found in lists.values():
-        for name in found:
-            index.setdefault(_fleet_key(name), 0)
-    keys_sorted = sorted(index, key=lambda k: (k[0] or "", k[1]))
-    for j, k in enumerate(keys_sorted):
-        index[k] = j
-    positions = {text: np.array([index[_fleet_key(n)] for n in found], dtype=np.int64) for text, found in lists.items()}
-    total = sum(counts)
-    run = np.repeat(np.arange(len(runs)), counts)
-    tonight = np.isin(run, measured)
-    ci_low, ci_high = np.full(total, np.nan), np.full(total, np.nan)
-    ci_low[tonight] = _parse(",".join(low), int(tonight.sum()))
-    ci_high[tonight] = _parse(",".join(high), int(tonight.sum()))
-    pools = np.zeros(total)
-    repeated = np.isin(run, twice)
-    pools[repeated] = _parse(",".join(pooled), int(repeated.sum()))
-    return _Bursts(
-        keys_sorted,
-        np.array(runs, dtype=np.int64)[run],
-        np.concatenate([positions[text] for text in names]),
-        _parse(",".join(figures), total),
-        ci_low,
-        ci_high,
-        pools,
-    )
+    query = sa.select(r.c.id, per_run).where(_span(windows)).order_by(r.c.started_at.desc(), r.c.id.desc())
+    return conn.execution_options(yield_per=STREAM_ROWS).execute(query)
 
 
-def _no_bursts() -> _Bursts:
-    empty = np.empty(0)
-    return _Bursts([], empty.astype(np.int64), empty.astype(np.int64), empty, empty, empty, empty)
+STREAM_ROWS = 500  # runs held at once while reading
+LIST_SEPARATOR = "\n"  # between a run's keys: a key has no line break
+PART_SEPARATOR = "\t"  # between its lists
+KEY_SEPARATOR = " "  # a fingerprint id has none
+
+
+def _fleet_key(name: str) -> FleetKey:
+    fingerprint, _, key = name.partition(KEY_SEPARATOR)
+    return (fingerprint or None, key)
 
 
 def _parse(text: str, count: int) -> np.ndarray:
@@ -301,16 +270,6 @@ def _parse(text: str, count: int) -> np.ndarray:
     if values.size != count:
         raise HistoryError(f"the history's bursts could not be read: {values.size} figures for {count} bursts")
     return values
-
-
-LIST_SEPARATOR = "\n"  # between a run's keys: a key has no line break
-PART_SEPARATOR = "\t"  # between its lists
-KEY_SEPARATOR = " "  # a fingerprint id has none
-
-
-def _fleet_key(name: str) -> FleetKey:
-    fingerprint, _, key = name.partition(KEY_SEPARATOR)
-    return (fingerprint or None, key)
 
 
 def _failed(conn: sa.Connection, tonight: Span, prints: list[str | None] | None) -> list[Any]:
@@ -326,67 +285,116 @@ def _failed(conn: sa.Connection, tonight: Span, prints: list[str | None] | None)
     return list(conn.execute(query))
 
 
-def _file(windows: list[Span], runs: dict[int, Run], rows: _Bursts, failed: list[Any]) -> Fleet:
-    """Each burst under every window its run falls in, the latest run's standing; a run stands in
-    one night at most (the newest), so that a night of evidence is never counted twice."""
+def _inside(windows: list[Span], runs: dict[int, Run]) -> dict[int, list[int]]:
+    """run id -> the windows it falls in, tonight's first (a few at most; one where windows are
+    24 hours or less)."""
     end, since = windows[0][1], windows[0][1] - windows[0][0]
-    inside: dict[int, list[int]] = {}  # run id -> the windows it falls in (a few at most)
+    inside: dict[int, list[int]] = {}
     for number, run in runs.items():
         ago = (end - run.started_at) / DAY
         near = range(max(0, math.floor(ago - since / DAY)), min(len(windows) - 1, math.floor(ago)) + 1)
         found = [k for k in near if windows[k][0] < run.started_at <= windows[k][1]]
         if found:
             inside[number] = found
-    ordered = sorted(inside, key=lambda r: (runs[r].started_at, r))  # a position per run, in time order
-    nodes = sorted({runs[r].node for r in inside})
-    node_index = {name: i for i, name in enumerate(nodes)}
-    position = np.full(max([*inside, int(rows.run.max(initial=0))]) + 1, -1, dtype=np.int64)
-    position[ordered] = np.arange(len(ordered))
-    at = position[rows.run]
-    kept = np.flatnonzero(at >= 0)
-    kept = kept[np.lexsort((rows.pooled[kept], at[kept]))]  # time order; within a run, the most pooled last
-    at = at[kept]
-    used = np.unique(rows.key[kept])
-    keys = [rows.keys[j] for j in used.tolist()]
-    renumber = np.full(len(rows.keys), -1, dtype=np.int64)
-    renumber[used] = np.arange(len(used))
-    key = renumber[rows.key[kept]]
-    ips, low, high = rows.ips[kept], rows.ci_low[kept], rows.ci_high[kept]
-    n, m, read = len(nodes), len(keys), len(windows)
-    figures = np.full((n, m, read), np.nan)
-    ci = np.full((n, m, 2), np.nan)
-    run_ids = np.full((n, m), -1, dtype=np.int64)
-    runs_at = np.full((n, m, read), -1, dtype=np.int64)
-    if kept.size:
-        run_node = np.array([node_index[runs[r].node] for r in ordered], dtype=np.int64)
-        run_id = np.array(ordered, dtype=np.int64)
-        cell = run_node[at] * m + key
-        in_window = np.zeros((len(ordered), read), dtype=bool)
-        for p, r in enumerate(ordered):
-            in_window[p, inside[r]] = True
-        # A run's figure of a key that stood in a newer night stands in no older one: one flag per
-        # (cell, run), which the rows of one run's key share.
-        _, code = np.unique(cell * len(ordered) + at, return_inverse=True)
-        stood = np.zeros(int(code.max()) + 1, dtype=bool)
-        for k in range(read):
-            rows_in = np.flatnonzero(in_window[at, k])
-            rows_in = rows_in[~stood[code[rows_in]]]
-            latest = _last_of_each(cell[rows_in])  # in time order: of several in a cell, the last stands
-            chosen = rows_in[latest]
-            figures.reshape(n * m, read)[cell[chosen], k] = ips[chosen]
-            runs_at.reshape(n * m, read)[cell[chosen], k] = run_id[at[chosen]]
-            stood[code[chosen]] = True
+    return inside
+
+
+class _Filling:
+    """The node x key x night arrays, filled one run at a time, the newest run first: a run's
+    figure of a key takes the newest night among its windows that no newer run of the node has
+    taken, so each figure is the latest of its night and a run stands in one night at most.
+    Only the arrays and one run's lists are held, never the span's bursts."""
+
+    def __init__(self, windows: list[Span], runs: dict[int, Run]) -> None:
+        self.windows, self.runs = windows, runs
+        self.inside = _inside(windows, runs)
+        self.nodes = sorted({runs[r].node for r in self.inside})
+        self.node_index = {name: i for i, name in enumerate(self.nodes)}
+        self.columns: dict[FleetKey, int] = {}  # in the order met; sorted at the end
+        self.lists: dict[str, tuple[np.ndarray, bool]] = {}  # a run's key list -> columns, a key twice
+        # run ids fit 32 bits in any history short of two billion runs: half the memory of a fleet's
+        self.ids: type = np.int32 if max(self.inside, default=0) < 2**31 else np.int64
+        n, read = len(self.nodes), len(self.windows)
+        self.figures: np.ndarray = np.full((n, 0, read), np.nan)
+        self.runs_at: np.ndarray = np.full((n, 0, read), -1, dtype=self.ids)
+        self.ci: np.ndarray = np.full((n, 0, 2), np.nan)
+        self.run_ids: np.ndarray = np.full((n, 0), -1, dtype=self.ids)
+
+    def _widen(self, width: int) -> None:
+        """Room for ``width`` keys, the figures so far kept."""
+
+        def wider(old: np.ndarray, fill: float) -> np.ndarray:
+            new = np.full((old.shape[0], width, *old.shape[2:]), fill, dtype=old.dtype)
+            new[:, : old.shape[1]] = old
+            return new
+
+        self.figures, self.runs_at = wider(self.figures, np.nan), wider(self.runs_at, -1)
+        self.ci, self.run_ids = wider(self.ci, np.nan), wider(self.run_ids, -1)
+
+    def _key_list(self, text: str) -> tuple[np.ndarray, bool]:
+        found = self.lists.get(text)
+        if found is None:
+            names = text.split(LIST_SEPARATOR)
+            for name in names:
+                self.columns.setdefault(_fleet_key(name), len(self.columns))
+            if len(self.columns) > self.figures.shape[1]:  # a quarter spare: keys met later are few
+                self._widen(len(self.columns) + len(self.columns) // 4 * (len(self.lists) > 0))
+            columns = np.array([self.columns[_fleet_key(n)] for n in names], dtype=np.int64)
+            found = self.lists[text] = (columns, len(set(names)) < len(names))
+        return found
+
+    def add(self, run_id: int, text: str) -> None:
+        windows = self.inside.get(run_id)
+        if windows is None or not text:
+            return
+        keys, ips, pools, lows, highs = text.split(PART_SEPARATOR)
+        columns, twice = self._key_list(keys)
+        count = columns.size
+        rows = np.arange(count)
+        if twice:  # a key measured twice in one run: the most pooled stands (of equals, the later)
+            by_pool = np.argsort(_parse(pools, count), kind="stable")
+            rows = by_pool[_last_of_each(columns[by_pool])]
+        columns, figures = columns[rows], _parse(ips, count)[rows]
+        node = self.node_index[self.runs[run_id].node]
+        for k in windows:
+            free = self.runs_at[node, columns, k] < 0
+            taken = columns[free]
+            self.figures[node, taken, k] = figures[free]
+            self.runs_at[node, taken, k] = run_id
             if k == 0:
-                run_ids.reshape(-1)[cell[chosen]] = run_id[at[chosen]]
-                ci.reshape(-1, 2)[cell[chosen]] = np.stack([low[chosen], high[chosen]], axis=1)
-    node_runs = {runs[r].node: runs[r] for r in ordered}
-    failures: dict[tuple[str, str | None], int] = {}
-    for number, fingerprint, count in failed:
-        if 0 in inside.get(number, ()):
-            where = (runs[number].node, fingerprint)
-            failures[where] = failures.get(where, 0) + count
-    kept_runs = {r: runs[r] for r in inside}
-    return Fleet(windows, nodes, keys, figures, ci, run_ids, runs_at, kept_runs, failures, node_runs)
+                self.run_ids[node, taken] = run_id
+                self.ci[node, taken, 0] = _parse(lows, count)[rows][free]
+                self.ci[node, taken, 1] = _parse(highs, count)[rows][free]
+            columns, figures = columns[~free], figures[~free]
+            if not columns.size:
+                break
+
+    def fleet(self, failed: list[Any]) -> Fleet:
+        """The arrays, keys in sorted order, with each node's latest run and tonight's failures."""
+        order = sorted(self.columns, key=lambda k: (k[0] or "", k[1]))
+        take: Any = np.array([self.columns[k] for k in order], dtype=np.int64)
+        if np.array_equal(take, np.arange(self.figures.shape[1])):
+            take = slice(None)  # met in order, no spare: the arrays as they are, not a copy
+        ordered = sorted(self.inside, key=lambda r: (self.runs[r].started_at, r))
+        node_runs = {self.runs[r].node: self.runs[r] for r in ordered}
+        failures: dict[tuple[str, str | None], int] = {}
+        for number, fingerprint, count in failed:
+            if 0 in self.inside.get(number, ()):
+                where = (self.runs[number].node, fingerprint)
+                failures[where] = failures.get(where, 0) + count
+        kept_runs = {r: self.runs[r] for r in self.inside}
+        return Fleet(
+            self.windows,
+            self.nodes,
+            order,
+            self.figures[:, take],
+            self.ci[:, take],
+            self.run_ids[:, take],
+            self.runs_at[:, take],
+            kept_runs,
+            failures,
+            node_runs,
+        )
 
 
 def _last_of_each(cells: np.ndarray) -> np.ndarray:
@@ -409,9 +417,8 @@ def read_for_gate(
         engine = db.open_history(url, write=False)
         return read_fleet(engine, end, datetime.timedelta(hours=hours), nights, fingerprints=[fingerprint]), None
     except db.NoHistory:
-        return _file(
-            night_windows(end, datetime.timedelta(hours=hours), nights), {}, _no_bursts(), []
-        ), None  # a first night
+        first = night_windows(end, datetime.timedelta(hours=hours), nights)
+        return _Filling(first, {}).fleet([]), None  # a first night: no history yet
     except db.UNAVAILABLE as exc:
         return None, f"warning: no fleet check: perf history unusable ({db.describe_error(url, exc)})"
     finally:

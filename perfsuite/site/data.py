@@ -24,7 +24,7 @@ import numpy as np
 
 from perfsuite.analysis import fleet as fleet_rules
 from perfsuite.analysis.node_verdict import SCALE_POINTS
-from perfsuite.history.fleet import DAY, MAX_NIGHTS_FACTOR, Fleet, read_fleet
+from perfsuite.history.fleet import DAY, MAX_NIGHTS_FACTOR, Fleet, Run, read_fleet
 
 NO_FINGERPRINT = "-"
 # The toolchain fields whose change is marked on a key's time axis, then the project's commit.
@@ -81,7 +81,7 @@ class FleetData:
     verdicts: list[dict[str, Any]]  # each judged node's, worst first
     did_not_report: list[dict[str, Any]]
     failed: list[dict[str, Any]]
-    strips: list[dict[str, Any]]  # per key: slug, nodes, deviations, flagged (tonight)
+    strips: list[dict[str, Any]]  # per key: key, median, nodes, and arrays of deviation, figure, flagged (tonight)
     env_changes: list[dict[str, Any]]  # night, date, text: the fleet's most common value changed
 
     @property
@@ -95,7 +95,7 @@ class SiteData:
     at: datetime.datetime
     nights: list[str]  # each night's date, oldest first
     tolerance: float
-    runs: dict[int, dict[str, Any]]  # run id -> date, commit, node, host
+    runs: dict[int, Run]  # every run read, by id
     keys: list[KeyData]
     fleets: list[FleetData]
     incidents: list[dict[str, Any]]  # as ``triage --json`` gives them
@@ -158,11 +158,7 @@ def read(
         )
         for j in range(len(history.keys))
     ]
-    runs = {
-        r.id: {"date": r.date, "node": r.node, "host": r.host, "commit": r.env.get("git_commit")}
-        for r in history.runs.values()
-    }
-    data = SiteData(shown(url), end, dates, tolerance, runs, keys, fleets, report["incidents"], report["swaps"])
+    data = SiteData(shown(url), end, dates, tolerance, history.runs, keys, fleets, report["incidents"], report["swaps"])
     if since is not None:
         data.changed = _changed(history, end - datetime.timedelta(hours=since))
     return data
@@ -253,7 +249,8 @@ def _key(
 ) -> KeyData:
     fingerprint, key = history.keys[j]
     rows = np.flatnonzero(np.any(~np.isnan(figures), axis=1))
-    values = figures[rows]
+    everyone = rows.size == figures.shape[0]  # a view of the fleet's arrays then, not a copy per key
+    values = figures if everyone else figures[rows]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         medians = np.nanmedian(values, axis=0) if rows.size else np.full(figures.shape[1], np.nan)
@@ -280,7 +277,7 @@ def _key(
         slug(fingerprint, key),
         nodes,
         values,
-        run_ids[rows],
+        run_ids if everyone else run_ids[rows],
         median,
         baseline,
         reference,

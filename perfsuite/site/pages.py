@@ -261,7 +261,7 @@ def _runs_table(site: SiteData, k: KeyData) -> list[str]:
         )
         for i in order:
             run_id = int(k.run_ids[i, night])
-            run = site.runs.get(run_id, {})
+            run = site.runs.get(run_id)
             value = float(k.figures[i, night])
             middle = medians[night]
             against = value / middle - 1 if middle else None
@@ -269,8 +269,8 @@ def _runs_table(site: SiteData, k: KeyData) -> list[str]:
             rows.append(
                 f"<tr{' class=regression' if slow else ''}><td>{escape(site.nights[night])}</td>"
                 f"<td>{escape(k.nodes[i])}</td><td class=n>{run_id}</td>"
-                f"<td>{escape(str(run.get('date', ''))[:16])}</td>"
-                f"<td><code>{escape(str(run.get('commit') or '-')[:10])}</code></td>"
+                f"<td>{escape(run.date[:16] if run else '')}</td>"
+                f"<td><code>{escape(str((run.env.get('git_commit') if run else None) or '-')[:10])}</code></td>"
                 f"<td class=n>{fixed(value)}</td><td class=n>{_pct(against)}</td></tr>"
             )
             if len(rows) >= RUNS_SHOWN:

@@ -12,6 +12,7 @@ import math
 from html import escape
 from typing import Any
 
+from perfsuite.history.fleet import Run
 from perfsuite.site.data import FleetData, KeyData
 
 EACH_NODE_UP_TO = 40  # nodes drawn each as a line of its own, hover and legend included
@@ -39,7 +40,7 @@ def _base_layout(title: str) -> dict[str, Any]:
     }
 
 
-def key_figure(k: KeyData, dates: list[str], runs: dict[int, dict[str, Any]], env: list[dict[str, Any]],
+def key_figure(k: KeyData, dates: list[str], runs: dict[int, Run], env: list[dict[str, Any]],
                tolerance: float) -> dict[str, Any]:  # fmt: skip
     """The key's trend: each node a line, the fleet's median, the baseline and its tolerance
     band, the change points of the median and the environment's changes on the time axis."""
@@ -156,11 +157,11 @@ def _vnote(x: str, text: str, colour: str, y: float) -> dict[str, Any]:
             "xanchor": "left", "font": {"size": 10, "color": colour}, "bgcolor": "rgba(255,255,255,0.8)"}  # fmt: skip
 
 
-def _run_text(run_id: int, run: dict[str, Any] | None) -> str:
+def _run_text(run_id: int, run: Run | None) -> str:
     if run is None:
         return ""
-    commit = (run.get("commit") or "-")[:10]
-    return escape(f"run {run_id}, {str(run.get('date', ''))[:16]}, commit {commit}")
+    commit = str(run.env.get("git_commit") or "-")[:10]
+    return escape(f"run {run_id}, {run.date[:16]}, commit {commit}")
 
 
 def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
@@ -170,14 +171,14 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
     flagged as points: a browser draws 80,000 points slowly, and the box says the same."""
     import numpy as np
 
-    strips = sorted(f.strips, key=lambda s: (not any(s["flagged"]), min(s["deviation"]), s["key"]))
+    strips = sorted(f.strips, key=lambda s: (not np.any(s["flagged"]), float(np.min(s["deviation"])), s["key"]))
     summarised = sum(len(s["nodes"]) for s in strips) > EACH_POINT_UP_TO
     xs: dict[bool, list[float]] = {True: [], False: []}
     ys: dict[bool, list[int]] = {True: [], False: []}
     text: dict[bool, list[str]] = {True: [], False: []}
     boxes: dict[str, list[float]] = {"q1": [], "median": [], "q3": [], "lowerfence": [], "upperfence": []}
     for row, s in enumerate(strips):
-        deviation = np.array(s["deviation"]) * 100
+        deviation = np.asarray(s["deviation"], dtype=float) * 100
         low = high = 0.0
         if summarised:
             q1, median, q3 = np.percentile(deviation, [25, 50, 75]).tolist()
@@ -185,7 +186,8 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
             inside = deviation[(deviation >= low) & (deviation <= high)]
             for name, value in zip(boxes, (q1, median, q3, float(inside.min()), float(inside.max()))):
                 boxes[name].append(round(value, 3))
-        for node, d, ips, flag in zip(s["nodes"], deviation.tolist(), s["figure"], s["flagged"]):
+        for node, d, ips, flag in zip(s["nodes"], deviation.tolist(), np.asarray(s["figure"]).tolist(),
+                                      np.asarray(s["flagged"], dtype=bool).tolist()):  # fmt: skip
             if summarised and not flag and low <= d <= high:
                 continue
             xs[flag].append(round(d, 3))
