@@ -21,7 +21,7 @@ import pytest
 from bisect_repos import BURST, KEY, SELECTION, build, command, dirty, environment, leftovers, snapshot
 from suite_files import sigint_at_default
 
-from perfsuite.bisect import bisection, decide, search, selection
+from perfsuite.bisect import MAX_REPEATS, bisection, decide, search, selection
 from perfsuite.bisect.cache import Cache
 from perfsuite.commands import bisect
 from perfsuite.commands.main import parser
@@ -115,17 +115,33 @@ def test_scattered_pairs_need_more_rounds_and_one_stray_round_is_not_a_verdict()
     assert decide.judge([one] * ends.rounds_needed() + [stray], ends).verdict != decide.BAD
 
 
-def test_the_gates_alpha_is_shared_among_the_midpoints_so_two_strays_are_no_verdict_over_32_commits():
-    assert decide.commit_alpha(32) == pytest.approx(0.01 / 5) and decide.commit_alpha(1) == 0.01
-    ratios = (1.0, 1.06, 0.95, 1.03, 0.97)  # a round strays past half the step with a chance of about 0.1
-    one = _ends(100.0, 80.0, ratios)  # a search over one commit: the gate's alpha
-    many = decide.Ends(one.pairs, decide.commit_alpha(32))
-    assert 0.002 < one.stray_chance() ** 2 < 0.01
+def test_the_bisects_alpha_is_shared_among_the_midpoints_so_two_strays_are_no_verdict_over_32_commits():
+    assert decide.commit_alpha(32) == pytest.approx(decide.BISECT_ALPHA / 5)
+    assert decide.commit_alpha(1) == decide.BISECT_ALPHA == 0.001
+    assert decide.windows_alpha(32) == pytest.approx(decide.ALPHA / 5)  # the windows' check keeps the gate's
+    ratios = (1.0, 1.032, 0.9728, 1.016, 0.984)  # a round strays past half the step with a chance of about 0.02
+    one = decide.Ends(_ends(100.0, 80.0, ratios).pairs, *decide.alphas(1))  # a search over one commit
+    many = decide.Ends(one.pairs, *decide.alphas(32))
+    assert decide.BISECT_ALPHA / 5 < one.stray_chance() ** 2 < decide.BISECT_ALPHA
     good = _round(100.0, decide.BAD, 80.0)
     assert decide.judge([good] * 2, one).verdict == decide.GOOD
     assert decide.judge([good] * 2, many).verdict == decide.UNDECIDED
     assert many.rounds_needed() > one.rounds_needed()
     assert decide.judge([good] * many.rounds_needed(), many).verdict == decide.GOOD
+
+
+def test_the_stray_chance_takes_the_step_at_its_lower_bound():
+    """Pairs that measured the step larger than it is put the half-way mark too far from GOOD: a
+    GOOD-like commit measured beside BAD lies nearer the mark than its position says. The
+    chance of a stray round is that of the mark at the step's lower bound, so it grows with the
+    pairs' doubt about the step, not only with their scatter."""
+    tight = _ends(100.0, 95.0, (1.0, 1.002, 0.998))
+    loose = _ends(100.0, 95.0, (1.0, 1.01, 0.99))
+    half = abs(tight.span) / 2
+    assert tight.stray_chance() > decide._normal_cdf(-half / tight.scatter())
+    assert loose.stray_chance() > decide._normal_cdf(-half / loose.scatter())
+    wide = _ends(100.0, 95.0, (1.0, 1.06, 0.94))  # the step's lower bound below half of it: no margin at all
+    assert wide.stray_chance() == 0.5
 
 
 def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
@@ -152,7 +168,7 @@ def _ends_measured(ratios, tmp_path, min_change=0.05, pairs=3, max_repeats=8):
     run.opts = SimpleNamespace(pairs=pairs, max_repeats=max_repeats, min_change=min_change)
     run.ctx = SimpleNamespace(key=KEY, fingerprint="fp")
     run.cache = Cache(tmp_path, read=True)
-    run.good, run.bad, run.say, run.alpha = "a" * 40, "b" * 40, (lambda line: None), decide.ALPHA
+    run.good, run.bad, run.say, run.alphas = "a" * 40, "b" * 40, (lambda line: None), (decide.ALPHA, decide.ALPHA)
     speeds = iter([1.0, 0.99, 1.01, 0.995, 1.005] * 10)
     levels = iter(level for r in ratios for v in [next(speeds)] for level in (100.0 * v, 100.0 * v * r))
     run.end_burst = lambda end: _burst(next(levels))
@@ -250,7 +266,7 @@ def test_a_state_saved_when_pairs_was_bursts_resumes_with_as_many_pairs(tmp_path
         "python": sys.executable,
         "min_change": None,
         "bursts": 5,
-        "max_repeats": 8,
+        "max_repeats": MAX_REPEATS,
         "perf_history": None,
         "no_cache": False,
     }
@@ -452,7 +468,7 @@ def test_the_step_comes_with_its_interval_and_every_commit_with_its_figures(resu
 
 def _ends_of(outcome):
     ends = {t["role"]: t["burst_samples"] for t in outcome["tested"] if t["role"] in ("GOOD", "BAD")}
-    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])), outcome["alpha"])
+    return decide.Ends.of(list(zip(ends["GOOD"], ends["BAD"])), outcome["alpha"], outcome["windows_alpha"])
 
 
 def _rounds_of(tested):

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfsuite.analysis import stats
-from perfsuite.bisect import decide, procedure, ranks, search, simulated
+from perfsuite.bisect import MAX_REPEATS, PAIRS, decide, procedure, ranks, search, simulated
 from perfsuite.bisect.simulated import NoiseModel
 
 QUIET = NoiseModel(window=0.01, burst=0.005, drift=0.01)
-DEFAULTS = procedure.Settings(min_change=0.05, pairs=3, max_repeats=8)
+DEFAULTS = procedure.Settings(min_change=0.05, pairs=PAIRS, max_repeats=MAX_REPEATS)
 DERANDOMIZED = settings(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -124,7 +124,7 @@ def test_a_change_hidden_in_noise_costs_bursts_never_a_wrong_answer():
     statuses = {r.status for _, r in found}
     assert statuses <= {"found", "unresolved", "no change"} and "found" in statuses
     wrong = sum(bool(_wrong_verdicts(c, r)) for c, r in found)
-    assert wrong <= _binomial_bound(len(found), decide.ALPHA)
+    assert wrong <= _binomial_bound(len(found), decide.BISECT_ALPHA)
     for culprit, r in found:
         if r.status == "unresolved":
             assert r.found is not None and r.found.lo < culprit <= r.found.hi or _wrong_verdicts(culprit, r)
@@ -156,7 +156,7 @@ def test_a_busy_neighbour_costs_answers_not_wrong_ones():
     but a commit is named wrongly at most as often as alpha allows."""
     busy = NoiseModel(window=0.01, burst=0.005, drift=0.01, outlier_rate=0.1, outlier=-0.15, hit_rate=0.05)
     found = _bisects(busy, -0.10, 32, 300, seed=10)
-    assert sum(bool(_wrong_verdicts(c, r)) for c, r in found) <= _binomial_bound(300, decide.ALPHA)
+    assert sum(bool(_wrong_verdicts(c, r)) for c, r in found) <= _binomial_bound(300, decide.BISECT_ALPHA)
     assert sum(r.first_bad == c for c, r in found) >= 200
 
 

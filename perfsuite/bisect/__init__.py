@@ -15,4 +15,7 @@ in the commit's worktree.
 
 # The search's defaults, here where the command line reads them without importing the search.
 PAIRS = 3  # pairs of GOOD and BAD before anything is judged (their scatter is read off them)
-MAX_REPEATS = 8  # rounds a commit gets at most (the ends get twice as many pairs at most)
+# Rounds a commit gets at most (the ends get twice as many pairs at most). A 5% step on a quiet
+# machine takes a commit 4 to 8 rounds at the rounds' alpha (benchmarks/BISECT.md); 8 left one
+# bisect in three undecided.
+MAX_REPEATS = 16

@@ -155,7 +155,7 @@ class Run:
         else:  # git bisect chooses among every commit between the ends
             self.commits = [self.good, self.bad]
             n = repo.count_between(self.repo, self.good, self.bad)
-        self.alpha = decide.commit_alpha(n)
+        self.alphas = decide.alphas(n)
         self.cache = Cache(opts.cache_root, read=opts.use_cache, since=since)
         self.started = time.monotonic()
 
@@ -231,7 +231,7 @@ class Run:
             )
 
         settings = procedure.Settings(self.opts.min_change, self.opts.pairs, self.opts.max_repeats)
-        return procedure.gather_ends(pairs, another, settings, self.alpha, self.say)
+        return procedure.gather_ends(pairs, another, settings, self.alphas, self.say)
 
     def end_tested(self, ends: decide.Ends, order: int) -> Tested:
         role = "GOOD" if order == 0 else "BAD"
@@ -373,7 +373,7 @@ def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str]
         written = False
         if found is not None and _ends_match(found, run, opts):
             run.ctx.key, run.ctx.fingerprint, run.ctx.confirmed = found["key"], found["fingerprint"], True
-            ends = decide.Ends.of([(g, b) for g, b in found["pairs"]], run.alpha)
+            ends = decide.Ends.of([(g, b) for g, b in found["pairs"]], *run.alphas)
             change = decide.ends_change(ends, opts.min_change)
         else:
             ends, change = run.ends()

@@ -29,9 +29,16 @@ interval, is the noise a verdict has to beat.
 * **Like BAD**: the mirror image. Anything else is undecided: another round, up to
   ``--max-repeats``, then the commit is skipped. Noise costs bursts; it does not turn into
   a verdict.
-* **A commit's alpha** is the gate's alpha shared among the midpoints a search measures
-  (0.002 each over 32 commits): any one wrong verdict names a wrong commit, and at 0.01
-  each, a bisect of a 10% step on a 2-vCPU machine named a wrong commit in 1 of 14.
+* **A commit's alpha** is BISECT_ALPHA (0.001) shared among the midpoints a search measures
+  (0.0002 each over 32 commits): any one wrong verdict names a wrong commit. At 0.01 each, a
+  bisect of a 10% step on a 2-vCPU machine named a wrong commit in 1 of 14; at the gate's
+  0.01 a bisect, simulated bisects of a 5% step named one in 250 to 400
+  (benchmarks/BISECT.md). The windows' rank test, a check that the rounds' figures are not
+  one stray window's, keeps the gate's alpha shared the same way.
+* **The half-way mark** is where the rounds' positions are counted from, and the step it is
+  half of is measured by a few pairs: a step measured larger than it is moves a commit
+  measured beside the far end towards the mark. The stray chance is therefore taken at the
+  step's lower bound (STEP_CONFIDENCE), as if the mark were that much nearer.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ from perfsuite.analysis import stats
 from perfsuite.bisect import ranks, search
 
 ALPHA = stats.ALPHA
+# The chance a bisect names a wrong commit through its rounds. A wrong commit sends people to
+# read the wrong change; a few more rounds a commit cost minutes.
+BISECT_ALPHA = 0.001
+STEP_CONFIDENCE = 0.90  # the lower bound taken of the step, for the stray chance
 GOOD = "good"
 BAD = "bad"
 UNDECIDED = "undecided"
@@ -71,6 +82,13 @@ def _chi2_low(df: int) -> float:
     return float(chi2.ppf(1 - SCATTER_CONFIDENCE, df))
 
 
+@cache
+def _t_quantile(q: float, df: int) -> float:
+    from scipy.stats import t as student
+
+    return float(student.ppf(q, df))
+
+
 def _normal_cdf(z: float) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2))
 
@@ -90,10 +108,20 @@ def log_ratio(a: Samples, b: Samples) -> float:
 
 
 def commit_alpha(commits: int) -> float:
-    """The chance each midpoint's verdict may be wrong: the gate's alpha shared among the midpoints
+    """The chance each midpoint's verdict may be wrong: BISECT_ALPHA shared among the midpoints
     a search over ``commits`` commits after GOOD measures (any one wrong verdict names a wrong
-    commit, so the whole bisect's chance of a wrong answer stays at most alpha)."""
+    commit, so the whole bisect's chance of a wrong answer stays at most BISECT_ALPHA)."""
+    return BISECT_ALPHA / max(1, search.expected_midpoints(commits))
+
+
+def windows_alpha(commits: int) -> float:
+    """The alpha of each midpoint's rank test of its windows: the gate's, shared alike."""
     return ALPHA / max(1, search.expected_midpoints(commits))
+
+
+def alphas(commits: int) -> tuple[float, float]:
+    """(rounds, windows) alpha of each midpoint's verdict: ``Ends.of(pairs, *alphas(n))``."""
+    return commit_alpha(commits), windows_alpha(commits)
 
 
 @dataclass(frozen=True)
@@ -102,11 +130,13 @@ class Ends:
     and ``alpha``, the chance a commit judged against them may be called wrongly."""
 
     pairs: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
-    alpha: float = ALPHA
+    alpha: float = ALPHA  # of a commit's rounds
+    windows_alpha: float = ALPHA  # of its windows' rank test
 
     @staticmethod
-    def of(pairs: Sequence[tuple[Samples, Samples]], alpha: float = ALPHA) -> Ends:
-        return Ends(tuple((tuple(map(float, g)), tuple(map(float, b))) for g, b in pairs), alpha)
+    def of(pairs: Sequence[tuple[Samples, Samples]], alpha: float = ALPHA, windows_alpha: float | None = None) -> Ends:
+        pairs_ = tuple((tuple(map(float, g)), tuple(map(float, b))) for g, b in pairs)
+        return Ends(pairs_, alpha, alpha if windows_alpha is None else windows_alpha)
 
     @property
     def good(self) -> list[list[float]]:
@@ -127,20 +157,43 @@ class Ends:
         r = self.ratios
         return sum(r) / len(r)
 
-    def scatter(self) -> float:
-        """Upper bound of the standard deviation of one pair's log ratio; infinite with one pair."""
+    def _spread(self, groups: Sequence[Sequence[float]] = ()) -> tuple[float, int]:
+        """(standard deviation, degrees of freedom) of one pair's log ratio: from the pairs, and
+        from ``groups`` of other log ratios that share a mean each (a commit's rounds beside one end)."""
         r = self.ratios
-        if len(r) < 2:
-            return math.inf
         mean = sum(r) / len(r)
-        df = len(r) - 1
-        sd = math.sqrt(sum((v - mean) ** 2 for v in r) / df)
-        return max(sd * math.sqrt(df / _chi2_low(df)), MIN_SCATTER)
+        squares, df = sum((v - mean) ** 2 for v in r), len(r) - 1
+        for g in groups:
+            if len(g) > 1:
+                m = sum(g) / len(g)
+                squares, df = squares + sum((v - m) ** 2 for v in g), df + len(g) - 1
+        return math.sqrt(squares / df), df
 
-    def stray_chance(self) -> float:
-        """The chance that one round of a commit like one end places it past the half-way mark."""
-        s = self.scatter()
-        return 0.5 if math.isinf(s) else _normal_cdf(-abs(self.span) / 2 / s)
+    def scatter(self, groups: Sequence[Sequence[float]] = ()) -> float:
+        """Upper bound of the standard deviation of one pair's log ratio; infinite with one pair.
+        With ``groups``, the larger of the pairs' bound and the bound of both pooled: rounds that
+        scatter widely raise it, rounds that agree by chance never lower it."""
+        if len(self.ratios) < 2:
+            return math.inf
+        bounds = []
+        for pooled_in in ((), groups) if groups else ((),):
+            sd, df = self._spread(pooled_in)
+            bounds.append(sd * math.sqrt(df / _chi2_low(df)))
+        return max(*bounds, MIN_SCATTER)
+
+    def stray_chance(self, groups: Sequence[Sequence[float]] = ()) -> float:
+        """The chance that one round of a commit like one end places it past the half-way mark,
+        the step taken at its lower bound: the mark as near as the pairs allow. ``groups``: a
+        commit's rounds' log ratios beside each end, whose scatter is the pairs' too (three pairs
+        can agree by chance, and a commit's rounds then show what they hid)."""
+        s = self.scatter(groups)
+        if math.isinf(s):
+            return 0.5
+        sd, df = max(self._spread(), self._spread(groups))
+        step, k = abs(self.span), len(self.pairs)
+        low = step - _t_quantile(STEP_CONFIDENCE, df) * max(sd, MIN_SCATTER) / math.sqrt(k)
+        margin = low - step / 2
+        return 0.5 if margin <= 0 else _normal_cdf(-margin / s)
 
     def rounds_needed(self) -> int:
         """How many rounds, all on one side, let a commit be called."""
@@ -294,17 +347,17 @@ def judge(rounds: Sequence[Round], ends: Ends) -> Call:
     slower = span < 0
     xs = [r.position(span) for r in rounds]
     x = stats.median(xs)
-    q = ends.stray_chance()
+    q = ends.stray_chance([[log_ratio(r.burst, r.reference) for r in rounds if r.end == e] for e in (GOOD, BAD)])
     n, near_good = len(xs), sum(1 for v in xs if v < 0.5)
     tail_good = _at_least(near_good, n, q) if near_good else 1.0
     tail_bad = _at_least(n - near_good, n, q) if near_good < n else 1.0
     p_vs_bad = _windows_p(rounds, BAD, slower, towards_good=True)
     p_vs_good = _windows_p(rounds, GOOD, slower, towards_good=False)
     where = f"at {x:.2f} of the way from GOOD to BAD, {near_good} of {n} round{'s' if n != 1 else ''} in GOOD's half"
-    a = ends.alpha
-    if x < OUTER and tail_good <= a and p_vs_bad <= a:
+    a, w = ends.alpha, ends.windows_alpha
+    if x < OUTER and tail_good <= a and p_vs_bad <= w:
         return Call(GOOD, x, tail_good, p_vs_bad, f"{where} (p={tail_good:.2g}; windows p={p_vs_bad:.2g} against BAD)")
-    if x > 1 - OUTER and tail_bad <= a and p_vs_good <= a:
+    if x > 1 - OUTER and tail_bad <= a and p_vs_good <= w:
         return Call(BAD, x, tail_bad, p_vs_good, f"{where} (p={tail_bad:.2g}; windows p={p_vs_good:.2g} against GOOD)")
     need = ends.rounds_needed()
     more = f"; the pairs' scatter asks for {need} rounds on one side" if need > 1 else ""

@@ -52,7 +52,7 @@ def gather_ends(
     pairs: Sequence[tuple[Burst, Burst]],
     another: Callable[[], None],
     settings: Settings,
-    alpha: float,
+    alphas: tuple[float, float],
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[decide.Ends, decide.Change]:
     """``another()`` adds one (GOOD, BAD) pair to ``pairs``: ``--pairs`` of them, then more
@@ -61,7 +61,7 @@ def gather_ends(
     while len(pairs) < settings.pairs:
         another()
     while True:
-        ends = decide.Ends.of(pairs, alpha)
+        ends = decide.Ends.of(pairs, *alphas)
         change = decide.ends_change(ends, settings.min_change)
         if len(pairs) >= most_pairs(settings):
             return ends, change
@@ -130,7 +130,7 @@ class Result:
 def bisect(n: int, bench: Measures, settings: Settings) -> Result:
     """The whole search over commits 0 (GOOD) to n (BAD), everything measured on ``bench``
     (``bisection.bisect`` is the same with the cache, the worktrees and the messages)."""
-    alpha = decide.commit_alpha(n)
+    alphas = decide.alphas(n)
     counted = [0]
 
     def measured(i: int) -> Burst | None:
@@ -145,7 +145,7 @@ def bisect(n: int, bench: Measures, settings: Settings) -> Result:
         return samples
 
     pairs: list[tuple[Burst, Burst]] = []
-    ends, change = gather_ends(pairs, lambda: pairs.append((end(decide.GOOD), end(decide.BAD))), settings, alpha)
+    ends, change = gather_ends(pairs, lambda: pairs.append((end(decide.GOOD), end(decide.BAD))), settings, alphas)
     if not change.reproducible:
         return Result("no change", ends, change, None, {}, {}, counted[0])
     verdicts: dict[int, str] = {}

@@ -504,6 +504,7 @@ def as_json(outcome) -> dict[str, Any]:
         "pairs": len(outcome.ends.pairs),
         "rounds_needed": outcome.ends.rounds_needed(),
         "alpha": outcome.ends.alpha,
+        "windows_alpha": outcome.ends.windows_alpha,
         "first_bad": info[first].as_dict() if first and first in info else ({"commit": first} if first else None),
         "candidates": [info[c].as_dict() if c in info else {"commit": c} for c in outcome.candidates]
         if outcome.status == "unresolved"
