@@ -144,6 +144,24 @@ def test_the_stray_chance_takes_the_step_at_its_lower_bound():
     assert wide.stray_chance() == 0.5
 
 
+def test_a_commits_scattered_rounds_raise_the_stray_chance_and_agreeing_ones_never_lower_it():
+    """Three pairs that agreed within 0.3% by chance promise rounds that almost never stray (a
+    chance near 0.006). A commit whose rounds beside GOOD lie 4% apart shows the scatter they hid:
+    one stray among three is then no verdict, where the pairs alone would have called it BAD.
+    Rounds that agree closely leave the pairs' own scatter as it was."""
+    ends = decide.Ends(_ends(100.0, 94.0, (1.0, 1.003, 0.997)).pairs, *decide.alphas(16))
+    q = ends.stray_chance()
+    assert q < 0.01
+    tight = [_round(94.0, decide.GOOD, 100.0), _round(94.3, decide.GOOD, 100.0)]
+    assert decide.judge(tight, ends).verdict == decide.BAD
+    assert ends.stray_chance([[decide.log_ratio(r.burst, r.reference) for r in tight], []]) == q
+    wide = [_round(94.0, decide.GOOD, 100.0), _round(97.8, decide.GOOD, 100.0), _round(94.2, decide.GOOD, 100.0)]
+    assert [round(r.position(ends.span), 2) for r in wide] == [1.0, 0.36, 0.97]
+    assert decide._at_least(2, 3, q) <= ends.alpha  # what the pairs alone would have called BAD
+    call = decide.judge(wide, ends)
+    assert call.verdict == decide.UNDECIDED and call.p_rounds > 100 * ends.alpha
+
+
 def test_a_change_below_min_change_or_within_the_noise_is_not_reproducible():
     small = decide.ends_change(_ends(100.0, 95.0, (1.0, 1.003, 0.997)), 0.10)
     assert not small.reproducible and small.within and small.settled  # 5% < 10%, and surely so

@@ -187,25 +187,14 @@ def spread(values: Array) -> tuple[float, int]:
     return math.sqrt(float(np.mean((kept - center) ** 2)) / TRUNCATED), int(kept.size)
 
 
-def _standardise(values: Array, scale: float) -> Array:
-    """``values`` over ``scale``; where the scale is 0 (more than half equal), a value off the centre
-    is infinitely far and the tolerance alone decides."""
-    if scale > 0:
-        return values / scale
-    with np.errstate(invalid="ignore"):
-        return np.where(np.abs(values) < EQUAL, 0.0, np.sign(values) * np.inf)
-
-
-def _standardise_columns(values: Array, scales: Array) -> Array:
-    """Each column of ``values`` standardised by its scale (as ``_standardise``); NaN where the
-    column's scale is NaN."""
-    out = np.full_like(values, np.nan)
-    with np.errstate(invalid="ignore"):
-        positive, zero = scales > 0, scales == 0
-        out[:, positive] = values[:, positive] / scales[positive]
-        flat = values[:, zero]
-        out[:, zero] = np.where(np.abs(flat) < EQUAL, 0.0, np.sign(flat) * np.inf)
-    return out
+def _standardise(values: Array, scale: float | Array) -> Array:
+    """``values`` over ``scale`` (one, or one per column); where the scale is 0 (more than half
+    equal), a value off the centre is infinitely far and the tolerance alone decides; NaN where
+    the scale is NaN."""
+    scale = np.asarray(scale, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(scale > 0, values / scale, np.where(np.abs(values) < EQUAL, 0.0, np.sign(values) * np.inf))
+    return np.where(np.isnan(scale), np.nan, out)
 
 
 def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int = NIGHTS) -> Evidence:
@@ -225,7 +214,7 @@ def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice is NaN, as meant
         for k in range(read):
-            night_z[:, k] = np.nanmedian(_standardise_columns(d[:, :, k], scales), axis=1)
+            night_z[:, k] = np.nanmedian(_standardise(d[:, :, k], scales), axis=1)
             if k < nightly.shape[1]:
                 nightly[:, k] = np.nanmedian(d[:, :, k], axis=1)
     scale, points = spread(night_z.ravel())

@@ -89,6 +89,11 @@ def _t_quantile(q: float, df: int) -> float:
     return float(student.ppf(q, df))
 
 
+def _upper(sd: float, df: int) -> float:
+    """The upper bound (SCATTER_CONFIDENCE) of a standard deviation measured as ``sd`` on ``df``."""
+    return sd * math.sqrt(df / _chi2_low(df))
+
+
 def _normal_cdf(z: float) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2))
 
@@ -175,11 +180,7 @@ class Ends:
         scatter widely raise it, rounds that agree by chance never lower it."""
         if len(self.ratios) < 2:
             return math.inf
-        bounds = []
-        for pooled_in in ((), groups) if groups else ((),):
-            sd, df = self._spread(pooled_in)
-            bounds.append(sd * math.sqrt(df / _chi2_low(df)))
-        return max(*bounds, MIN_SCATTER)
+        return max(_upper(*self._spread()), _upper(*self._spread(groups)), MIN_SCATTER)
 
     def stray_chance(self, groups: Sequence[Sequence[float]] = ()) -> float:
         """The chance that one round of a commit like one end places it past the half-way mark,

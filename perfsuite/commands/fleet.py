@@ -64,10 +64,10 @@ class Group:
     def figures(self, history: Fleet, nights: int | None = None) -> Any:
         """The group's [node, key, night] figures: a view of the fleet's where its rows and its
         columns each run without a gap (one fingerprint's keys always do), else a copy."""
-        return history.figures[_positions(self.nodes)][:, _positions(self.keys), :nights]
+        return history.figures[positions(self.nodes)][:, positions(self.keys), :nights]
 
 
-def _positions(at: list[int]) -> Any:
+def positions(at: list[int]) -> Any:
     """A slice for ascending positions without a gap (indexing by it is a view), else the list."""
     return slice(at[0], at[-1] + 1) if at and at[-1] - at[0] + 1 == len(at) else at
 
@@ -83,7 +83,7 @@ def fleet_groups(history: Fleet, key_filter: Callable[[str], bool], group_by: li
             by_fp.setdefault(fp, []).append(j)
     out: list[Group] = []
     for fp, keys in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
-        seen = np.any(~np.isnan(history.figures[:, _positions(keys), :]), axis=(1, 2))
+        seen = np.any(~np.isnan(history.figures[:, positions(keys), :]), axis=(1, 2))
         split: dict[tuple[tuple[str, str], ...], list[int]] = {}
         for i in np.flatnonzero(seen).tolist():
             labels = history.labels(history.nodes[i])

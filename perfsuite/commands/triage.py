@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.analysis import fleet as fleet_rules
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.commands import Failure, UsageError
-from perfsuite.commands.fleet import NO_FINGERPRINT, parse_at
+from perfsuite.commands.fleet import NO_FINGERPRINT, parse_at, positions
 from perfsuite.common.files import atomic_write
 from perfsuite.config import arguments
 
@@ -173,15 +173,14 @@ def fleets_of(history: Fleet) -> list:
     for fp, columns in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
         # The keys are sorted by fingerprint, so a fingerprint's columns are a slice, and where
         # every node ran it, its figures are a view of the fleet's: no copy of millions of figures.
-        keys: Any = slice(columns[0], columns[-1] + 1) if columns[-1] - columns[0] + 1 == len(columns) else columns
+        keys = positions(columns)
         figures = history.figures[:, keys, :]
-        rows: Any = np.flatnonzero(np.any(~np.isnan(figures), axis=(1, 2)))
-        if rows.size == figures.shape[0]:
-            rows = slice(None)
+        ran = np.flatnonzero(np.any(~np.isnan(figures), axis=(1, 2))).tolist()
+        rows = positions(ran)
         out.append(
             Figures(
                 fp,
-                history.nodes[rows] if isinstance(rows, slice) else [history.nodes[i] for i in rows.tolist()],
+                [history.nodes[i] for i in ran],
                 [history.keys[j][1] for j in columns],
                 figures[rows],
                 history.runs_at[rows][:, keys, :],
