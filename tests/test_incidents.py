@@ -14,7 +14,10 @@ from perfsuite.analysis import incidents  # noqa: E402
 from perfsuite.analysis.incidents import Change, Fleet, RunFacts  # noqa: E402
 
 NIGHTS = 30
-SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The same fleets every run: the rules' false alarms are held at alpha, not at none (a
+# 4-node fleet at 2.3% noise drew a node 6.6% slow by chance), so fresh draws each run would
+# fail a landing now and then for no change of its own. The rates: tests/test_false_alarms.py.
+SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 def simulate(nodes: int, keys: int, noise: float, seed: int, factor=None, env=None, host=None):
