@@ -37,6 +37,17 @@ def test_the_marks_become_seconds_per_phase_that_add_up_to_the_wall_time():
     assert phases.duty_cycle(spent) == pytest.approx(6.0 / 13.5)
 
 
+def test_a_warm_starts_imports_count_as_the_framework_import_of_the_burst_that_waited_for_them():
+    plain = phases.durations(MARKS, launched=97.0, ended=113.5, warmup_s=1.5, windows_s=6.0)
+    waited = phases.durations(MARKS, launched=97.0, ended=113.5, warmup_s=1.5, windows_s=6.0, preloaded_s=2.5)
+    assert plain["process start"] == 3.5 and plain["framework import"] == 2.0
+    assert waited["process start"] == 1.0 and waited["framework import"] == 4.5
+    assert sum(waited.values()) == pytest.approx(sum(plain.values()))
+    # never more than the process start had
+    capped = phases.durations(MARKS, launched=100.0, ended=113.5, warmup_s=1.5, windows_s=6.0, preloaded_s=9.0)
+    assert capped["process start"] == 0.0 and capped["framework import"] == 2.5
+
+
 def test_missing_marks_leave_their_phases_out():
     spent = phases.durations({phases.STARTED: 1.0}, launched=None, ended=3.0, warmup_s=1, windows_s=1)
     assert spent == {}
@@ -51,6 +62,7 @@ def test_the_runs_line_sums_every_burst():
         "framework import 4.0 s, warm-up 3.0 s, model build 2.0 s, teardown 1.0 s"
     )
     assert duty_cycle_line([]) is None
+    assert duty_cycle_line([one, one], warm=1).endswith("teardown 1.0 s; 1 of 2 warm-started")
 
 
 @needs("torch")

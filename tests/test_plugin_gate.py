@@ -246,7 +246,10 @@ def test_perf_json_records(saved_tiny):
     assert by_devices[1]["scaling_efficiency"] is None
     assert by_devices[2]["scaling_efficiency"] > 0
     assert len(by_devices[2]["per_rank"]) == 2
+    # Both forked from one warm start (--perf-start warm, the default): torch's agent forks the 2 ranks.
+    assert [r["start"] for r in records] == ["warm", "warm"]
     # the summary table
     out = (saved_tiny / "save.out").read_text()
+    assert "; 2 of 2 warm-started" in out
     assert re.search(r"test.*img/s.*95% CI.*baseline.*change.*scaling eff.*verdict", out)
     assert re.search(r"test_throughput\[torch-tiny-cpu1-device\] .* saved\s*$", out, re.M)  # the verdict column

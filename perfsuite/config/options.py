@@ -30,6 +30,8 @@ MISSING_GPU_POLICIES = ("fail", "skip")
 MIN_WINDOWS = MIN_SAMPLES
 WHY_MIN_WINDOWS = f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever fail the gate"
 INCONCLUSIVE_POLICIES = ("pass", "fail")
+# How a one-process burst's process starts (perfsuite.plugin.warm).
+START_MODES = ("warm", "fresh")
 DRIFT_POLICIES = ("warn", "fail")
 FLEET_POLICIES = ("off", "warn", "fail")
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$")
@@ -250,6 +252,15 @@ OPTIONS: tuple[Option, ...] = (
         minimum=1,
         default=60.0,
         metavar="SECONDS",
+    ),
+    Option(
+        "start",
+        "how a burst of one process starts: forked from a warm start that imported its framework once "
+        "per pytest process, or in a fresh interpreter; torchrun's ranks and multi-node bursts always start fresh",
+        "choice",
+        choices=START_MODES,
+        default="warm",
+        metavar="{warm,fresh}",
     ),
     Option(
         "baseline-dir",
@@ -499,6 +510,7 @@ class PerfOptions:
     warmup_steps: int | None
     burst_timeout: float
     hang_floor: float
+    start: str
     baseline_dir: Path
     save_baseline: bool
     baseline_runs: int

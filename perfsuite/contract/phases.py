@@ -40,12 +40,14 @@ def durations(
     ended: float,
     warmup_s: float,
     windows_s: float,
+    preloaded_s: float | None = None,
 ) -> dict[str, float]:
     """Seconds per phase (PHASES' order), from the leader's ``marks``, the launch and the end the
     launcher saw, and the leader's warm-up (compile included) and windows. The stretch from the
     data set-up to the end of the windows is split three ways: warm-up, the windows themselves,
     and what lies between them (each window's device sync, the samplers, the checks whether to
-    add a window). A phase whose marks are missing is left out."""
+    add a window). ``preloaded_s``: the imports of a warm start this burst waited for before its
+    process existed, counted as its framework import. A phase whose marks are missing is left out."""
     points = [
         ("process start", launched, marks.get(STARTED)),
         ("framework import", marks.get(STARTED), marks.get(IMPORTED)),
@@ -56,6 +58,10 @@ def durations(
         ("teardown", marks.get(RECORDED), ended),
     ]
     out = {name: max(0.0, b - a) for name, a, b in points if a is not None and b is not None}
+    if preloaded_s and "process start" in out and "framework import" in out:
+        moved = min(preloaded_s, out["process start"])
+        out["process start"] -= moved
+        out["framework import"] += moved
     fed, stepped = marks.get(FED), marks.get(STEPPED)
     if fed is not None and stepped is not None:
         out["warm-up"] = warmup_s

@@ -75,8 +75,10 @@ class WorkerRecord:
     # The leader's marks of where its time went (perfsuite.contract.phases), by time.time().
     phase_marks: dict[str, float] = field(default_factory=dict)
     # Set by the launcher, not the worker: the seconds of each phase (perfsuite.contract.phases),
-    # the burst's wall time and its log file.
+    # the burst's wall time and its log file, and how its process started: "fresh" (a new
+    # interpreter) or "warm" (forked from one that imported the framework: perfsuite.plugin.warm).
     phases: dict[str, float] = field(default_factory=dict)
+    start: str | None = None
     wall_seconds: float | None = None
     worker_log: str | None = None
     trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder

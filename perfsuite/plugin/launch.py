@@ -1,10 +1,13 @@
-"""Runs one burst in fresh worker processes, with a timeout.
+"""Runs one burst in worker processes of its own, with a timeout.
 
-A fresh process per burst keeps a crash, an out-of-memory or a hang inside one test,
-lets torch and TensorFlow share a pytest session, and hands GPU memory back between
-tests. Several torch ranks go through torchrun (torch.distributed.run), never a
-launcher of our own. A multi-node TensorFlow burst is one worker process per node,
-which finds the others through the TF_CONFIG written here from --perf-worker-hosts.
+A process per burst keeps a crash, an out-of-memory or a hang inside one test, lets
+torch and TensorFlow share a pytest session, and hands GPU memory back between tests.
+A burst on one node is forked from a warm start that imported its framework once
+(perfsuite.plugin.warm); a multi-node burst starts fresh. Several torch ranks go through
+torch's elastic agent (torchrun, or its elastic_launch from a warm start), never a
+launcher of our own. A multi-node TensorFlow
+burst is one worker process per node, which finds the others through the TF_CONFIG
+written here from --perf-worker-hosts.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from perfsuite.contract.job import PARENT_ENV, ContractError, Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.plugin import hang
-from perfsuite.plugin.processes import BurstProcesses
+from perfsuite.plugin import hang, warm
+from perfsuite.plugin.processes import BurstProcesses, FreshChild, Launched
 
 POLL_S = 0.5  # how often the launcher looks at a running burst: progress, deadlines
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Signal \d+|Killed|Traceback)")
@@ -49,6 +52,7 @@ class LaunchOptions:
     worker_hosts: tuple[str, ...] = ()  # TF multi-node: every node's HOST:PORT, in rank order
     hang_steps: float = hang.HANG_STEPS  # hung: no step for this many median steps ...
     hang_floor_s: float = hang.HANG_FLOOR_S  # ... and at least this long (perfsuite.plugin.hang)
+    warm_start: bool = True  # --perf-start warm: one-process bursts forked from a warm start
 
 
 WORKER = "perfsuite.worker"
@@ -69,6 +73,11 @@ def worker_command(spec: BurstSpec, job: Path, out: Path, options: LaunchOptions
             spec.nodes, options.node_rank, options.rdzv_endpoint, rendezvous_id(spec), options.init_timeout_s
         )
     return run + ["-m", WORKER, str(job), str(out)]
+
+
+def warm_startable(spec: BurstSpec) -> bool:
+    """A burst on one node; the nodes of a multi-node burst each start theirs fresh."""
+    return spec.nodes == 1
 
 
 def c10d_args(nodes: int, node_rank: int, endpoint: str, rdzv_id: str, timeout_s: float) -> list[str]:
@@ -161,17 +170,9 @@ def run_burst(
             profile_steps=profile_steps,
         ),
     )
-    cmd = worker_command(spec, files.job, files.out, options)
+    env = worker_env(spec, node_rank, options.worker_hosts)
     started, launched = time.monotonic(), time.time()
-    with open(files.log, "wb") as log_file:
-        # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
-        proc = subprocess.Popen(
-            cmd,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=worker_env(spec, node_rank, options.worker_hosts),
-            start_new_session=True,
-        )
+    proc, preloaded = _launch(spec, files, options, env)
     burst = BurstProcesses(proc, workdir)
     try:
         returncode = _wait(burst, spec, options, started, files.out, files.log, files.progress, files.join, on_progress)
@@ -180,7 +181,30 @@ def run_burst(
         # completed: nothing of this burst may outlive it.
         burst.stop()
         raise
-    return _outcome(returncode, node_rank, time.monotonic() - started, files, spec, options, launched)
+    start = "fresh" if isinstance(proc, FreshChild) else "warm"
+    seconds = time.monotonic() - started
+    return _outcome(returncode, node_rank, seconds, files, spec, options, (launched, preloaded, start))
+
+
+def _launch(
+    spec: BurstSpec, files: _BurstFolder, options: LaunchOptions, env: dict[str, str]
+) -> tuple[Launched, float | None]:
+    """The burst's process, and the seconds of a warm start's imports it waited for first."""
+    note = b""
+    if options.warm_start and warm_startable(spec):
+        try:
+            server, preloaded = warm.warm_start(spec.framework, env, options.init_timeout_s)
+            ranks = spec.world_size if spec.framework == "torch" else 1
+            return server.fork([str(files.job), str(files.out)], env, os.getcwd(), files.log, ranks), preloaded
+        except warm.WarmStartError as exc:
+            note = f"perfsuite: {exc}; this burst starts fresh\n".encode()
+    cmd = worker_command(spec, files.job, files.out, options)
+    with open(files.log, "wb") as log_file:
+        log_file.write(note)
+        log_file.flush()
+        # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return FreshChild(proc), None
 
 
 @dataclass(frozen=True)
@@ -220,7 +244,7 @@ def _outcome(
     files: _BurstFolder,
     spec: BurstSpec,
     options: LaunchOptions,
-    launched: float,
+    launch: tuple[float, float | None, str],
 ) -> WorkerRecord | RemoteNode:
     """What the worker left: its record, this node's part of a multi-node burst, or BurstError."""
     if returncode == 0 and node_rank != 0:
@@ -233,9 +257,12 @@ def _outcome(
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
     trace = str(files.trace) if files.trace.is_file() else None
+    launched, preloaded, start = launch
     warmup = record.warmup_seconds + (record.compile_seconds or 0.0)
-    spent = phases.durations(record.phase_marks, launched, time.time(), warmup, sum(record.window_seconds))
-    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace, phases=spent)
+    spent = phases.durations(
+        record.phase_marks, launched, time.time(), warmup, sum(record.window_seconds), preloaded_s=preloaded
+    )
+    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace, phases=spent, start=start)
 
 
 def _wait(

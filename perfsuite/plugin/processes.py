@@ -1,11 +1,12 @@
 """The processes of one running burst, and how a burst is stopped with nothing left behind.
 
-The launcher starts the worker (or torchrun) in a session of its own, so a Ctrl-C in the
-terminal reaches pytest alone and the launcher decides how the burst ends. torchrun in
-turn starts every rank in a session of its own, out of reach of the launcher's process
-group; so each burst process leaves a pid file (pid and start time) in the burst folder,
-and stopping a burst signals the launched process, its process group, everything below
-it, and every process a pid file names that is still the process that wrote it.
+The launcher starts the worker (or torchrun) in a session of its own, or has a warm start
+fork it into one (perfsuite.plugin.warm), so a Ctrl-C in the terminal reaches pytest alone
+and the launcher decides how the burst ends. torchrun in turn starts every rank in a
+session of its own, out of reach of the launcher's process group; so each burst process
+leaves a pid file (pid and start time) in the burst folder, and stopping a burst signals
+the launched process, its process group, everything below it, and every process a pid
+file names that is still the process that wrote it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -43,17 +45,30 @@ def _recorded(folder: Path) -> list[psutil.Process]:
     return out
 
 
-class BurstProcesses:
-    """A launched burst: ``exited()`` while it runs, ``stop()`` to end it and sweep what is left."""
+class Launched(Protocol):
+    """The process the launcher started for a burst: a fresh one (FreshChild) or one a warm
+    start forked (perfsuite.plugin.warm.WarmChild)."""
 
-    def __init__(self, proc: subprocess.Popen, pid_dir: Path) -> None:
-        self.proc = proc
-        self.pid_dir = pid_dir
-        _LIVE.add(self)
+    pid: int
 
     def exited(self) -> bool:
-        """Whether the launched process has exited; it stays a zombie until ``stop()``, so its
-        pid (and process group id) cannot be reused meanwhile."""
+        """Whether it has exited; it stays a zombie until ``reap()``, so its pid (and process
+        group id) cannot be reused meanwhile."""
+        ...
+
+    def reap(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for it to exit and reap it; its exit code."""
+        ...
+
+
+class FreshChild:
+    """A burst process this process started itself."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    def exited(self) -> bool:
         if self.proc.returncode is not None:
             return True
         if not hasattr(os, "waitid"):
@@ -62,6 +77,26 @@ class BurstProcesses:
             return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
         except ChildProcessError:
             return True
+
+    def reap(self, timeout_s: float) -> int | None:
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): leave it to the kernel
+            pass
+        return self.proc.returncode
+
+
+class BurstProcesses:
+    """A launched burst: ``exited()`` while it runs, ``stop()`` to end it and sweep what is left."""
+
+    def __init__(self, proc: Launched, pid_dir: Path) -> None:
+        self.proc = proc
+        self.pid_dir = pid_dir
+        _LIVE.add(self)
+
+    def exited(self) -> bool:
+        """Whether the launched process has exited (not yet reaped: see Launched)."""
+        return self.proc.exited()
 
     def stop(self) -> int | None:
         """Kill every process of the burst and reap the launched one; returns its exit code."""
@@ -74,11 +109,7 @@ class BurstProcesses:
             if targets or not self.exited():
                 self._signal(signal.SIGKILL, targets)
                 self._wait(targets, KILL_WAIT_S)
-            try:
-                self.proc.wait(timeout=KILL_WAIT_S)
-            except subprocess.TimeoutExpired:  # unkillable (uninterruptible sleep): leave it to the kernel
-                pass
-            return self.proc.returncode
+            return self.proc.reap(KILL_WAIT_S)
         finally:
             _LIVE.discard(self)
 

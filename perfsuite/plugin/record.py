@@ -243,7 +243,7 @@ def finish(session: PerfSession, exitstatus: int, command: Sequence[str] = (), c
     kept = session.remove_burst_dirs()
     if kept:
         session.messages.append(kept)
-    spent = terminal.duty_cycle_line(session.spent)
+    spent = terminal.duty_cycle_line(session.spent, session.warm_started)
     if spent:
         session.messages.append(spent)
     for what, keys in sorted(_entries_lacking(session).items()):

@@ -73,6 +73,7 @@ class PerfSession:
     # Where each burst launched on this node spent its wall time (perfsuite.contract.phases),
     # reruns included: the run's duty cycle.
     spent: list[dict[str, float]] = field(default_factory=list)
+    warm_started: int = 0  # of those bursts, how many a warm start forked (perfsuite.plugin.warm)
 
     # -- bursts -----------------------------------------------------------------------
     def burst(self, spec: BurstSpec, test: str | None = None) -> Measurement:
@@ -119,6 +120,7 @@ class PerfSession:
         options = LaunchOptions(
             timeout_s=self.options.burst_timeout,
             hang_floor_s=self.options.hang_floor,
+            warm_start=self.options.start == "warm",
             init_timeout_s=self.options.rdzv_timeout,
             node_rank=self.options.node_rank,
             rdzv_endpoint=self.options.rdzv_endpoint,
@@ -134,6 +136,7 @@ class PerfSession:
             )
             if isinstance(outcome, WorkerRecord) and outcome.phases:
                 self.spent.append(outcome.phases)
+                self.warm_started += outcome.start == "warm"
             return Measurement.of(spec, outcome)
         except BurstError as exc:
             return Measurement(spec, error=str(exc))

@@ -125,6 +125,7 @@ def row(result: BurstResult) -> dict:
         # Where the latest burst's wall time went, and its timed windows' share of it.
         "phases": rec.phases if rec and rec.phases else None,
         "duty_cycle": phases.duty_cycle(rec.phases) if rec and rec.phases else None,
+        "start": rec.start if rec else None,  # "warm" or "fresh" (perfsuite.plugin.warm)
         # Summary only: the time series stay in the record's utilisation.
         "utilisation": utilisation_summary(rec.utilisation) if rec else None,
         **mfu.fields(rec, s, result.images_per_sec),

@@ -153,9 +153,9 @@ def diagnosis_lines(view: RunView) -> list[str]:
     return [f"diagnosis: {f.text}" for f in findings]
 
 
-def duty_cycle_line(spent: list[dict[str, float]]) -> str | None:
+def duty_cycle_line(spent: list[dict[str, float]], warm: int = 0) -> str | None:
     """Where the run's bursts spent their wall time: the timed windows' share, then the largest
-    of the rest (perfsuite.contract.phases)."""
+    of the rest (perfsuite.contract.phases); and how many of them a warm start forked."""
     if not spent:
         return None
     summed = phases.total(spent)
@@ -166,7 +166,8 @@ def duty_cycle_line(spent: list[dict[str, float]]) -> str | None:
     rest = sorted(((s, name) for name, s in summed.items() if name != phases.WINDOWS), reverse=True)
     shown = ", ".join(f"{name} {s:.1f} s" for s, name in rest[:4] if s >= 0.05)
     n = len(spent)
+    started = f"; {warm} of {n} warm-started" if warm else ""
     return (
         f"burst time: {summed[phases.WINDOWS]:.1f} s of timed windows in {wall:.1f} s of {n} burst"
-        f"{'s' if n != 1 else ''} (duty cycle {cycle:.2f}); the most of the rest: {shown}"
+        f"{'s' if n != 1 else ''} (duty cycle {cycle:.2f}); the most of the rest: {shown}{started}"
     )

@@ -40,6 +40,11 @@ class Backend(Protocol):
         """Leave the framework's collectives (``clean``: the burst ran to the end)."""
         ...
 
+    def preload(self) -> None:
+        """Import what ``run`` imports, touching no device and starting no thread: a warm
+        start (perfsuite.worker.warm) forks its bursts after this."""
+        ...
+
 
 def load_backend(framework: str) -> Backend:
     return cast(Backend, importlib.import_module(SUPPORTED[framework]["backend"]))
@@ -57,6 +62,16 @@ def main(argv: list[str] | None = None) -> None:
     if len(argv) != 2:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
+    code = run_process(argv)
+    # Skip interpreter teardown: C++ threads of torch's process group, or TensorFlow's gRPC
+    # server and coordination service, may abort or wait on peers that already left, after
+    # the result is written, turning a good burst into a crash.
+    os._exit(code)
+
+
+def run_process(argv: list[str]) -> int:
+    """The burst process's work, from tying itself to its parent to flushing its output; its
+    exit code. The caller leaves without interpreter teardown."""
     tie_to_parent()  # before the slow imports: a pytest gone meanwhile must not leave this process behind
     phases.mark(STARTED)
     job_path, out = Path(argv[0]), Path(argv[1])
@@ -80,7 +95,4 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    # Skip interpreter teardown: C++ threads of torch's process group, or TensorFlow's gRPC
-    # server and coordination service, may abort or wait on peers that already left, after
-    # the result is written, turning a good burst into a crash.
-    os._exit(code)
+    return code

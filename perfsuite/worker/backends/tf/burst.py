@@ -20,6 +20,30 @@ from perfsuite.worker import phases
 _strategy = None  # a multi-node run's strategy, for the last collective in finish()
 
 
+def _quiet() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep INFO chatter out of the worker log
+
+
+def preload() -> None:
+    _quiet()
+    import keras  # noqa: F401
+
+    import perfsuite.models.registry
+    import perfsuite.models.tf.layers
+    import perfsuite.worker.backends.tf.cluster
+    import perfsuite.worker.backends.tf.data
+    import perfsuite.worker.backends.tf.flops
+    import perfsuite.worker.backends.tf.precision
+    import perfsuite.worker.backends.tf.profile
+    import perfsuite.worker.backends.tf.strategy
+    import perfsuite.worker.backends.tf.train
+    import perfsuite.worker.heartbeat
+    import perfsuite.worker.measure
+    import perfsuite.worker.profiling
+    import perfsuite.worker.progress
+    import perfsuite.worker.record  # noqa: F401
+
+
 def rank(job: Job) -> int:
     return job.node_rank
 
@@ -38,7 +62,7 @@ def run(job: Job) -> WorkerRecord | None:
     if "image_size" in inspect.signature(builder).parameters:
         kwargs["image_size"] = spec.image_size
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # keep INFO chatter out of the worker log
+    _quiet()
     import keras
     import tensorflow as tf
 

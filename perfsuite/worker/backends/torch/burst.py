@@ -186,6 +186,23 @@ def _stability_check(spec, dist, device):
     return agreed
 
 
+def preload() -> None:
+    import torch._dynamo  # noqa: F401 - the optimizer's first construction imports it: about 1 s
+    import torch.distributed.launcher.api  # noqa: F401 - the agent of several ranks (elastic_launch)
+
+    import perfsuite.models.registry
+    import perfsuite.worker.backends.torch.data
+    import perfsuite.worker.backends.torch.flops
+    import perfsuite.worker.backends.torch.profile
+    import perfsuite.worker.backends.torch.train
+    import perfsuite.worker.heartbeat
+    import perfsuite.worker.measure
+    import perfsuite.worker.profiling
+    import perfsuite.worker.progress
+    import perfsuite.worker.record
+    import perfsuite.worker.torchrun  # noqa: F401
+
+
 def finish(clean: bool) -> None:
     try:
         import torch.distributed as dist

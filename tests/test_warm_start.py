@@ -1,0 +1,194 @@
+"""Warm starts (perfsuite.plugin.warm, perfsuite.worker.warm): bursts forked from an interpreter
+that imported the framework once, each still a process of its own that a crash, a kill or a
+stop ends alone. Asserted on what the records and the warm starts say happened, never on time."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+from suite_files import FAST, SUITE, TINY, needs
+
+from perfsuite.contract import phases
+from perfsuite.contract.spec import BurstSpec
+from perfsuite.models.registry import get_model
+from perfsuite.plugin import launch, warm
+from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
+
+pytestmark = needs("torch")
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_start_left():
+    warm.stop_all()
+    yield
+    warm.stop_all()
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    import tiny_model  # noqa: F401  registers "tiny"
+
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "2")
+    return get_model("torch", "tiny")
+
+
+def spec(**changes):
+    return BurstSpec(
+        framework="torch", model="tiny", batch_size=8, image_size=8, steps=6, windows=3, warmup_steps=1
+    ).replace(**changes)
+
+
+def test_bursts_of_one_process_are_forked_from_one_warm_start(tmp_path, tiny):
+    first = run_burst(spec(), tiny, tmp_path / "a")
+    second = run_burst(spec(seed=1), tiny, tmp_path / "b")
+    assert first.start == second.start == "warm"
+    [server] = warm.running()
+    assert server.served == 2
+    assert server.framework == "torch"
+    # The first burst waited for the warm start's imports: its framework import counts them.
+    assert first.phases["framework import"] >= server.import_seconds
+    assert list(second.phases) == list(phases.PHASES)
+    assert all(seconds >= 0 for seconds in second.phases.values())
+
+
+def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path, tiny, monkeypatch):
+    run_burst(spec(), tiny, tmp_path / "a")
+    [server] = warm.running()
+    monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")  # read by the burst, not at import: same warm start
+    with pytest.raises(BurstError, match="tiny model refused to build"):
+        run_burst(spec(), tiny, tmp_path / "b")
+    monkeypatch.delenv("PERFSUITE_TINY_CRASH")
+    monkeypatch.setenv("PERFSUITE_TINY_KILL_RANK", "0")  # SIGKILL on its fifth step, as the OOM killer would
+    with pytest.raises(BurstError, match="killed by SIGKILL"):
+        run_burst(spec(), tiny, tmp_path / "c")
+    monkeypatch.delenv("PERFSUITE_TINY_KILL_RANK")
+    record = run_burst(spec(), tiny, tmp_path / "d")
+    assert record.start == "warm"
+    assert warm.running() == [server]
+    assert server.served == 4
+
+
+def test_a_timed_out_burst_is_killed_and_the_warm_start_lives_on(tmp_path, tiny, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "400")
+    with pytest.raises(BurstError, match="timed out"):
+        run_burst(spec(steps=60, windows=3), tiny, tmp_path / "a", LaunchOptions(timeout_s=1.0))
+    [server] = warm.running()
+    assert server.alive() and not server.busy
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "2")
+    assert run_burst(spec(), tiny, tmp_path / "b").start == "warm"
+    assert warm.running() == [server]
+
+
+def test_several_ranks_are_forked_by_torchs_agent_from_the_warm_start(tmp_path, tiny, monkeypatch):
+    record = run_burst(spec(devices=2, threads=1), tiny, tmp_path / "a")
+    assert record.start == "warm"
+    assert [r.rank for r in record.per_rank] == [0, 1]
+    # A rank killed mid-burst is named as torchrun names it, and the warm start serves on.
+    monkeypatch.setenv("PERFSUITE_TINY_KILL_RANK", "1")
+    with pytest.raises(BurstError, match="rank 1 killed by SIGKILL"):
+        run_burst(spec(devices=2, threads=1), tiny, tmp_path / "b")
+    [server] = warm.running()
+    assert server.served == 2 and not server.busy
+
+
+def test_fresh_start_and_multi_node_bursts_need_no_warm_start(tmp_path, tiny):
+    record = run_burst(spec(), tiny, tmp_path / "a", LaunchOptions(warm_start=False))
+    assert record.start == "fresh"
+    assert launch.warm_startable(spec()) and launch.warm_startable(spec(devices=2))
+    assert not launch.warm_startable(spec(nodes=2))
+    assert warm.running() == []
+
+
+def test_perf_start_fresh_starts_every_burst_in_a_fresh_interpreter(pytester, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "2")
+    pytester.makeconftest(TINY)
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess(
+        *FAST, "-k", "throughput", "--perf-start", "fresh", "--perf-json", "out.json", "--perf-missing-baseline", "pass"
+    )
+    result.assert_outcomes(passed=2)
+    records = json.loads((pytester.path / "out.json").read_text())["results"]
+    assert [r["start"] for r in records] == ["fresh", "fresh"]
+    assert "warm-started" not in result.stdout.str()
+    bad = pytester.runpytest_subprocess(*FAST, "--perf-start", "lukewarm")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--perf-start" in bad.stderr.str()
+
+
+def test_a_warm_start_that_cannot_start_leaves_the_burst_a_fresh_process(tmp_path, tiny, monkeypatch):
+    monkeypatch.setattr(warm, "SERVER", "perfsuite.no_such_module")
+    record = run_burst(spec(), tiny, tmp_path / "a")
+    assert record.start == "fresh"
+    log = (tmp_path / "a" / "worker.log").read_text()
+    assert log.startswith("perfsuite: torch warm start exited: ")
+    assert "this burst starts fresh" in log.splitlines()[0]
+
+
+def test_another_environment_replaces_the_warm_start(tmp_path, tiny, monkeypatch):
+    run_burst(spec(), tiny, tmp_path / "a")
+    [first] = warm.running()
+    monkeypatch.setenv("PERFSUITE_LOADER_WORKERS", "1")  # read by the burst only: same warm start
+    run_burst(spec(), tiny, tmp_path / "b")
+    assert warm.running() == [first]
+    monkeypatch.setenv("SOME_LIBRARY_SETTING", "1")  # may be read at import: a new one
+    run_burst(spec(), tiny, tmp_path / "c")
+    [second] = warm.running()
+    assert second is not first and second.served == 1
+    assert first.proc.poll() is not None
+
+
+def test_the_warm_start_and_its_bursts_die_with_the_launcher(tmp_path):
+    """A launcher killed with SIGKILL runs no handler: the kernel ends its warm start, and the
+    warm start's burst with it (perfsuite.worker.lifeline)."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys, time
+        sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+        import tiny_model
+        from perfsuite.models.registry import get_model
+        from perfsuite.contract.spec import BurstSpec
+        from perfsuite.plugin import launch, warm
+        spec = BurstSpec(framework="torch", model="tiny", batch_size=8, image_size=8, steps=3000, windows=3,
+                         warmup_steps=1)
+        os.environ["PERFSUITE_TINY_STEP_MS"] = "50"
+        said = []
+
+        def running(state):
+            if not said:
+                said.append(print("RUNNING", warm.running()[0].proc.pid, flush=True))
+
+        launch.run_burst(spec, get_model("torch", "tiny"), __import__("pathlib").Path({str(tmp_path / "b")!r}),
+                         on_progress=running)
+        """
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        line = launcher.stdout.readline()
+        assert line.startswith("RUNNING"), line
+        server = psutil.Process(int(line.split()[1]))
+        children = server.children()
+        assert children, "the burst runs as the warm start's child"
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        gone, alive = psutil.wait_procs([server, *children], timeout=30)
+        assert alive == []
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
+@needs("tensorflow")
+@pytest.mark.xdist_group("tensorflow")
+def test_torch_and_tensorflow_each_have_their_own_warm_start(tmp_path, tiny):
+    tf_spec = BurstSpec(
+        framework="tf", model="cifar10", image_size=24, batch_size=4, steps=2, windows=2, warmup_steps=1, threads=1
+    )
+    assert run_burst(tf_spec, get_model("tf", "cifar10"), tmp_path / "tf").start == "warm"
+    assert run_burst(spec(), tiny, tmp_path / "torch").start == "warm"
+    assert sorted(s.framework for s in warm.running()) == ["tf", "torch"]
