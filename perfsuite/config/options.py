@@ -30,7 +30,7 @@ MISSING_GPU_POLICIES = ("fail", "skip")
 MIN_WINDOWS = MIN_SAMPLES
 WHY_MIN_WINDOWS = f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever fail the gate"
 INCONCLUSIVE_POLICIES = ("pass", "fail")
-# How a one-process burst's process starts (perfsuite.plugin.warm).
+# How a burst's processes start on one node (perfsuite.plugin.warm).
 START_MODES = ("warm", "fresh")
 DRIFT_POLICIES = ("warn", "fail")
 FLEET_POLICIES = ("off", "warn", "fail")
@@ -255,8 +255,9 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "start",
-        "how a burst of one process starts: forked from a warm start that imported its framework once "
-        "per pytest process, or in a fresh interpreter; torchrun's ranks and multi-node bursts always start fresh",
+        "how a burst on one node starts: forked from a warm start that imported its framework once per "
+        "pytest process (several torch ranks by torch's elastic agent), or in a fresh interpreter; a "
+        "multi-node burst always starts fresh",
         "choice",
         choices=START_MODES,
         default="warm",

@@ -52,7 +52,7 @@ class LaunchOptions:
     worker_hosts: tuple[str, ...] = ()  # TF multi-node: every node's HOST:PORT, in rank order
     hang_steps: float = hang.HANG_STEPS  # hung: no step for this many median steps ...
     hang_floor_s: float = hang.HANG_FLOOR_S  # ... and at least this long (perfsuite.plugin.hang)
-    warm_start: bool = True  # --perf-start warm: one-process bursts forked from a warm start
+    warm_start: bool = True  # --perf-start warm: a burst on one node forked from a warm start
 
 
 WORKER = "perfsuite.worker"

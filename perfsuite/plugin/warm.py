@@ -121,6 +121,9 @@ class WarmStart:
             message = self._replies.next(60.0)
         except (OSError, EOFError):
             message = None
+        except BaseException:  # interrupted before the burst is ours to stop: it goes with the warm start
+            self.close()
+            raise
         if message is None or "pid" not in message:
             self.close()
             raise WarmStartError(f"{self.framework} warm start did not fork the burst: {self._last_line()}")

@@ -27,6 +27,7 @@ def _quiet() -> None:
 def preload() -> None:
     _quiet()
     import keras  # noqa: F401
+    from tensorflow.python.eager import context
 
     import perfsuite.models.registry
     import perfsuite.models.tf.layers
@@ -42,6 +43,11 @@ def preload() -> None:
     import perfsuite.worker.profiling
     import perfsuite.worker.progress
     import perfsuite.worker.record  # noqa: F401
+
+    # Its thread pools and devices start with its runtime: a child forked after that inherits
+    # a runtime whose threads it does not have.
+    if context.context()._initialized:
+        raise RuntimeError("TensorFlow's runtime started while importing: a burst forked from here could not use it")
 
 
 def rank(job: Job) -> int:

@@ -187,6 +187,7 @@ def _stability_check(spec, dist, device):
 
 
 def preload() -> None:
+    import torch
     import torch._dynamo  # noqa: F401 - the optimizer's first construction imports it: about 1 s
     import torch.distributed.launcher.api  # noqa: F401 - the agent of several ranks (elastic_launch)
 
@@ -201,6 +202,9 @@ def preload() -> None:
     import perfsuite.worker.progress
     import perfsuite.worker.record
     import perfsuite.worker.torchrun  # noqa: F401
+
+    if torch.cuda.is_initialized():  # CUDA cannot be used in a child forked after it started
+        raise RuntimeError("CUDA was initialised while importing: a burst forked from here could not use it")
 
 
 def finish(clean: bool) -> None:
