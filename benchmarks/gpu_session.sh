@@ -10,7 +10,7 @@
 # into $OUT/baselines (with op profiles and peak memory); resnet50 gated against them with
 # --perf-profile (attribution, traces); resnet50 over the tuned dimensions (tf32, bf16, fp16,
 # both layouts, train and infer, torch.compile); then the data locations and the real
-# pipeline for resnet50.
+# pipeline for resnet50; resnet50 and cifar10 again, each burst in a fresh interpreter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -25,7 +25,7 @@ run() {  # run LIMIT_S NAME CMD...: one phase, its output in $OUT/NAME.log, its 
 
 run 60 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; $PY -m perfsuite fingerprint"
 run 300 tests $PY -m pytest -p perfsuite.plugin.hooks -q tests/test_gpu_path.py tests/test_torch_burst.py \
-    tests/test_hardware.py tests/test_utilisation.py tests/test_stops.py
+    tests/test_hardware.py tests/test_utilisation.py tests/test_stops.py tests/test_warm_start.py
 COMMON=(tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs --perf-save-baseline
         --perf-baseline-runs 3 --perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
 run 900 suite $PY -m pytest "${COMMON[@]}" --perf-precision fp32 --perf-precision amp \
@@ -46,4 +46,9 @@ run 240 compile $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf
 run 480 data-locations $PY -m pytest "${COMMON[@]}" --perf-model resnet50 --perf-data-location device \
     --perf-data-location host --perf-data-location python --perf-data-location real --perf-augment-on cpu \
     --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"
+# The suite above warm-started its bursts (the default): the same two models fresh, for the
+# phases and duty cycle of each (docs/figures.md, "Where a burst's time goes").
+run 240 start-fresh $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs \
+    --perf-model resnet50 --perf-model cifar10 --perf-start fresh --perf-baseline-dir "$OUT/baselines" \
+    --perf-missing-baseline pass --perf-json "$OUT/results-fresh.json"
 cat "$OUT/status"
