@@ -208,6 +208,13 @@ def test_missing_figures_stay_missing():
     assert "MFU" not in columns and "scaling eff (95% CI)" not in columns
 
 
+def test_how_bursts_started_is_a_column_only_where_a_run_has_both():
+    warm, fresh = dict(row(result(1)), start="warm"), dict(row(result(2)), start="fresh")
+    assert "start" not in content.table([warm, dict(warm)])[0]
+    columns, rows = content.table([warm, fresh])
+    assert [dict(zip(columns, cells))["start"] for _, cells in rows] == ["warm", "fresh"]
+
+
 def test_gpu_columns():
     gpu_util = {
         "cpu": {"percent_mean": 12.0},

@@ -175,6 +175,7 @@ VARYING = (
     ("augment on", "augment_on"),
     ("image", "image_size"),
     ("threads", "threads_per_worker"),
+    ("start", "start"),  # warm or fresh (perfsuite.plugin.warm): shown where a run has both
 )
 
 
