@@ -150,6 +150,11 @@ def test_another_environment_replaces_the_warm_start(tmp_path, tiny, monkeypatch
     assert first.proc.poll() is not None
 
 
+def test_an_environment_larger_than_a_pipe_reaches_the_burst(tmp_path, tiny, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_LARGE_SETTING", "x" * 100_000)  # a pipe holds 64 KiB, exec 128 KiB a variable
+    assert run_burst(spec(), tiny, tmp_path / "a").start == "warm"
+
+
 def test_the_warm_start_and_its_bursts_die_with_the_launcher(tmp_path):
     """A launcher killed with SIGKILL runs no handler: the kernel ends its warm start, and the
     warm start's burst with it (perfsuite.worker.lifeline)."""

@@ -132,7 +132,9 @@ class WarmStart:
         return WarmChild(self, int(message["pid"]))
 
     def _send(self, message: dict[str, Any]) -> None:
-        os.write(self._requests, (json.dumps(message) + "\n").encode())
+        data = memoryview((json.dumps(message) + "\n").encode())
+        while data:  # an environment may be larger than a pipe takes at once
+            data = data[os.write(self._requests, data) :]
 
     def _last_line(self) -> str:
         try:
