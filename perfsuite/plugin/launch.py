@@ -181,9 +181,8 @@ def run_burst(
         # completed: nothing of this burst may outlive it.
         burst.stop()
         raise
-    start = "fresh" if isinstance(proc, FreshChild) else "warm"
-    seconds = time.monotonic() - started
-    return _outcome(returncode, node_rank, seconds, files, spec, options, (launched, preloaded, start))
+    started_as = _Started(launched, preloaded, proc.start)
+    return _outcome(returncode, node_rank, time.monotonic() - started, files, spec, options, started_as)
 
 
 def _launch(
@@ -205,6 +204,15 @@ def _launch(
         # A session of its own: a Ctrl-C in the terminal reaches pytest, which ends the burst.
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return FreshChild(proc), None
+
+
+@dataclass(frozen=True)
+class _Started:
+    """How the burst's process started, for its phases and its record."""
+
+    launched: float  # time.time() when the launcher began to start it
+    preloaded_s: float | None  # a warm start's imports it waited for first
+    start: str  # "warm" or "fresh"
 
 
 @dataclass(frozen=True)
@@ -244,7 +252,7 @@ def _outcome(
     files: _BurstFolder,
     spec: BurstSpec,
     options: LaunchOptions,
-    launch: tuple[float, float | None, str],
+    started: _Started,
 ) -> WorkerRecord | RemoteNode:
     """What the worker left: its record, this node's part of a multi-node burst, or BurstError."""
     if returncode == 0 and node_rank != 0:
@@ -257,12 +265,13 @@ def _outcome(
     except (ContractError, ValueError) as exc:
         raise BurstError(f"unreadable result record: {one_line(exc)}") from None
     trace = str(files.trace) if files.trace.is_file() else None
-    launched, preloaded, start = launch
     warmup = record.warmup_seconds + (record.compile_seconds or 0.0)
     spent = phases.durations(
-        record.phase_marks, launched, time.time(), warmup, sum(record.window_seconds), preloaded_s=preloaded
+        record.phase_marks, started.launched, time.time(), warmup, sum(record.window_seconds), started.preloaded_s
     )
-    return record.replace(wall_seconds=seconds, worker_log=str(files.log), trace_file=trace, phases=spent, start=start)
+    return record.replace(
+        wall_seconds=seconds, worker_log=str(files.log), trace_file=trace, phases=spent, start=started.start
+    )
 
 
 def _wait(

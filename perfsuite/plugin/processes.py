@@ -50,6 +50,7 @@ class Launched(Protocol):
     start forked (perfsuite.plugin.warm.WarmChild)."""
 
     pid: int
+    start: str  # how: "fresh" or "warm", for the record
 
     def exited(self) -> bool:
         """Whether it has exited; it stays a zombie until ``reap()``, so its pid (and process
@@ -63,6 +64,8 @@ class Launched(Protocol):
 
 class FreshChild:
     """A burst process this process started itself."""
+
+    start = "fresh"
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc

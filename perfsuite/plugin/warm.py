@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ class WarmStart:
 
     def __init__(self, framework: str, env: dict[str, str], folder: Path) -> None:
         self.framework = framework
+        self.key = server_env(env)
         self.log = folder / f"warm-{framework}-{os.getpid()}-{id(self):x}.log"
         requests_read, self._requests = os.pipe()
         replies, replies_write = os.pipe()
@@ -131,6 +132,22 @@ class WarmStart:
         self.served += 1
         return WarmChild(self, int(message["pid"]))
 
+    def exit_code(self, timeout_s: float) -> tuple[bool, int | None]:
+        """Whether the burst it forked has exited within ``timeout_s``, and its exit code."""
+        try:
+            message = self._replies.next(timeout_s)
+        except EOFError:  # this process died, and its children with it (lifeline)
+            return True, -signal.SIGKILL
+        return (False, None) if message is None else (True, message.get("exit"))
+
+    def release(self) -> None:
+        """Its burst has been swept: it may reap the child and fork the next."""
+        self.busy = False
+        try:
+            self._send({"reap": True})
+        except OSError:
+            pass
+
     def _send(self, message: dict[str, Any]) -> None:
         data = memoryview((json.dumps(message) + "\n").encode())
         while data:  # an environment may be larger than a pipe takes at once
@@ -166,6 +183,8 @@ class WarmStart:
 class WarmChild:
     """A burst process forked by a warm start: what BurstProcesses needs of a launched process."""
 
+    start = "warm"
+
     def __init__(self, server: WarmStart, pid: int) -> None:
         self.server = server
         self.pid = pid
@@ -176,37 +195,23 @@ class WarmChild:
     def exited(self) -> bool:
         """Whether it has exited; it stays a zombie until ``reap()``, so its pid is not reused."""
         if not self._ended:
-            self._read(0.0)
+            self._ended, self.returncode = self.server.exit_code(0.0)
         return self._ended
-
-    def _read(self, timeout_s: float) -> None:
-        try:
-            message = self.server._replies.next(timeout_s)
-        except EOFError:  # the warm start died, and its children with it (lifeline)
-            message = {"exit": -signal.SIGKILL}
-        if message is not None:
-            self.returncode = message.get("exit")
-            self._ended = True
 
     def reap(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the exit, let the warm start reap it; the exit code."""
         if not self._ended:
-            self._read(timeout_s)
+            self._ended, self.returncode = self.server.exit_code(timeout_s)
         if self._ended and not self._reaped:
             self._reaped = True
-            self.server.busy = False
-            try:
-                self.server._send({"reap": True})
-            except OSError:
-                pass
+            self.server.release()
         return self.returncode
 
 
 @dataclass
 class _Registry:
     folder: Path | None = None
-    ended_at_exit: bool = False
-    servers: dict[str, tuple[tuple[tuple[str, str], ...], WarmStart]] | None = None  # by framework
+    servers: dict[str, WarmStart] = field(default_factory=dict)  # by framework
 
 
 _REGISTRY = _Registry()
@@ -222,18 +227,10 @@ def server_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
 def warm_start(framework: str, env: dict[str, str], timeout_s: float) -> tuple[WarmStart, float | None]:
     """The warm start for ``framework`` in ``env``, started if there is none; with the seconds
     of its imports when this call started it (the caller's burst pays them), else None."""
-    if not _REGISTRY.ended_at_exit:
-        # At the process's exit, not a pytest session's end: in-process sessions (pytester)
-        # share them. A process killed outright closes their pipes all the same.
-        atexit.register(stop_all)
-        _REGISTRY.ended_at_exit = True
-    if _REGISTRY.servers is None:
-        _REGISTRY.servers = {}
-    key = server_env(env)
-    if framework in _REGISTRY.servers:
-        seen, server = _REGISTRY.servers.pop(framework)
-        if seen == key and server.alive() and not server.busy:
-            _REGISTRY.servers[framework] = (seen, server)
+    server = _REGISTRY.servers.pop(framework, None)
+    if server is not None:
+        if server.key == server_env(env) and server.alive() and not server.busy:
+            _REGISTRY.servers[framework] = server
             return server, None
         server.close()
     if _REGISTRY.folder is None or not _REGISTRY.folder.is_dir():
@@ -244,20 +241,25 @@ def warm_start(framework: str, env: dict[str, str], timeout_s: float) -> tuple[W
     except BaseException:  # not ready, or pytest interrupted meanwhile: nothing of it may stay
         server.close()
         raise
-    _REGISTRY.servers[framework] = (key, server)
+    _REGISTRY.servers[framework] = server
     return server, seconds
 
 
 def running() -> list[WarmStart]:
     """The warm starts of this process, for the record and for tests."""
-    return [server for _, server in (_REGISTRY.servers or {}).values()]
+    return list(_REGISTRY.servers.values())
 
 
 def stop_all() -> None:
     """End every warm start of this process."""
     for server in running():
         server.close()
-    _REGISTRY.servers = None
+    _REGISTRY.servers.clear()
     if _REGISTRY.folder is not None:
         shutil.rmtree(_REGISTRY.folder, ignore_errors=True)
         _REGISTRY.folder = None
+
+
+# At the process's exit, not a pytest session's end: in-process sessions (pytester) share
+# them. A process killed outright closes their pipes all the same.
+atexit.register(stop_all)

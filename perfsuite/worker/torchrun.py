@@ -20,9 +20,13 @@ from perfsuite.contract.job import PARENT_ENV
 from perfsuite.worker.lifeline import tie_to_parent
 
 
-def main() -> None:
+def _become_agent() -> None:
     tie_to_parent()
     os.environ[PARENT_ENV] = str(os.getpid())  # the ranks are this agent's children
+
+
+def main() -> None:
+    _become_agent()
     sys.argv = ["torchrun", *sys.argv[1:]]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 
@@ -52,8 +56,7 @@ def forked_ranks(nproc: int, argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    tie_to_parent()
-    os.environ[PARENT_ENV] = str(os.getpid())  # the ranks are this agent's children
+    _become_agent()
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

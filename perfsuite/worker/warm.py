@@ -70,7 +70,6 @@ def _child(request: dict[str, Any], keep_out: tuple[int, ...]) -> None:
         if ranks > 1:  # torch: its elastic agent, which forks the ranks from here
             from perfsuite.worker.torchrun import forked_ranks
 
-            sys.argv = ["torchrun", *request["argv"]]
             os._exit(forked_ranks(ranks, list(request["argv"])))
         sys.argv = ["perfsuite.worker", *request["argv"]]
         worker_main(list(request["argv"]))  # leaves through os._exit
