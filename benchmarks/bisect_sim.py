@@ -83,12 +83,13 @@ def trials(
 ) -> dict:
     """``count`` simulated bisects of a ``step`` at a random commit among ``commits``."""
     rng = np.random.default_rng(seed)
-    right = wrong = ranges = missed = no_change = 0
+    right = wrong = ranges = missed = no_change = rejudged = 0
     bursts = []
     for _ in range(count):
         culprit = int(rng.integers(1, commits + 1))
         result = procedure.bisect(commits, simulated.Bench(model, culprit, step, rng), settings)
         bursts.append(result.bursts)
+        rejudged += bool(result.found is not None and result.found.rejudged)
         if result.status == "no change":
             no_change += 1
         elif result.first_bad is None:
@@ -113,6 +114,7 @@ def trials(
         "range": ranges,
         "range_without_culprit": missed,
         "no_change": no_change,
+        "rejudged": rejudged,
         "bursts_median": float(np.median(b)),
         "bursts_p90": float(np.percentile(b, 90)),
         "bursts_max": int(b.max()),
@@ -125,15 +127,17 @@ def trials(
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| step | commits | trials | right commit | 95% interval | wrong commit (95% upper bound) "
-        "| range (without the culprit) | no change | bursts, median (90th pct, max) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| range (without the culprit) | no change | a check overturned (judged a third time) "
+        "| bursts, median (90th pct, max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['step']:+.0%} | {r['commits']} | {r['trials']} | {r['right']} ({r['right'] / r['trials']:.2%}) "
             f"| {r['right_low']:.2%}-{r['right_high']:.2%} | {r['wrong']} ({r['wrong_high']:.2%}) "
             f"| {r['range']} ({r['range_without_culprit']}) "
-            f"| {r['no_change']} | {r['bursts_median']:g} ({r['bursts_p90']:g}, {r['bursts_max']}) |"
+            f"| {r['no_change']} | {r.get('rejudged', '-')} "
+            f"| {r['bursts_median']:g} ({r['bursts_p90']:g}, {r['bursts_max']}) |"
         )
     return lines
 

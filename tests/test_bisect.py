@@ -19,6 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 from bisect_repos import BURST, KEY, SELECTION, build, command, dirty, environment, leftovers, snapshot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from suite_files import sigint_at_default
 
 from perfsuite.bisect import MAX_REPEATS, bisection, decide, search, selection
@@ -57,6 +59,63 @@ def test_the_search_halves_and_steps_around_skipped_commits():
 def test_only_skipped_commits_left_name_a_range():
     found = search.search(4, lambda i: search.SKIP)
     assert not found.exact and (found.lo, found.hi, found.skipped) == (0, 4, (1, 2, 3))
+
+
+def _truth(culprit):
+    return lambda i: search.BAD if i >= culprit else search.GOOD
+
+
+def test_the_answers_two_commits_are_judged_again_and_nothing_else_is():
+    checked = []
+    found = search.search(15, _truth(11), lambda i: checked.append(i) or _truth(11)(i))
+    assert (found.lo, found.hi, found.exact, found.rejudged) == (10, 11, True, ())
+    assert checked == [11, 10]
+    checked.clear()
+    found = search.search(15, _truth(1), lambda i: checked.append(i) or _truth(1)(i))
+    assert found.hi == 1 and checked == [1]  # GOOD needs no second verdict
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_one_wrong_verdict_anywhere_is_outvoted_and_the_culprit_named(commits, data):
+    """Any one verdict, a first or a check, may be wrong: two of three judgements still name the
+    culprit itself."""
+    culprit = data.draw(st.integers(1, commits), label="culprit")
+    lie_at = data.draw(st.integers(0, commits), label="lie at")
+    lie_in = data.draw(st.sampled_from(["first", "second", "third"]), label="which judgement")
+    truth = _truth(culprit)
+    calls: dict[int, int] = {}
+
+    def answer(i, which):
+        if i == lie_at and which == lie_in:
+            return search.GOOD if truth(i) == search.BAD else search.BAD
+        return truth(i)
+
+    def confirm(i):
+        calls[i] = calls.get(i, 0) + 1
+        return answer(i, "second" if calls[i] == 1 else "third")
+
+    found = search.search(commits, lambda i: answer(i, "first"), confirm)
+    assert found.exact and found.hi == culprit
+    assert all(n <= 2 for n in calls.values())
+
+
+def test_a_check_that_differs_gets_a_third_judgement_and_two_of_three_decide():
+    # commit 9 is called BAD once, wrongly: its check and third judgement say GOOD, and 11 is found
+    calls = []
+    found = search.search(
+        15, lambda i: search.BAD if i == 9 else _truth(11)(i), lambda i: calls.append(i) or _truth(11)(i)
+    )
+    assert (found.lo, found.hi, found.exact, found.rejudged) == (10, 11, True, (9,))
+    assert calls[:2] == [9, 9]
+    # commit 11's check says GOOD, its third judgement BAD again: the first verdict stands
+    thirds = iter([search.GOOD, search.BAD])
+    found = search.search(15, _truth(11), lambda i: next(thirds) if i == 11 else _truth(11)(i))
+    assert (found.lo, found.hi, found.exact, found.rejudged) == (10, 11, True, (11,))
+    # no two of its three verdicts alike: commit 11 is skipped, and the answer is a range that holds it
+    thirds = iter([search.GOOD, search.SKIP])
+    found = search.search(15, _truth(11), lambda i: next(thirds) if i == 11 else _truth(11)(i))
+    assert (found.lo, found.hi, found.skipped, found.rejudged) == (10, 12, (11,), (11,))
 
 
 @pytest.mark.parametrize("n, expected", [(1, 0), (2, 1), (15, 4), (16, 4), (31, 5), (32, 5)])
@@ -336,10 +395,15 @@ def test_the_cache_keeps_pairs_rounds_and_failures(tmp_path):
     g, b, m = "a" * 40, "b" * 40, "c" * 40
     cache.add_pair(g, b, KEY, "cpu-x", ([1.0, 2.0], [3.0]))
     cache.add_round(m, KEY, "cpu-x", StoredRound([4.0], "good", g, [5.0]))
+    cache.add_round(m, KEY, "cpu-x", StoredRound([6.0], "bad", b, [7.0], judgement=1))
     cache.fail("d" * 40, KEY, "cpu-x", "setup failed")
     assert cache.pairs(g, b, KEY, "cpu-x") == [([1.0, 2.0], [3.0])]
     assert cache.pairs(g, b, KEY, "cpu-y") == []  # other hardware: nothing
-    assert cache.get(m, KEY, "cpu-x").rounds == [StoredRound([4.0], "good", g, [5.0])]
+    # a check's rounds are kept apart from the first judgement's
+    assert cache.get(m, KEY, "cpu-x").rounds == [
+        StoredRound([4.0], "good", g, [5.0]),
+        StoredRound([6.0], "bad", b, [7.0], judgement=1),
+    ]
     assert cache.get("d" * 40, KEY, "cpu-x").failure == "setup failed"
     assert Cache(tmp_path, read=False).pairs(g, b, KEY, "cpu-x") == []
 
@@ -472,6 +536,10 @@ def test_bisect_names_the_commit_that_made_it_slower(main_repo, resumed):
     for t in resumed["tested"]:  # every verdict is the truth
         assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
         assert t["bursts"] >= 1 and t["images_per_sec"] > 0
+    # the answer's two commits were judged again, on rounds of their own
+    checks = [t for t in resumed["tested"] if t["role"] == "check"]
+    assert resumed["checks"] == len(checks) == 2
+    assert sorted(t["order"] for t in checks) == [CULPRIT - 2, CULPRIT - 1]
 
 
 def test_the_step_comes_with_its_interval_and_every_commit_with_its_figures(resumed):
@@ -498,7 +566,7 @@ def test_each_midpoint_is_judged_on_the_rounds_it_has(resumed):
     and each round was measured beside the end the commit looked least like."""
     ends = _ends_of(resumed)
     for t in resumed["tested"]:
-        if t["role"] != "midpoint":
+        if t["role"] not in ("midpoint", "check") or t["reason"].startswith("undecided alone"):
             continue
         rounds = _rounds_of(t)
         assert decide.judge(rounds, ends).verdict == t["verdict"]

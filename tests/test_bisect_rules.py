@@ -6,6 +6,8 @@ draws every run. Real bursts, worktrees and processes: tests/test_bisect.py.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -85,6 +87,40 @@ def test_a_10_percent_step_under_the_quiet_noise_is_found_every_time_and_never_w
     found = _bisects(QUIET, -0.10, 32, 500, seed=4)
     assert sum(r.first_bad == c for c, r in found) >= 495
     assert not any(_wrong_verdicts(c, r) for c, r in found)
+
+
+class Misleading(simulated.Bench):
+    """A bench whose commit ``liar`` measures at the other end's level in its first ``lies`` bursts
+    (something else on the machine exactly then, say)."""
+
+    liar: int = -1
+    lies: int = 0
+
+    def level(self, i: int) -> float:
+        true = super().level(i)
+        if i == self.liar and self.measured.get(i, 0) < self.lies:
+            return math.log1p(self.step) - true
+        return true
+
+
+@pytest.mark.parametrize("liar_offset", [-1, 0])
+def test_a_misjudged_commit_of_the_answer_is_caught_by_its_checks(liar_offset):
+    """The commit before the culprit (or the culprit) measures at the other level for its first
+    judgement: it is judged wrongly, its check and third judgement say otherwise, and the culprit
+    is named all the same."""
+    misjudged = 0
+    for seed in range(20):
+        culprit = 11
+        bench = Misleading(QUIET, culprit, -0.10, np.random.default_rng(seed))
+        bench.liar, bench.lies = culprit + liar_offset, 3  # a verdict takes two or three rounds here
+        result = procedure.bisect(15, bench, DEFAULTS)
+        truth = decide.BAD if liar_offset == 0 else decide.GOOD
+        wrong = decide.GOOD if truth == decide.BAD else decide.BAD
+        if result.verdicts.get(bench.liar) == wrong:  # misjudged: its check and third judgement say otherwise
+            misjudged += 1
+            assert result.checks[bench.liar] == [truth, truth] and result.first_bad == culprit
+        assert result.first_bad in (None, culprit)  # else undecided in its first rounds: skipped, a range
+    assert misjudged >= 10
 
 
 def test_a_commit_that_cannot_be_measured_is_skipped_and_the_culprit_still_found():

@@ -5,7 +5,9 @@ The ends are measured in pairs (a GOOD burst, then a BAD burst). Unless BAD diff
 GOOD by at least ``min_change`` and significantly (``decide.ends_change``), there is
 nothing to find. Each midpoint then gets rounds (its burst, then a burst of the end it
 looks least like) until ``decide.judge`` calls it like GOOD or like BAD, up to
-``max_repeats`` rounds; a commit that fails or stays undecided is skipped. The ends'
+``max_repeats`` rounds; a commit that fails or stays undecided is skipped. The answer's
+two commits (the last like GOOD, the first like BAD) are then judged again on fresh rounds
+(``search.search``'s check); where the two verdicts differ, a third decides. The ends'
 worktrees stay for the whole search, since every round measures one of them again.
 """
 
@@ -54,7 +56,7 @@ class Tested:
 
     order: int  # 0 is GOOD, n is BAD
     sha: str
-    role: str  # GOOD, BAD or midpoint
+    role: str  # GOOD, BAD, midpoint, or check (an answer's commit judged again, on fresh bursts)
     bursts: list[list[float]]  # the commit's own bursts
     references: int  # bursts of an end measured beside them (a midpoint's rounds)
     cached: int  # of its bursts, how many came from the cache
@@ -111,6 +113,10 @@ class Outcome:
     @property
     def midpoints(self) -> int:
         return sum(1 for t in self.tested if t.role == "midpoint")
+
+    @property
+    def checks(self) -> int:
+        return sum(1 for t in self.tested if t.role == "check")
 
     @property
     def expected_midpoints(self) -> int:
@@ -241,11 +247,16 @@ class Run:
         return Tested(order, sha, role, bursts, 0, getattr(self, "cached_pairs", 0), verdict, f"the {role} end")
 
     # -- one commit ------------------------------------------------------------------------------
-    def judge(self, i: int, ends: decide.Ends) -> Tested:
-        return self.judge_commit(self.commits[i], i, self.name(i), ends)
+    def judge(self, i: int, ends: decide.Ends, first: Tested | None = None, judgement: int = 0) -> Tested:
+        return self.judge_commit(self.commits[i], i, self.name(i), ends, first, judgement)
 
-    def judge_commit(self, sha: str, i: int, name: str, ends: decide.Ends) -> Tested:
-        """Rounds at the commit until it is like GOOD or like BAD, or skipped."""
+    def judge_commit(
+        self, sha: str, i: int, name: str, ends: decide.Ends, first: Tested | None = None, judgement: int = 0
+    ) -> Tested:
+        """Rounds at the commit until it is like GOOD or like BAD, or skipped. ``judgement`` 1 and 2
+        are checks of its ``first``, each on rounds of its own; the second pools its rounds with
+        the first's where its own leave it undecided (``procedure.checked``)."""
+        check = judgement > 0
         assert self.ctx.key is not None and self.ctx.fingerprint is not None
         key, fp = self.ctx.key, self.ctx.fingerprint
         entry = self.cache.get(sha, key, fp)
@@ -253,13 +264,16 @@ class Run:
         rounds = [
             decide.Round(tuple(r.burst), r.end, tuple(r.reference))
             for r in entry.rounds
-            if by_end[r.end] == r.end_commit
+            if by_end[r.end] == r.end_commit and r.judgement == judgement
         ]
         cached = len(rounds)
+        role = "check" if check else "midpoint"
+        if check:
+            name = f"{name}, again" if judgement == 1 else f"{name}, a third time"
 
         def tested(verdict: str, reason: str, call: decide.Call | None) -> Tested:
             bursts = [list(r.burst) for r in rounds]
-            return Tested(i, sha, "midpoint", bursts, len(rounds), cached, verdict, reason, call, list(rounds))
+            return Tested(i, sha, role, bursts, len(rounds), cached, verdict, reason, call, list(rounds))
 
         if entry.failure is not None:
             self.say(f"{name}: {entry.failure} (in the cache): skipped")
@@ -269,7 +283,7 @@ class Run:
 
         def stored(one: decide.Round) -> None:
             self.cache.add_round(
-                sha, key, fp, StoredRound(list(one.burst), one.end, by_end[one.end], list(one.reference))
+                sha, key, fp, StoredRound(list(one.burst), one.end, by_end[one.end], list(one.reference), judgement)
             )
             self.say(
                 f"{name}: round {len(rounds)}: {fixed(stats.median(one.burst))} img/s, {one.end.upper()} beside it "
@@ -287,13 +301,15 @@ class Run:
                 failure=lambda: bench.failure or "failed",
                 on_round=stored,
             )
+            if first is not None and judgement == 1:
+                decided = procedure.checked(first.rounds, rounds, decided, ends)
             if decided.verdict == SKIPPED:
                 if decided.call is not None:
                     self.say(f"{name}: {decided.reason}: skipped")
                 return tested(SKIPPED, decided.reason, decided.call)
             assert decided.call is not None
             self.say(f"{name}: like {decided.verdict.upper()} ({decided.call.reason})")
-            return tested(decided.verdict, "", decided.call)
+            return tested(decided.verdict, decided.reason, decided.call)
         finally:
             bench.close()
 
@@ -326,13 +342,26 @@ def bisect(
         outcome.step = decide.step(ends)
         update("running")
 
+        firsts: dict[int, Tested] = {}
+
         def judge(i: int) -> str:
-            tested = run.judge(i, ends)
+            tested = firsts[i] = run.judge(i, ends)
             outcome.tested.append(tested)
             update("running")
-            return {decide.GOOD: search.GOOD, decide.BAD: search.BAD}.get(tested.verdict, search.SKIP)
+            return procedure.SEARCH_VERDICT.get(tested.verdict, search.SKIP)
 
-        found = search.search(n, judge)
+        checks: dict[int, int] = {}
+
+        def confirm(i: int) -> str:
+            checks[i] = checks.get(i, 0) + 1
+            tested = run.judge(i, ends, firsts[i], checks[i])
+            outcome.tested.append(tested)
+            if checks[i] == 1 and tested.verdict != firsts[i].verdict:
+                say(f"{run.name(i)}: {tested.verdict} now, {firsts[i].verdict} at first: a third judgement decides")
+            update("running")
+            return procedure.SEARCH_VERDICT.get(tested.verdict, search.SKIP)
+
+        found = search.search(n, judge, confirm)
         outcome.found = found
         update("found" if found.exact else "unresolved")
         return outcome

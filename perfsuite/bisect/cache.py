@@ -4,7 +4,8 @@ What is kept, the moment it is known (small JSON files, replaced atomically):
 
 * the ends' pairs, by (GOOD, BAD): a GOOD burst and the BAD burst measured right after it;
 * a commit's rounds: its burst and the burst of an end measured right after it, with that
-  end's commit (a round counts only in a bisect with the same end);
+  end's commit (a round counts only in a bisect with the same end), and the judgement it
+  belongs to (the first, or a check of an answer's commit);
 * a commit's failed checkout, setup or burst.
 
 So a bisect that was interrupted, or run again over an overlapping range, starts from what
@@ -45,6 +46,7 @@ class StoredRound:
     end: str  # "good" or "bad"
     end_commit: str
     reference: list[float]
+    judgement: int = 0  # 0: the commit's first judgement; 1 and 2: its checks, on fresh rounds
 
 
 @dataclass
@@ -125,19 +127,23 @@ class Cache:
             burst, reference = _samples(item.get("burst")), _samples(item.get("reference"))
             end, commit = item.get("end"), item.get("end_commit")
             if burst and reference and end in ("good", "bad") and isinstance(commit, str):
-                rounds.append(StoredRound(burst, end, commit, reference))
+                judgement = item.get("judgement", 0)
+                judgement = judgement if isinstance(judgement, int) and not isinstance(judgement, bool) else -1
+                rounds.append(StoredRound(burst, end, commit, reference, judgement))
         failure = data.get("failure")
         reason = failure.get("reason") if isinstance(failure, dict) and self._fresh(failure) else None
         return Entry(rounds, reason if isinstance(reason, str) else None)
 
     def add_round(self, sha: str, key: str, fingerprint: str, stored: StoredRound) -> None:
-        item = {
+        item: dict[str, object] = {
             "burst": stored.burst,
             "end": stored.end,
             "end_commit": stored.end_commit,
             "reference": stored.reference,
             "date": now_iso(),
         }
+        if stored.judgement:
+            item["judgement"] = stored.judgement
         self._update(self._commit_path(sha, key, fingerprint), lambda d: d.setdefault("rounds", []).append(item))
 
     def fail(self, sha: str, key: str, fingerprint: str, reason: str) -> None:

@@ -10,7 +10,7 @@ real search; only the bursts differ.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from perfsuite.bisect import decide, search
@@ -117,6 +117,7 @@ class Result:
     verdicts: dict[int, str]
     rounds: dict[int, int]  # each judged commit's rounds
     bursts: int
+    checks: dict[int, list[str]] = field(default_factory=dict)  # the answer's commits judged again
 
     @property
     def ends_pairs(self) -> int:
@@ -150,12 +151,40 @@ def bisect(n: int, bench: Measures, settings: Settings) -> Result:
         return Result("no change", ends, change, None, {}, {}, counted[0])
     verdicts: dict[int, str] = {}
     taken: dict[int, int] = {}
+    first: dict[int, list[decide.Round]] = {}
+    again: dict[int, list[str]] = {}
 
     def judge(i: int) -> str:
+        rounds = first[i] = []
+        verdicts[i] = gather_rounds(rounds, ends, settings.max_repeats, lambda: measured(i), end).verdict
+        taken[i] = len(rounds)
+        return SEARCH_VERDICT.get(verdicts[i], search.SKIP)
+
+    def confirm(i: int) -> str:
         rounds: list[decide.Round] = []
         decided = gather_rounds(rounds, ends, settings.max_repeats, lambda: measured(i), end)
-        verdicts[i], taken[i] = decided.verdict, len(rounds)
-        return {decide.GOOD: search.GOOD, decide.BAD: search.BAD}.get(decided.verdict, search.SKIP)
+        if i not in again:
+            decided = checked(first[i], rounds, decided, ends)
+        again.setdefault(i, []).append(decided.verdict)
+        return SEARCH_VERDICT.get(decided.verdict, search.SKIP)
 
-    found = search.search(n, judge)
-    return Result("found" if found.exact else "unresolved", ends, change, found, verdicts, taken, counted[0])
+    found = search.search(n, judge, confirm)
+    status = "found" if found.exact else "unresolved"
+    return Result(status, ends, change, found, verdicts, taken, counted[0], again)
+
+
+def checked(
+    first: Sequence[decide.Round], rounds: Sequence[decide.Round], decided: Decided, ends: decide.Ends
+) -> Decided:
+    """A commit's second judgement: its own verdict; or, where its rounds ran out undecided, the
+    verdict of all the commit's rounds together (a check that cannot tell overturns nothing
+    alone, but what it measured still counts). A third judgement stands alone."""
+    if decided.verdict != SKIPPED or decided.call is None:
+        return decided
+    call = decide.judge([*first, *rounds], ends)
+    if call.verdict == decide.UNDECIDED:
+        return decided
+    return Decided(call.verdict, f"undecided alone; with its first rounds {call.reason}", call)
+
+
+SEARCH_VERDICT = {decide.GOOD: search.GOOD, decide.BAD: search.BAD}

@@ -6,6 +6,12 @@ that cannot be judged (its setup or burst failed, or noise left it undecided) is
 as git bisect's exit code 125 skips one, and its nearest untested neighbour is tried. It
 ends when ``lo`` and ``hi`` are adjacent (the answer is ``hi``), or when every commit
 between them was skipped (the answer is one of them).
+
+With ``confirm``, an answer is only given once the two commits it rests on, ``lo`` and
+``hi``, have each been judged a second time on fresh measurements and said the same: a
+wrong answer then needs the same commit misjudged twice. Where the two verdicts differ, a
+third decides, and the search goes on from the verdict two of the three gave; a commit
+without two alike is skipped.
 """
 
 from __future__ import annotations
@@ -36,25 +42,65 @@ class Found:
     lo: int  # the last commit judged like GOOD
     hi: int  # the first commit judged like BAD
     skipped: tuple[int, ...]  # the commits between them that could not be judged
+    rejudged: tuple[int, ...] = ()  # commits whose second verdict differed from their first: judged a third time
 
     @property
     def exact(self) -> bool:
         return self.hi - self.lo == 1
 
 
-def search(n: int, judge: Callable[[int], str]) -> Found:
-    """``judge(i)`` measures commit i and says GOOD, BAD or SKIP."""
+def search(n: int, judge: Callable[[int], str], confirm: Callable[[int], str] | None = None) -> Found:
+    """``judge(i)`` measures commit i and says GOOD, BAD or SKIP; ``confirm(i)`` judges it again
+    on fresh measurements (the answer's two commits, at the end; a third time where the two
+    verdicts differ)."""
     lo, hi = 0, n
     skipped: set[int] = set()
-    while hi - lo > 1:
-        i = next_index(lo, hi, skipped)
-        if i is None:
+    verdicts: dict[int, str] = {0: GOOD, n: BAD}
+    checked = {0, n}
+    rejudged: list[int] = []
+    while True:
+        while hi - lo > 1:
+            i = next_index(lo, hi, skipped)
+            if i is None:
+                break
+            verdict = verdicts[i] = judge(i)
+            if verdict == GOOD:
+                lo = i
+            elif verdict == BAD:
+                hi = i
+            else:
+                skipped.add(i)
+        if confirm is None or hi - lo > 1 or not _recheck((hi, lo), verdicts, checked, rejudged, confirm):
             break
-        verdict = judge(i)
-        if verdict == GOOD:
-            lo = i
-        elif verdict == BAD:
-            hi = i
-        else:
-            skipped.add(i)
-    return Found(lo, hi, tuple(sorted(i for i in skipped if lo < i < hi)))
+        for i in rejudged:
+            if verdicts.get(i) not in (GOOD, BAD):
+                skipped.add(i)
+                verdicts.pop(i, None)
+        lo = max(i for i, v in verdicts.items() if v == GOOD and i <= hi)
+        hi = min(i for i, v in verdicts.items() if v == BAD and i > lo)
+    return Found(lo, hi, tuple(sorted(i for i in skipped if lo < i < hi)), tuple(rejudged))
+
+
+def _recheck(
+    commits: tuple[int, ...],
+    verdicts: dict[int, str],
+    checked: set[int],
+    rejudged: list[int],
+    confirm: Callable[[int], str],
+) -> bool:
+    """Judge each of ``commits`` not yet checked again; True when one's verdict did not hold
+    (it is now the verdict two of three judgements gave, or SKIP)."""
+    for i in commits:
+        if i in checked:
+            continue
+        checked.add(i)
+        second = confirm(i)
+        if second == verdicts[i]:
+            continue
+        rejudged.append(i)
+        third = confirm(i)
+        if third == verdicts[i]:
+            continue
+        verdicts[i] = third if third == second else SKIP
+        return True
+    return False

@@ -513,6 +513,7 @@ def as_json(outcome) -> dict[str, Any]:
         if outcome.step is None
         else {"change": outcome.step[0], "ci_low": outcome.step[1], "ci_high": outcome.step[2]},
         "midpoints": outcome.midpoints,
+        "checks": outcome.checks,
         "expected_midpoints": outcome.expected_midpoints,
         "bursts": outcome.bursts,
         "bursts_run": outcome.bursts_run,
@@ -576,7 +577,7 @@ def report(outcome) -> list[str]:
         if info:
             lines += [f"  subject: {info.subject}", f"  author:  {info.author}", f"  date:    {info.date}"]
         step, lo, hi = outcome.step
-        by_order = {t.order: t for t in outcome.tested}
+        by_order = {t.order: t for t in outcome.tested if t.role != "check"}
         before, after = by_order[outcome.found.lo], by_order[outcome.found.hi]
         lines.append(
             f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}), GOOD to BAD in {pairs} pairs measured "
@@ -592,9 +593,17 @@ def report(outcome) -> list[str]:
             "was skipped:"
         )
         skipped = {t.sha: t for t in outcome.tested if t.verdict == "skipped"}
+        verdicts: dict[str, list[str]] = {}
+        for t in outcome.tested:
+            verdicts.setdefault(t.sha, []).append(t.verdict)
         for c in cands:
             subject = outcome.info[c].subject if c in outcome.info else ""
-            why = f" (skipped: {skipped[c].reason})" if c in skipped else ""
+            if len(verdicts.get(c, [])) > 1:
+                why = f" (judged {', '.join(verdicts[c])}: no two verdicts alike)"
+            elif c in skipped:
+                why = f" (skipped: {skipped[c].reason})"
+            else:
+                why = ""
             lines.append(f"  {c[:10]} {subject}{why}")
     lines.append(
         f"burst {outcome.key} on {outcome.fingerprint}; GOOD -> BAD {_pct(change.change)} "
@@ -603,6 +612,7 @@ def report(outcome) -> list[str]:
     lines.append(
         f"cost: {outcome.midpoints} midpoint{'s' if outcome.midpoints != 1 else ''} "
         f"(at most {outcome.expected_midpoints} for {len(outcome.commits) - 1} commits without skips), "
+        f"{outcome.checks} judged again, "
         f"{outcome.bursts} bursts ({outcome.bursts_run} run now, {max(0, outcome.bursts - outcome.bursts_run)} "
         f"from the cache), {_minutes(outcome.seconds)}"
     )
@@ -613,6 +623,8 @@ def report(outcome) -> list[str]:
         fig = t.figures()
         subject = outcome.info[t.sha].subject if t.sha in outcome.info else ""
         verdict = t.role if t.role in ("GOOD", "BAD") else t.verdict
+        if t.role == "check":
+            verdict = f"again {verdict}"
         if t.verdict == "skipped":
             verdict += f": {t.reason}"
         if t.sha == first:
