@@ -596,9 +596,10 @@ def report(outcome) -> list[str]:
         verdicts: dict[str, list[str]] = {}
         for t in outcome.tested:
             verdicts.setdefault(t.sha, []).append(t.verdict)
+        left = {outcome.commits[i] for i in outcome.found.skipped}
         for c in cands:
             subject = outcome.info[c].subject if c in outcome.info else ""
-            if len(verdicts.get(c, [])) > 1:
+            if c in left and len(verdicts.get(c, [])) > 1:
                 why = f" (judged {', '.join(verdicts[c])}: no two verdicts alike)"
             elif c in skipped:
                 why = f" (skipped: {skipped[c].reason})"
