@@ -4,6 +4,7 @@ writers, schema versions, and runs spooled while the database cannot be reached.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -211,6 +212,24 @@ def _assert_all_there(url: str, runs_each: int = 50) -> None:
     assert sorted(r["git_commit"] for r in runs) == sorted(f"{w}-{i}" for w in "ab" for i in range(runs_each))
     assert all(r["bursts"] == 3 for r in runs)
     engine.dispose()
+
+
+class _LockedTwice:
+    """A cursor whose WAL switch meets another process's lock twice, as a new file can."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def execute(self, sql: str) -> None:
+        self.tries += 1
+        if self.tries <= 2:
+            raise sqlite3.OperationalError("database is locked")
+
+
+def test_the_wal_switch_waits_for_a_lock_sqlite_answers_at_once():
+    cursor = _LockedTwice()
+    db._wal(cursor)
+    assert cursor.tries == 3
 
 
 def test_two_processes_write_50_runs_each_to_sqlite(tmp_path):

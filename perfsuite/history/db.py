@@ -7,6 +7,8 @@ failing; WAL lets readers go on meanwhile. PostgreSQL handles concurrent writers
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -81,9 +83,23 @@ def _sqlite_connect(dbapi_conn: Any, _record: object) -> None:
     dbapi_conn.isolation_level = None  # SQLAlchemy's begin event issues BEGIN IMMEDIATE itself
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-    cur.execute("PRAGMA journal_mode = WAL")
+    _wal(cur)
     cur.execute("PRAGMA foreign_keys = ON")
     cur.close()
+
+
+def _wal(cur: Any) -> None:
+    # Switching a new file to WAL answers "locked" at once, without the busy handler, while
+    # another process holds its first lock on it; WAL is stored in the file, so retry until set.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def describe_error(url: str, exc: BaseException) -> str:
