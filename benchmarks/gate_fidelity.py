@@ -13,9 +13,10 @@ test that does not fail as a regression is a miss). Two ways to slow it down:
 
 ``--simulated`` draws the bursts from a noise model instead (``perfsuite.bisect.simulated``,
 fitted to real bursts by ``benchmarks/bisect_sim.py calibrate``: ``--noise FILE``) and gates
-them with the verdict at the plugin's core (``perfsuite.analysis.stats.compare``, without the
-baseline's noise floor, which only widens the tolerance): thousands of A/A and slowed
-verdicts in seconds, the rates with their Clopper-Pearson intervals.
+them as the plugin does (``perfsuite.analysis.findings``: the baseline's noise floor, the
+confirming burst, the settling one): thousands of A/A and slowed verdicts in seconds, the
+rates with their Clopper-Pearson intervals and the bursts a case took. What it leaves out:
+a noisy burst lengthened by its worker (``--perf-max-windows``), and memory's verdict.
 
     python benchmarks/gate_fidelity.py --simulated --repeats 10000 --slowdown 0.10
 """
@@ -67,22 +68,38 @@ def verdicts(records: list[dict]) -> collections.Counter:
 
 
 def simulated(model, slowdown: float, trials: int, seed: int, tolerance: float, baseline_bursts: int = 3) -> dict:
-    """The gate's verdicts on drawn bursts: a baseline of ``baseline_bursts`` bursts, then one
-    burst at the same speed (A/A) and one slowed by ``slowdown``, the machine's speed wandering
-    between them as it does between bursts."""
+    """The gate's verdicts on drawn bursts: a baseline entry of ``baseline_bursts`` bursts (as
+    ``--perf-save-baseline`` keeps them: the pooled windows and each burst's median), then one
+    case at the same speed (A/A) and one slowed by ``slowdown``, the machine's speed wandering
+    from burst to burst. Each case goes the plugin's way (perfsuite.analysis.findings): the
+    baseline's noise floor widens the tolerance, a first regression is confirmed on a fresh
+    burst and an undecided one settled with one more. ``bursts`` counts what the cases ran."""
     import numpy as np
 
-    from perfsuite.analysis import stats
+    from perfsuite.analysis import findings, stats
     from perfsuite.bisect import simulated as sim
 
+    limits = findings.Limits(tolerance=tolerance, memory_tolerance=0.0, scaling_tolerance=0.0)
     rng = np.random.default_rng(seed)
     aa, slow = collections.Counter(), collections.Counter()
+    bursts = {"aa": 0, "slowed": 0}
+
+    def case(bench, level: int, entry: dict, which: str) -> str:
+        runs = [bench.burst(level) or []]
+        rerun = findings.rerun_for(runs[0], entry, limits)
+        if rerun is not None:
+            runs.append(bench.burst(level) or [])
+        bursts[which] += len(runs)
+        pooled = [x for run in runs for x in run]
+        return findings.samples_verdict(pooled, runs, entry, limits, rerun == findings.CONFIRM).verdict.status
+
     for _ in range(trials):
         bench = sim.Bench(model, 1, -slowdown, rng)
-        baseline = [x for _ in range(baseline_bursts) for x in bench.burst(0) or []]
-        aa[stats.compare(bench.burst(0) or [], baseline, tolerance).status] += 1
-        slow[stats.compare(bench.burst(1) or [], baseline, tolerance).status] += 1
-    return {"aa": dict(aa), "slowed": dict(slow), "trials": trials}
+        saved = [bench.burst(0) or [] for _ in range(baseline_bursts)]
+        entry = {"samples": [x for b in saved for x in b], "run_medians": [stats.median(b) for b in saved]}
+        aa[case(bench, 0, entry, "aa")] += 1
+        slow[case(bench, 1, entry, "slowed")] += 1
+    return {"aa": dict(aa), "slowed": dict(slow), "trials": trials, "bursts": bursts}
 
 
 def simulated_main(a: argparse.Namespace) -> int:
@@ -97,7 +114,11 @@ def simulated_main(a: argparse.Namespace) -> int:
         k = counts.get("regression", 0)
         lo = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
         hi = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
-        print(f"{name}: {k}/{n} = {k / n:.2%} (95% interval {lo:.2%}-{hi:.2%}); verdicts {counts}")
+        ran = found["bursts"]["aa" if name == "false alarms" else "slowed"]
+        print(
+            f"{name}: {k}/{n} = {k / n:.2%} (95% interval {lo:.2%}-{hi:.2%}); verdicts {counts}; "
+            f"{ran / n:.3f} bursts a case"
+        )
     return 0
 
 

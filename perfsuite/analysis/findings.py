@@ -334,17 +334,29 @@ def tolerance(limits: Limits, entry: Mapping[str, Any] | None) -> float:
 def throughput_verdict(m: Measurement, entry: Mapping[str, Any] | None, limits: Limits, confirmed: bool) -> Throughput:
     """The pooled samples against the entry's. A confirmed case's last burst was run because
     the ones before regressed: a regression needs that fresh burst to regress on its own too."""
+    return samples_verdict(m.samples, m.run_samples, entry, limits, confirmed)
+
+
+def samples_verdict(
+    samples: Sequence[float],
+    run_samples: Sequence[Sequence[float]],
+    entry: Mapping[str, Any] | None,
+    limits: Limits,
+    confirmed: bool,
+) -> Throughput:
+    """``throughput_verdict`` on figures alone: ``samples`` pooled from the bursts whose windows
+    are ``run_samples``. The simulated gate (benchmarks/gate_fidelity.py) calls it too."""
     set_tolerance = tolerance(limits, entry)
     if entry is None:
-        return Throughput(stats.compare(m.samples, None, set_tolerance), set_tolerance, set_tolerance)
+        return Throughput(stats.compare(samples, None, set_tolerance), set_tolerance, set_tolerance)
     floor = min(stats.run_spread(list(entry.get("run_medians") or [])), FLOOR_CAP * set_tolerance)
     applied = max(set_tolerance, floor)
     base = list(entry["samples"])
-    verdict = stats.compare(m.samples, base, applied)
-    if confirmed and len(m.run_samples) >= 2:
-        again = stats.compare(m.run_samples[-1], base, applied)
+    verdict = stats.compare(samples, base, applied)
+    if confirmed and len(run_samples) >= 2:
+        again = stats.compare(run_samples[-1], base, applied)
         if again.status != stats.REGRESSION:
-            before = stats.compare([x for run in m.run_samples[:-1] for x in run], base, applied)
+            before = stats.compare([x for run in run_samples[:-1] for x in run], base, applied)
             verdict = stats.Verdict(
                 stats.INCONCLUSIVE,
                 verdict.ratio,
@@ -355,10 +367,15 @@ def throughput_verdict(m: Measurement, entry: Mapping[str, Any] | None, limits: 
     return Throughput(verdict, applied, set_tolerance)
 
 
-def first_look(m: Measurement, entry: Mapping[str, Any] | None, limits: Limits) -> str:
-    """The status the samples so far give: the measure step reruns a regression to confirm it,
-    and an undecided one to settle it."""
-    return throughput_verdict(m, entry, limits, confirmed=False).verdict.status
+# What the measure step does after a burst's first verdict (rerun_for).
+CONFIRM = "confirm"  # a regression: a fresh burst, which must regress on its own too
+SETTLE = "settle"  # undecided by noise: one more burst, pooled
+
+
+def rerun_for(samples: Sequence[float], entry: Mapping[str, Any] | None, limits: Limits) -> str | None:
+    """CONFIRM, SETTLE or None (the first verdict stands), from the first burst's samples."""
+    status = samples_verdict(samples, (samples,), entry, limits, confirmed=False).verdict.status
+    return CONFIRM if status == stats.REGRESSION else SETTLE if status == stats.INCONCLUSIVE else None
 
 
 def _change(v: stats.Verdict) -> str:

@@ -26,7 +26,9 @@ import pytest
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.findings import (
+    CONFIRM,
     SCALING,
+    SETTLE,
     THROUGHPUT,
     Context,
     Findings,
@@ -35,11 +37,11 @@ from perfsuite.analysis.findings import (
     Peers,
     device_twin,
     failed,
-    first_look,
     independent_twin,
     judge_scaling,
     judge_throughput,
     memory_verdict,
+    rerun_for,
     scaling_verdict,
 )
 from perfsuite.analysis.measurement import Measurement
@@ -103,13 +105,13 @@ class PerfGate:
             return bad or Measured(m)  # a node other than 0: node 0 holds the figures and gates them
         gating, confirmed = not self.options.save_baseline, False
         if gating and entry is not None:
-            first = first_look(m, entry, self.limits)
-            if first == stats.REGRESSION:
+            rerun = rerun_for(m.samples, entry, self.limits)
+            if rerun == CONFIRM:
                 # Confirm on a fresh burst: a whole burst can land in a slow minute of a shared
                 # machine, and a gate that cries wolf gets switched off. It profiles steps after
                 # its windows, so a confirmed regression says which ops moved.
                 m, confirmed = self.session.rerun(spec, profile=True), True
-            elif first == stats.INCONCLUSIVE:
+            elif rerun == SETTLE:
                 m = self.session.rerun(spec)  # undecided by noise: one more burst, pooled
             peak = memory_verdict(m, entry, self.limits)
             if peak is not None and peak.status == stats.REGRESSION and m.runs == 1:
