@@ -10,8 +10,14 @@ commits; the culprit drawn at random from 1..commits. Prints a Markdown table: h
 answer was the right commit, with the Clopper-Pearson 95% interval, a wrong commit, a range,
 or no change, and the bursts it took.
 
+``scatter``: how far apart the ends' pairs of real bisects (``benchmarks/bisect_accuracy.py
+--json``) measured, against the model's pairs at several scales of its noise: the scale at
+which the model's pairs scatter as the real ones did is the one ``accuracy --scale`` takes
+to predict those bisects' cost.
+
     python benchmarks/bisect_sim.py calibrate --bursts 30 --json noise.json
     python benchmarks/bisect_sim.py accuracy --noise noise.json --trials 10000
+    python benchmarks/bisect_sim.py scatter --noise noise.json --trials-file trials.json
 """
 
 from __future__ import annotations
@@ -124,6 +130,34 @@ def trials(
     }
 
 
+def real_pair_scatter(files: list[Path]) -> list[float]:
+    """Each real bisect's standard deviation of its ends' pairs' log ratios (BAD over GOOD,
+    burst medians), from bisect_accuracy's --json records."""
+    out = []
+    for path in files:
+        for t in json.loads(path.read_text())["trials"]:
+            ends = {x["reason"]: x["burst_medians"] for x in t["tested"]}
+            good, bad = ends.get("the GOOD end") or [], ends.get("the BAD end") or []
+            ratios = [np.log(b / g) for g, b in zip(good, bad)]
+            if len(ratios) >= 2:
+                out.append(float(np.std(ratios, ddof=1)))
+    return out
+
+
+def model_pair_scatter(model: simulated.NoiseModel, pairs: int, count: int, seed: int) -> list[float]:
+    """The same figure for ``count`` runs of ``pairs`` pairs drawn from ``model``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        bench = simulated.Bench(model, 1, -0.10, rng)
+        ratios = []
+        for _ in range(pairs):
+            good, bad = bench.burst(0) or [], bench.burst(1) or []
+            ratios.append(np.log(np.median(bad) / np.median(good)))
+        out.append(float(np.std(ratios, ddof=1)))
+    return out
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| step | commits | trials | right commit | 95% interval | wrong commit (95% upper bound) "
@@ -160,6 +194,12 @@ def main() -> int:
     a.add_argument("--max-repeats", type=int, default=MAX_REPEATS)
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--json", type=Path, help="every configuration's figures")
+    sc = sub.add_parser("scatter", help="the real bisects' pairs against the model's, at several scales")
+    sc.add_argument("--noise", type=Path, help="a calibrate file (default: the model checked in BISECT.md)")
+    sc.add_argument("--trials-file", type=Path, nargs="+", required=True, help="bisect_accuracy.py --json files")
+    sc.add_argument("--scale", type=float, nargs="+", default=[1.0, 1.25, 1.5, 1.75, 2.0])
+    sc.add_argument("--pairs", type=int, default=24, help="pairs a simulated run of the ends takes")
+    sc.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     if args.what == "calibrate":
         bursts, loads = real_bursts(args.bursts)
@@ -176,6 +216,19 @@ def main() -> int:
     model = CHECKED
     if args.noise:
         model = simulated.NoiseModel(**json.loads(args.noise.read_text())["model"])
+    if args.what == "scatter":
+        real = real_pair_scatter(args.trials_file)
+        print(
+            f"real: {len(real)} bisects, the pairs' log ratios' standard deviation "
+            f"{np.median(real):.2%} (median; {min(real):.2%} to {max(real):.2%})"
+        )
+        for scale in args.scale:
+            sim = model_pair_scatter(model.scaled(scale), args.pairs, 1000, args.seed)
+            print(
+                f"model x {scale:g}: {np.median(sim):.2%} "
+                f"(median; 10th to 90th percentile {np.percentile(sim, 10):.2%} to {np.percentile(sim, 90):.2%})"
+            )
+        return 0
     model = model.scaled(args.scale)
     if args.quiet:
         model = model.quiet()

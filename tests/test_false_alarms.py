@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from perfsuite.analysis import changes, stats
-from perfsuite.bisect.simulated import NoiseModel
+from perfsuite.bisect.simulated import Bench, NoiseModel
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 # The tests' burst: 5 windows 1% apart; side by side, bursts 1% apart, the machine wandering 1%.
@@ -87,3 +87,32 @@ def test_the_fleet_flags_a_healthy_node_at_most_at_its_alpha_a_night():
         sum(v.flagged for v in fleet.judge(fleet.figures(rng, 8, 1, read, 0.02, "figure", {}))) for _ in range(nights)
     )
     assert flags <= _most(nights, fleet.ALPHA)
+
+
+def test_the_scatter_of_recorded_pairs_is_the_scatter_they_were_drawn_with(tmp_path):
+    """bisect_sim.py scatter reads bisect_accuracy's records: pairs drawn from a model, written as
+    those records are, give back the model's own scatter."""
+    import json
+
+    sim = _benchmark("bisect_sim")
+    model = BURSTS.scaled(2)
+    rng = np.random.default_rng(3)
+    trials = []
+    for _ in range(200):
+        bench = Bench(model, 1, -0.10, rng)
+        pairs = [(bench.burst(0), bench.burst(1)) for _ in range(24)]
+        trials.append(
+            {
+                "tested": [
+                    {"reason": "the GOOD end", "burst_medians": [float(np.median(g)) for g, _ in pairs]},
+                    {"reason": "the BAD end", "burst_medians": [float(np.median(b)) for _, b in pairs]},
+                    {"reason": "", "burst_medians": [1.0]},
+                ]
+            }
+        )
+    (tmp_path / "trials.json").write_text(json.dumps({"trials": trials}))
+    real = sim.real_pair_scatter([tmp_path / "trials.json"])
+    drawn = sim.model_pair_scatter(model, 24, 200, seed=4)
+    assert len(real) == 200
+    assert abs(np.median(real) / np.median(drawn) - 1) < 0.1
+    assert np.median(sim.model_pair_scatter(model.scaled(1.5), 24, 200, seed=4)) > 1.3 * np.median(real)
