@@ -1,54 +1,86 @@
 #!/usr/bin/env bash
 # The first GPU run, in one command: what a lent single-GPU machine (no TensorFlow, no
-# package registry) should run, each phase under its own time limit, everything written
-# to $OUT as it goes so a phase cut short still leaves the ones before it.
+# package registry, no pytest-xdist) should run within one call of about nine minutes,
+# everything written to $OUT as it goes.
 #
-#   OUT=/some/dir benchmarks/gpu_session.sh
+#   OUT=/some/dir benchmarks/gpu_session.sh            # BUDGET_S=510 by default
 #
-# Phases: hardware facts; perfsuite's own tests that touch the CUDA path; the torch GPU
-# suite on 1 GPU (the 8 models, data location device, fp32 and amp), saving baselines
-# into $OUT/baselines (with op profiles and peak memory); resnet50 gated against them with
-# --perf-profile (attribution, traces); resnet50 over the tuned dimensions (tf32, bf16, fp16,
-# both layouts, train and infer, torch.compile); then the data locations and the real
-# pipeline for resnet50; resnet50 and cifar10 again, each burst in a fresh interpreter.
+# The phases run in order of what they are worth, each under its own limit and all under
+# one deadline (BUDGET_S from the start): a phase that would start with less than
+# MIN_PHASE_S left is skipped and says so in $OUT/status, so the machine's call is never
+# cut off in the middle of a phase whose results are written only at its end (a baseline
+# is saved only by a session that ends).
+#
+#  1. hardware: nvidia-smi, clocks and power, perfsuite's fingerprint;
+#  2. tests: perfsuite's own tests that touch the CUDA path;
+#  3. suite-core: resnet50 and cifar10 in fp32 on 1 GPU, saving baselines into
+#     $OUT/baselines (op profiles and peak memory with them), 2 bursts an entry;
+#  4. gate: resnet50 gated against its entry, profiled and attributed;
+#  5. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
+#     duty cycle against the warm-started ones above);
+#  6. suite-rest: the other 6 models in fp32, saved beside them, 1 burst an entry;
+#  7. amp, dimensions, compile, data-locations: resnet50 in amp, over the tuned
+#     dimensions, with torch.compile, and over the data locations and the real pipeline,
+#     as time allows.
+# A GPU burst's windows hold 2e13 FLOPs each (perfsuite/plugin/cases.py): at 10 TFLOP/s,
+# ResNet-50 in fp32 on one GPU, 10 windows take 20 s, and a burst about 25 s with its start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the folder the results go to}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-510}
+MIN_PHASE_S=${MIN_PHASE_S:-30}
+DEADLINE=$((SECONDS + BUDGET_S))
+
 run() {  # run LIMIT_S NAME CMD...: one phase, its output in $OUT/NAME.log, its status in $OUT/status
-  local limit=$1 name=$2; shift 2
+  local limit=$1 name=$2 left=$((DEADLINE - SECONDS)); shift 2
+  if ((left < MIN_PHASE_S)); then
+    echo "$name skipped: ${left} s left of the ${BUDGET_S} s budget" >> "$OUT/status"
+    return
+  fi
+  ((limit > left)) && limit=$left
+  local started=$SECONDS
   timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
-  echo "$name $?" >> "$OUT/status"
+  echo "$name $? ($((SECONDS - started)) s of $limit)" >> "$OUT/status"
 }
 
-run 60 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; $PY -m perfsuite fingerprint"
-run 300 tests $PY -m pytest -p perfsuite.plugin.hooks -q tests/test_gpu_path.py tests/test_torch_burst.py \
-    tests/test_hardware.py tests/test_utilisation.py tests/test_stops.py tests/test_warm_start.py
-COMMON=(tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs --perf-save-baseline
-        --perf-baseline-runs 3 --perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
-run 900 suite $PY -m pytest "${COMMON[@]}" --perf-precision fp32 --perf-precision amp \
-    --perf-report "$OUT/report" --perf-json "$OUT/results.json" --junitxml "$OUT/junit.xml"
-# Against the entries just saved (each with its op profile: kernels, NCCL, copies), every
-# resnet50 burst profiled and attributed; its traces land in report-profile/traces/.
-run 240 attribution $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs \
-    --perf-model resnet50 --perf-profile --perf-baseline-dir "$OUT/baselines" --perf-report "$OUT/report-profile" \
-    --perf-json "$OUT/results-profile.json"
-# One burst per combination, each in the report whether or not an entry exists for it.
-run 300 dimensions $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs \
-    --perf-model resnet50 --perf-precision tf32 --perf-precision bf16 --perf-precision fp16 --perf-memory-format channels_last \
-    --perf-memory-format channels_first --perf-mode train --perf-mode infer --perf-baseline-dir "$OUT/baselines" \
-    --perf-missing-baseline pass --perf-report "$OUT/report-dimensions" --perf-json "$OUT/results-dimensions.json"
-run 240 compile $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs \
-    --perf-model resnet50 --perf-compile --perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass \
+# The plugin by its entry point where perfsuite is installed (or its egg-info is on the path),
+# else by name: naming it as well would register it twice.
+PLUGIN=(-p perfsuite.plugin.hooks)
+$PY -c "import importlib.metadata as m, sys; sys.exit(not any(e.name == 'perfsuite' for e in m.entry_points(group='pytest11')))" \
+    && PLUGIN=()
+TORCH=(tests_perf "${PLUGIN[@]}" -m gpu --perf-framework torch --perf-gpus 1 -rs)
+SAVE=(--perf-save-baseline --perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
+AGAINST=(--perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
+
+run 30 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; $PY -m perfsuite fingerprint"
+run 120 tests $PY -m pytest "${PLUGIN[@]}" -q -rs tests/test_gpu_path.py tests/test_torch_burst.py \
+    tests/test_hardware.py tests/test_utilisation.py
+run 150 suite-core $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 2 --perf-precision fp32 \
+    --perf-model resnet50 --perf-model cifar10 --perf-report "$OUT/report" --perf-json "$OUT/results.json" \
+    --junitxml "$OUT/junit.xml"
+# Against the entry just saved (with its op profile: kernels, NCCL, copies): the burst
+# profiled and attributed; its traces land in report-profile/traces/.
+run 90 gate $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
+    --perf-profile --perf-report "$OUT/report-profile" --perf-json "$OUT/results-profile.json"
+# The phases above warm-started their bursts (the default): the same two models fresh, for
+# the phases and duty cycle of each (docs/figures.md, "Where a burst's time goes").
+run 75 start-fresh $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
+    --perf-model cifar10 --perf-start fresh --perf-json "$OUT/results-fresh.json"
+run 180 suite-rest $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision fp32 \
+    --perf-model alexnet --perf-model googlenet --perf-model vgg16 --perf-model inception3 \
+    --perf-model resnet152 --perf-model inception4 --perf-json "$OUT/results-rest.json"
+run 60 amp $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision amp \
+    --perf-model resnet50 --perf-json "$OUT/results-amp.json"
+run 120 dimensions $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-model resnet50 --perf-precision tf32 \
+    --perf-precision bf16 --perf-precision fp16 --perf-memory-format channels_last \
+    --perf-memory-format channels_first --perf-mode train --perf-mode infer \
+    --perf-report "$OUT/report-dimensions" --perf-json "$OUT/results-dimensions.json"
+run 90 compile $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-model resnet50 --perf-compile \
     --perf-json "$OUT/results-compile.json"
-run 480 data-locations $PY -m pytest "${COMMON[@]}" --perf-model resnet50 --perf-data-location device \
-    --perf-data-location host --perf-data-location python --perf-data-location real --perf-augment-on cpu \
+run 120 data-locations $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-model resnet50 --perf-data-location host \
+    --perf-data-location python --perf-data-location real --perf-augment-on cpu \
     --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"
-# The suite above warm-started its bursts (the default): the same two models fresh, for the
-# phases and duty cycle of each (docs/figures.md, "Where a burst's time goes").
-run 240 start-fresh $PY -m pytest tests_perf -p perfsuite.plugin.hooks -m gpu --perf-framework torch --perf-gpus 1 -rs \
-    --perf-model resnet50 --perf-model cifar10 --perf-start fresh --perf-baseline-dir "$OUT/baselines" \
-    --perf-missing-baseline pass --perf-json "$OUT/results-fresh.json"
 cat "$OUT/status"

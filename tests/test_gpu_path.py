@@ -8,7 +8,6 @@ import sys
 
 import pytest
 from records import judged, result, worker_record
-from suite_files import needs
 
 from perfsuite.analysis import mfu
 from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, INPUT_BOUND, diagnose
@@ -31,7 +30,7 @@ GPU = BurstSpec(framework="torch", model="resnet50", device_kind="cuda", batch_s
     [((7, 0), "float16", True), ((7, 5), "float16", True), ((8, 0), "bfloat16", False), ((9, 0), "bfloat16", False)],
 )
 def test_amp_uses_fp16_with_loss_scaling_below_ampere(monkeypatch, capability, dtype, scaled):
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch import train
@@ -79,7 +78,7 @@ def test_tf_step_time_counts_every_replica_of_the_process():
 
 
 def test_loader_workers_share_the_node_cores_among_its_ranks(monkeypatch):
-    needs("torch")
+    pytest.importorskip("torch")
     from perfsuite.worker.backends.torch import data
 
     monkeypatch.delenv("PERFSUITE_LOADER_WORKERS", raising=False)
@@ -242,7 +241,7 @@ def test_gpu_windows_hold_enough_work_to_outlast_jitter():
 
 
 def test_cifar_device_augmentation_returns_nchw_strides():
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch.real import CifarDeviceAugment
@@ -300,7 +299,7 @@ def test_peaks_of_the_parts_nightly_fleets_run(name, entry, precision, peak):
 
 
 def test_the_record_says_both_fp32_switches(monkeypatch):
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch import burst
@@ -336,7 +335,7 @@ def test_cases_skip_when_the_framework_sees_fewer_gpus_than_nvml(monkeypatch):
 
 
 def test_the_probe_asks_the_framework_itself():
-    needs("torch")
+    pytest.importorskip("torch")
     from perfsuite.plugin import framework_gpus
 
     framework_gpus.framework_gpus.cache_clear()
@@ -357,7 +356,7 @@ def test_extras_give_tensorflow_its_cuda_libraries():
 
 
 def test_parameter_server_reduces_and_broadcasts_in_buckets(monkeypatch):
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch import train
@@ -378,7 +377,7 @@ def test_parameter_server_reduces_and_broadcasts_in_buckets(monkeypatch):
 
 
 def test_a_bucket_holds_one_dtype_up_to_its_size():
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch import train
@@ -408,7 +407,7 @@ def test_the_sampler_finds_the_mig_slice_cuda_was_given():
 @pytest.fixture
 def tf32_switches():
     """torch's process-wide TF32 switches, as they were before the test."""
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
@@ -418,7 +417,7 @@ def tf32_switches():
 
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 def test_torch_tf32_and_bf16_are_unsupported_before_ampere(monkeypatch, tf32_switches, precision):
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.contract.burst_files import Unsupported
@@ -432,7 +431,7 @@ def test_torch_tf32_and_bf16_are_unsupported_before_ampere(monkeypatch, tf32_swi
 
 
 def test_torch_tf32_turns_tf32_on_and_fp32_turns_it_off_on_ampere(monkeypatch, tf32_switches):
-    needs("torch")
+    pytest.importorskip("torch")
     import torch
 
     from perfsuite.worker.backends.torch import train
@@ -457,7 +456,7 @@ def test_torch_tf32_turns_tf32_on_and_fp32_turns_it_off_on_ampere(monkeypatch, t
     ],
 )
 def test_tf_tf32_and_bf16_need_ampere_on_every_gpu(monkeypatch, ampere, precision, outcome):
-    needs("tensorflow")
+    pytest.importorskip("tensorflow")
     import tensorflow as tf
 
     from perfsuite.contract.burst_files import Unsupported
