@@ -11,7 +11,8 @@
 # cut off in the middle of a phase whose results are written only at its end (a baseline
 # is saved only by a session that ends).
 #
-#  1. hardware: nvidia-smi, clocks and power, perfsuite's fingerprint;
+#  1. hardware: nvidia-smi, clocks and power, /dev/shm (the loader workers' batches), cores,
+#     perfsuite's fingerprint;
 #  2. tests: perfsuite's own tests that touch the CUDA path;
 #  3. suite-core: resnet50 and cifar10 in fp32 on 1 GPU, saving baselines into
 #     $OUT/baselines (op profiles and peak memory with them), 2 bursts an entry;
@@ -55,7 +56,7 @@ TORCH=(tests_perf "${PLUGIN[@]}" -m gpu --perf-framework torch --perf-gpus 1 -rs
 SAVE=(--perf-save-baseline --perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
 AGAINST=(--perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
 
-run 30 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; $PY -m perfsuite fingerprint"
+run 30 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; df -h /dev/shm; nproc; $PY -m perfsuite fingerprint"
 run 120 tests $PY -m pytest "${PLUGIN[@]}" -q -rs tests/test_gpu_path.py tests/test_torch_burst.py \
     tests/test_hardware.py tests/test_utilisation.py
 run 150 suite-core $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 2 --perf-precision fp32 \

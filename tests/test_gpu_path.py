@@ -473,3 +473,54 @@ def test_tf_tf32_and_bf16_need_ampere_on_every_gpu(monkeypatch, ampere, precisio
     else:
         assert tf_precision.precision_policy(spec).dtype == outcome
         assert switched == [precision == "tf32"]
+
+
+# -- forking after CUDA: the ranks of a warm start, the cuDNN version, the device batch ----------
+
+
+def test_the_agent_of_forked_ranks_asks_nvml_whether_cuda_is_there(monkeypatch):
+    """torch's LaunchConfig asks torch.cuda.is_available(); answered by the CUDA runtime, that
+    initialises CUDA in the agent, and every rank forked from it fails at its first CUDA call."""
+    pytest.importorskip("torch")
+    import os
+
+    import torch.distributed.launcher.api as api
+
+    from perfsuite.worker import torchrun
+
+    seen = {}
+
+    class Config:
+        def __init__(self, **kwargs):
+            seen["check"] = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+            seen["start_method"] = kwargs["start_method"]
+
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    monkeypatch.setattr(torchrun, "_become_agent", lambda: None)
+    monkeypatch.setattr(api, "LaunchConfig", Config)
+    monkeypatch.setattr(api, "elastic_launch", lambda config, entrypoint: lambda *argv: None)
+    assert torchrun.forked_ranks(2, ["job", "out"]) == 0
+    assert seen == {"check": "1", "start_method": "fork"}
+
+
+@pytest.mark.parametrize("number, text", [(90100, "9.1.0"), (91002, "9.10.2"), (8902, "8.9.2"), (8700, "8.7.0")])
+def test_the_cudnn_version_reads_both_numberings(number, text):
+    from perfsuite.worker.backends.torch.burst import cudnn_version
+
+    assert cudnn_version(number) == text
+
+
+def test_device_batches_are_made_in_the_bursts_layout_once():
+    """The step converts its images to channels_last; on the device's own batch that must be no
+    copy, or every timed step would hold one that no training loop does."""
+    pytest.importorskip("torch")
+    import torch
+
+    from perfsuite.worker.backends.torch import data
+
+    spec = GPU.replace(device_kind="cpu", batch_size=2, image_size=32, memory_format="channels_last")
+    images, _ = next(data.device_batches(spec, 10, torch.device("cpu"), seed=0))
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert images.contiguous(memory_format=torch.channels_last) is images
+    nchw = spec.replace(memory_format="channels_first")
+    assert next(data.device_batches(nchw, 10, torch.device("cpu"), seed=0))[0].is_contiguous()

@@ -36,6 +36,7 @@ def main() -> None:
 # signal, which is the cause, exits at once, while its peers fail a moment later on the
 # closed connection; this keeps them from being seen first.
 FAILED_RANK_LINGER_S = 1.0
+NVML_CUDA_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def _rank(job: str, out: str) -> None:
@@ -57,6 +58,10 @@ def forked_ranks(nproc: int, argv: list[str]) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     _become_agent()
+    # LaunchConfig asks torch.cuda.is_available() (torch 2.9 on); by the CUDA runtime, that
+    # initialises CUDA in this agent, and every rank forked from it then fails at its first
+    # CUDA call. NVML answers without touching CUDA.
+    os.environ[NVML_CUDA_CHECK] = "1"
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,

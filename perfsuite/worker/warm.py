@@ -34,6 +34,7 @@ from perfsuite.contract.job import PARENT_ENV
 from perfsuite.worker.lifeline import tie_to_parent
 from perfsuite.worker.main import load_backend
 from perfsuite.worker.main import main as worker_main
+from perfsuite.worker.torchrun import NVML_CUDA_CHECK
 
 USAGE = "usage: python -m perfsuite.worker.warm FRAMEWORK REQUESTS_FD REPLIES_FD"
 
@@ -80,6 +81,9 @@ def _child(request: dict[str, Any], keep_out: tuple[int, ...]) -> None:
 
 def serve(framework: str, requests: IO[str], replies: IO[str]) -> None:
     started = time.time()
+    # Should an import ask torch.cuda.is_available(), NVML answers it: the CUDA runtime's
+    # answer would initialise CUDA here, and no burst forked from here could use it.
+    os.environ[NVML_CUDA_CHECK] = "1"
     load_backend(framework).preload()
     _say(replies, ready=time.time() - started)
     keep_out = (requests.fileno(), replies.fileno())

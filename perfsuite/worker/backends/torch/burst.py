@@ -132,6 +132,13 @@ def run(job: Job) -> WorkerRecord | None:
     )
 
 
+def cudnn_version(number: int) -> str:
+    """torch.backends.cudnn.version() as text: cuDNN 9 counts its major version in ten
+    thousands (90100 is 9.1.0), cuDNN 8 and before in thousands (8902 is 8.9.2)."""
+    major, rest = divmod(number, 10000) if number >= 10000 else divmod(number, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def _libraries() -> dict[str, str]:
     """The CUDA, cuDNN and NCCL versions this torch build carries; none on a CPU build."""
     import torch
@@ -140,8 +147,8 @@ def _libraries() -> dict[str, str]:
     if torch.version.cuda:
         out["cuda"] = str(torch.version.cuda)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    if cudnn:  # 90100 -> 9.1.0
-        out["cudnn"] = f"{cudnn // 10000}.{cudnn // 100 % 100}.{cudnn % 100}"
+    if cudnn:
+        out["cudnn"] = cudnn_version(cudnn)
     if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
         try:
             out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))

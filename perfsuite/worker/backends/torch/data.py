@@ -22,8 +22,11 @@ def _synthetic(spec: BurstSpec, num_classes: int, device: torch.device, seed: in
 
 
 def device_batches(spec, num_classes, device, seed) -> Iterator:
-    """Synthetic tensors created once on the compute device and reused (tensorpack 'gpu')."""
+    """Synthetic tensors created once on the compute device and reused (tensorpack 'gpu'), in
+    the burst's layout: the step's conversion to channels_last is then no copy at all."""
     images, labels = _synthetic(spec, num_classes, device, seed)
+    if spec.layout == "channels_last":
+        images = images.contiguous(memory_format=torch.channels_last)
     while True:
         yield images, labels
 
