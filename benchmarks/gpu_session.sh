@@ -13,7 +13,9 @@
 #
 #  1. hardware: nvidia-smi, clocks and power, /dev/shm (the loader workers' batches), cores,
 #     perfsuite's fingerprint;
-#  2. tests: perfsuite's own tests that touch the CUDA path;
+#  2. fork-check: can a process forked from torch's elastic agent use CUDA
+#     (benchmarks/cuda_fork_check.py; what a warm-started burst of several GPUs needs);
+#     tests: perfsuite's own tests that touch the CUDA path;
 #  3. suite-core: resnet50 and cifar10 in fp32 on 1 GPU, saving baselines into
 #     $OUT/baselines (op profiles and peak memory with them), 2 bursts an entry;
 #  4. gate: resnet50 gated against its entry, profiled and attributed;
@@ -57,6 +59,7 @@ SAVE=(--perf-save-baseline --perf-baseline-dir "$OUT/baselines" --perf-missing-b
 AGAINST=(--perf-baseline-dir "$OUT/baselines" --perf-missing-baseline pass)
 
 run 30 hardware bash -c "nvidia-smi; nvidia-smi -q -d CLOCK,POWER | head -80; df -h /dev/shm; nproc; $PY -m perfsuite fingerprint"
+run 60 fork-check $PY benchmarks/cuda_fork_check.py
 run 120 tests $PY -m pytest "${PLUGIN[@]}" -q -rs tests/test_gpu_path.py tests/test_torch_burst.py \
     tests/test_hardware.py tests/test_utilisation.py
 run 150 suite-core $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 2 --perf-precision fp32 \
