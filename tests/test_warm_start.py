@@ -205,3 +205,21 @@ def test_torch_and_tensorflow_each_have_their_own_warm_start(tmp_path, tiny):
     assert run_burst(tf_spec, get_model("tf", "cifar10"), tmp_path / "tf").start == "warm"
     assert run_burst(spec(), tiny, tmp_path / "torch").start == "warm"
     assert sorted(s.framework for s in warm.running()) == ["tf", "torch"]
+
+
+@needs("tensorflow")
+@pytest.mark.xdist_group("tensorflow")
+def test_the_sessions_frameworks_import_side_by_side_before_the_first_burst(tmp_path, tiny):
+    """The first burst starts every framework's warm start the session selected and waits for
+    them all: the TensorFlow burst after it is forked from a warm start that was ready."""
+    options = LaunchOptions(warm_frameworks=("tf", "torch"))
+    first = run_burst(spec(), tiny, tmp_path / "torch", options)
+    assert first.start == "warm"
+    servers = {s.framework: s for s in warm.running()}
+    assert sorted(servers) == ["tf", "torch"] and servers["tf"].served == 0
+    assert servers["tf"].import_seconds is not None  # its imports were done before the burst ran
+    tf_spec = BurstSpec(
+        framework="tf", model="cifar10", image_size=24, batch_size=4, steps=2, windows=2, warmup_steps=1, threads=1
+    )
+    assert run_burst(tf_spec, get_model("tf", "cifar10"), tmp_path / "tf", options).start == "warm"
+    assert {s.framework: s for s in warm.running()}["tf"] is servers["tf"] and servers["tf"].served == 1

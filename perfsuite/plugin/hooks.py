@@ -263,6 +263,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return  # no perf test here: this run is none of perfsuite's business
     selected = [_selected(item) for item in session.items if _is_perf_item(item)]
     perf.selected_cases = len(selected)
+    perf.warm_frameworks = tuple(sorted({c.framework for c in selected if c.framework}))
     try:
         preflight.check_models(perf.options, model_names())
         warning = preflight.oversubscription(

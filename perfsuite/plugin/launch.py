@@ -53,6 +53,7 @@ class LaunchOptions:
     hang_steps: float = hang.HANG_STEPS  # hung: no step for this many median steps ...
     hang_floor_s: float = hang.HANG_FLOOR_S  # ... and at least this long (perfsuite.plugin.hang)
     warm_start: bool = True  # --perf-start warm: a burst on one node forked from a warm start
+    warm_frameworks: tuple[str, ...] = ()  # the session's: their warm starts import side by side
 
 
 WORKER = "perfsuite.worker"
@@ -192,7 +193,7 @@ def _launch(
     note = b""
     if options.warm_start and warm_startable(spec):
         try:
-            server, preloaded = warm.warm_start(spec.framework, env, options.init_timeout_s)
+            server, preloaded = warm.warm_start(spec.framework, env, options.init_timeout_s, options.warm_frameworks)
             ranks = spec.world_size if spec.framework == "torch" else 1
             return server.fork([str(files.job), str(files.out)], env, os.getcwd(), files.log, ranks), preloaded
         except warm.WarmStartError as exc:

@@ -56,6 +56,7 @@ class PerfSession:
     interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
     case_functions: set[str] = field(default_factory=set)  # node ids of the tests the plugin parametrized
     selected_cases: int = 0  # perf cases left after selection (-m, -k)
+    warm_frameworks: tuple[str, ...] = ()  # the selected cases' frameworks, whose warm starts start together
     skip_reasons: list[str] = field(default_factory=list)  # of perf cases skipped at run time
     refused: str | None = None  # why the run was refused after collection (pytest-xdist)
     # Bursts whose device could not run their spec (perfsuite.contract.burst_files.Unsupported).
@@ -121,6 +122,7 @@ class PerfSession:
             timeout_s=self.options.burst_timeout,
             hang_floor_s=self.options.hang_floor,
             warm_start=self.options.start == "warm",
+            warm_frameworks=self.warm_frameworks,
             init_timeout_s=self.options.rdzv_timeout,
             node_rank=self.options.node_rank,
             rdzv_endpoint=self.options.rdzv_endpoint,

@@ -8,10 +8,12 @@ in a session of its own, swept by the same stop (perfsuite.plugin.processes).
 
 A warm start serves one framework in one environment: the bursts' environment less what
 each burst sets for itself and perfsuite reads only while a burst runs (its threads, its
-cluster, ``PERFSUITE_*``, pytest's current test). The first burst that needs one starts it
-and waits for its imports, which that burst's record counts as its framework import; a
-burst in another environment replaces it, so a pytest process holds at most one per
-framework. ``--perf-start fresh`` starts every burst in a fresh interpreter.
+cluster, ``PERFSUITE_*``, pytest's current test). The first burst that needs one starts it,
+with those of the session's other frameworks beside it (their imports run at the same
+time, before any burst measures), and waits for them all, which that burst's record counts
+as its framework import; a burst in another environment replaces its framework's, so a
+pytest process holds at most one per framework. ``--perf-start fresh`` starts every burst
+in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -224,25 +226,56 @@ def server_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
     )
 
 
-def warm_start(framework: str, env: dict[str, str], timeout_s: float) -> tuple[WarmStart, float | None]:
+def warm_start(
+    framework: str, env: dict[str, str], timeout_s: float, companions: tuple[str, ...] = ()
+) -> tuple[WarmStart, float | None]:
     """The warm start for ``framework`` in ``env``, started if there is none; with the seconds
-    of its imports when this call started it (the caller's burst pays them), else None."""
+    of the imports this call waited for when it started one (the caller's burst pays them),
+    else None. ``companions``: the session's other frameworks, whose warm starts (where none
+    serves ``env`` yet) start beside this one and import at the same time, so the bursts
+    wait once for the longest import, not for each in turn, and none imports while a
+    burst is measuring."""
     server = _REGISTRY.servers.pop(framework, None)
     if server is not None:
-        if server.key == server_env(env) and server.alive() and not server.busy:
+        if _serves(server, env):
             _REGISTRY.servers[framework] = server
             return server, None
         server.close()
     if _REGISTRY.folder is None or not _REGISTRY.folder.is_dir():
         _REGISTRY.folder = Path(tempfile.mkdtemp(prefix="perfsuite-warm-"))
+    started = time.monotonic()
     server = WarmStart(framework, env, _REGISTRY.folder)
+    beside = []
+    for name in dict.fromkeys(c for c in companions if c != framework):
+        current = _REGISTRY.servers.get(name)
+        if current is None or not _serves(current, env):
+            beside.append(WarmStart(name, env, _REGISTRY.folder))
     try:
-        seconds = server.wait_ready(timeout_s)
+        server.wait_ready(timeout_s)
     except BaseException:  # not ready, or pytest interrupted meanwhile: nothing of it may stay
-        server.close()
+        for s in (server, *beside):
+            s.close()
         raise
     _REGISTRY.servers[framework] = server
-    return server, seconds
+    for k, companion in enumerate(beside):
+        try:
+            companion.wait_ready(timeout_s)
+        except WarmStartError:
+            companion.close()  # its first burst starts it again, or starts fresh saying why
+            continue
+        except BaseException:
+            for s in beside[k:]:
+                s.close()
+            raise
+        previous = _REGISTRY.servers.pop(companion.framework, None)
+        if previous is not None:
+            previous.close()
+        _REGISTRY.servers[companion.framework] = companion
+    return server, time.monotonic() - started
+
+
+def _serves(server: WarmStart, env: dict[str, str]) -> bool:
+    return server.key == server_env(env) and server.alive() and not server.busy
 
 
 def running() -> list[WarmStart]:
