@@ -77,7 +77,10 @@ def make_step(
     state_vars = model.non_trainable_variables
     independent = spec.variable_update == "independent" and strategy.num_replicas_in_sync > 1
     if independent and loss_scale is not None:
-        raise Unsupported("independent replicas in TensorFlow run without loss scaling: use bf16 or fp32, not fp16")
+        raise Unsupported(
+            "independent replicas in TensorFlow run without loss scaling, which fp16 needs "
+            f"(--perf-precision {spec.precision}): use fp32, or bf16 on GPUs of compute capability 8.0 or later"
+        )
     if spec.mode == "infer":
         return _infer_step(spec, strategy, model, feed, global_batch)
 
