@@ -28,6 +28,22 @@ settings.register_profile("perfsuite", deadline=None)
 settings.load_profile("perfsuite")
 
 
+def _no_local_constants() -> None:
+    """hypothesis draws 5% of its choices from the constants of whichever project modules are
+    imported at the time; under pytest-xdist that depends on what else a worker ran, so even a
+    derandomized test drew other examples from one run to the next. The pool is left empty."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - another hypothesis: its draws as they come
+        return
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants"):
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+
+
+_no_local_constants()
+
+
 def _run_folder(config, tmp_path_factory) -> Path:
     """This test run's temporary folder; under pytest-xdist, the one all workers share."""
     root = tmp_path_factory.getbasetemp()

@@ -57,11 +57,20 @@ def judge(fleet, runs, failed=()):
     )
 
 
-@SETTINGS
-@given(nodes=st.integers(4, 12), keys=st.integers(1, 4), noise=st.floats(0.005, 0.03), seed=st.integers(0, 2**32 - 1))
-def test_noise_alone_opens_no_incident(nodes, keys, noise, seed):
-    found, swaps = judge(*simulate(nodes, keys, noise, seed))
-    assert found == [] and swaps == []
+def test_noise_alone_opens_an_incident_at_most_at_alpha():
+    """Flat fleets, 4 to 12 nodes of 1 to 4 keys wandering 0.5% to 3% a night, 30 nights each:
+    the fleets in which triage opens any incident stay within the binomial's 99.9% quantile at
+    the fleet's alpha (0.01). A rate, not "never": at alpha 0.01 a healthy fleet is flagged now
+    and then (1 of 300 such fleets did). Drawn from fixed seeds, so the same fleets every run."""
+    from scipy.stats import binom
+
+    rng = np.random.default_rng(7)
+    fleets, opened = 150, 0
+    for _ in range(fleets):
+        nodes, keys = int(rng.integers(4, 13)), int(rng.integers(1, 5))
+        found, swaps = judge(*simulate(nodes, keys, float(rng.uniform(0.005, 0.03)), int(rng.integers(0, 2**32 - 1))))
+        opened += bool(found or swaps)
+    assert opened <= binom.ppf(0.999, fleets, 0.01)
 
 
 @SETTINGS
