@@ -168,3 +168,13 @@ def test_model_modules_import_without_tensorflow():
     env = {**os.environ, "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip().split(",") == NAMES
+
+
+def test_a_gpu_profile_without_a_kernel_is_an_error_not_a_profile():
+    """Without CUPTI, TensorFlow's profiler records the host's ops alone and only logs why."""
+    from perfsuite.worker.backends.tf.profile import check_device_rows
+
+    host_only = [{("Conv2D", "op"): (1.0, 1.0), ("_Send", "memcpy"): (0.1, 1.0)}]
+    with pytest.raises(RuntimeError, match="no GPU kernel"):
+        check_device_rows(host_only)
+    check_device_rows([*host_only, {("Conv2D", "kernel"): (0.5, 1.0)}])

@@ -67,6 +67,8 @@ def run_profiled_steps(
             if errors:
                 raise errors[0]
             tables = [step_table(_tool(_xspaces(folder, i), "framework_op_stats")) for i in range(1, steps + 1)]
+            if gpu:
+                check_device_rows(tables)
             if trace_path:
                 with gzip.open(trace_path, "wb") as f:
                     f.write(_tool(_xspaces(folder, steps), "trace_viewer@"))
@@ -113,6 +115,13 @@ def step_table(op_stats: bytes) -> StepTable:
             calls + float(cells[at["occurrences"]] or 0),
         )
     return out
+
+
+def check_device_rows(tables: list[StepTable]) -> None:
+    """A GPU burst's profile with no kernel in it is the host's half alone: TensorFlow only logs
+    it when its device tracer (CUPTI) cannot run. Said as the profile's error, not attributed."""
+    if not any(kind == "kernel" for table in tables for _, kind in table):
+        raise RuntimeError("the profiler recorded no GPU kernel: its device tracer (CUPTI, libcupti) did not run")
 
 
 def kind_of(op_type: str, on_device: bool) -> str:
