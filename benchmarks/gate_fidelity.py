@@ -90,8 +90,7 @@ def simulated(model, slowdown: float, trials: int, seed: int, tolerance: float, 
         if rerun is not None:
             runs.append(bench.burst(level) or [])
         bursts[which] += len(runs)
-        pooled = [x for run in runs for x in run]
-        return findings.samples_verdict(pooled, runs, entry, limits, rerun == findings.CONFIRM).verdict.status
+        return findings.samples_verdict(runs, entry, limits, rerun == findings.CONFIRM).verdict.status
 
     for _ in range(trials):
         bench = sim.Bench(model, 1, -slowdown, rng)

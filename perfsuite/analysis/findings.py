@@ -334,18 +334,15 @@ def tolerance(limits: Limits, entry: Mapping[str, Any] | None) -> float:
 def throughput_verdict(m: Measurement, entry: Mapping[str, Any] | None, limits: Limits, confirmed: bool) -> Throughput:
     """The pooled samples against the entry's. A confirmed case's last burst was run because
     the ones before regressed: a regression needs that fresh burst to regress on its own too."""
-    return samples_verdict(m.samples, m.run_samples, entry, limits, confirmed)
+    return samples_verdict(m.run_samples or (m.samples,), entry, limits, confirmed)
 
 
 def samples_verdict(
-    samples: Sequence[float],
-    run_samples: Sequence[Sequence[float]],
-    entry: Mapping[str, Any] | None,
-    limits: Limits,
-    confirmed: bool,
+    run_samples: Sequence[Sequence[float]], entry: Mapping[str, Any] | None, limits: Limits, confirmed: bool
 ) -> Throughput:
-    """``throughput_verdict`` on figures alone: ``samples`` pooled from the bursts whose windows
-    are ``run_samples``. The simulated gate (benchmarks/gate_fidelity.py) calls it too."""
+    """``throughput_verdict`` on figures alone: each burst's windows, pooled. The simulated gate
+    (benchmarks/gate_fidelity.py) calls it too."""
+    samples = [x for run in run_samples for x in run]
     set_tolerance = tolerance(limits, entry)
     if entry is None:
         return Throughput(stats.compare(samples, None, set_tolerance), set_tolerance, set_tolerance)
@@ -374,7 +371,7 @@ SETTLE = "settle"  # undecided by noise: one more burst, pooled
 
 def rerun_for(samples: Sequence[float], entry: Mapping[str, Any] | None, limits: Limits) -> str | None:
     """CONFIRM, SETTLE or None (the first verdict stands), from the first burst's samples."""
-    status = samples_verdict(samples, (samples,), entry, limits, confirmed=False).verdict.status
+    status = samples_verdict((samples,), entry, limits, confirmed=False).verdict.status
     return CONFIRM if status == stats.REGRESSION else SETTLE if status == stats.INCONCLUSIVE else None
 
 
