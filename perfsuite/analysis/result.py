@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
     from perfsuite.analysis.attribution import Attribution
     from perfsuite.analysis.changes import Drift
-    from perfsuite.analysis.findings import Findings, FleetCheck
+    from perfsuite.analysis.findings import Findings
     from perfsuite.analysis.memory import MemoryVerdict
+    from perfsuite.analysis.peer_check import FleetCheck
     from perfsuite.contract.op_profile import OpProfile
 
 __all__ = ["BurstResult", "Measurement"]

@@ -34,7 +34,6 @@ from perfsuite.analysis.findings import (
     Findings,
     Limits,
     Measured,
-    Peers,
     device_twin,
     failed,
     independent_twin,
@@ -45,6 +44,7 @@ from perfsuite.analysis.findings import (
     scaling_verdict,
 )
 from perfsuite.analysis.measurement import Measurement
+from perfsuite.analysis.peer_check import Peers
 from perfsuite.common.files import shown_path
 from perfsuite.contract.burst_files import unsupported_reason
 from perfsuite.contract.spec import BurstSpec, describe_difference, nearest_key, short_kind
