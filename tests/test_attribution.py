@@ -3,11 +3,19 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from perfsuite.analysis import attribution
-from perfsuite.analysis.attribution import ATTRIBUTED, INCONCLUSIVE, UNIFORM, attribute, family
+from perfsuite.analysis.attribution import (
+    ATTRIBUTED,
+    INCONCLUSIVE,
+    MIN_EXPLAINED,
+    UNATTRIBUTABLE,
+    UNIFORM,
+    attribute,
+    family,
+)
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile, OpTime
 from perfsuite.worker.profiling import compact, take
@@ -115,6 +123,71 @@ def test_one_op_grown_by_a_large_share_of_the_step_is_always_the_top_mover(name,
     found = attribute(profile(CIFAR, spread=0.02), profile(now, spread=0.02))
     assert found.status == ATTRIBUTED
     assert found.movers[0].name == name
+
+
+def test_a_new_op_that_explains_a_sliver_of_the_slowdown_cannot_attribute():
+    """A busy host slowed the step by 16.5 ms; the one op that moved beyond its noise, a new
+    aten::add, is 1.5 ms of it: naming it as the cause would be wrong."""
+    base = profile(CIFAR, spread=0.02)
+    now = profile({**CIFAR, "aten::add": 1.5}, spread=0.02)
+    found = attribute(base, now, base_step_ms=100.0, now_step_ms=116.5)
+    assert found.status == UNATTRIBUTABLE and not found.movers
+    assert found.largest is not None and found.largest.name == "aten::add"
+    first = found.lines()[0]
+    assert first.startswith("cannot attribute (step 100.0 -> 116.5 ms (+16.5 ms)): ")
+    assert "explain 9% of the slowdown (+1.5 of +16.5 ms): the rest is not in the profiled ops" in first
+    assert found.as_dict()["status"] == "unattributable" and found.as_dict()["reason"] == found.reason
+    assert "\n" not in (found.reason or "")
+
+
+def test_a_mover_beside_every_op_slower_together_is_attributed():
+    """The common factor explains most of the slowdown and one op more: both are what happened."""
+    now = {k: v * 1.3 for k, v in CIFAR.items()}
+    now["aten::mm"] += 5.0
+    found = attribute(profile(CIFAR), profile(now), 100.0, 100.0 * 1.3 + 5.0)
+    assert found.status == ATTRIBUTED and [m.name for m in found.movers] == ["aten::mm"]
+
+
+@given(
+    st.sampled_from(sorted(CIFAR)),
+    st.floats(min_value=10.0, max_value=60.0),
+    st.floats(min_value=0.0, max_value=10.0),
+    st.lists(st.floats(min_value=0.98, max_value=1.02), min_size=len(CIFAR), max_size=len(CIFAR)),
+)
+def test_what_is_named_explains_at_least_the_least_share_of_the_slowdown(name, grown_ms, unseen, jitter):
+    """One op grows by ``grown_ms``; the timed steps slow by that and ``unseen`` times as much
+    again, outside the profiled ops. The op is named when it is most of the slowdown; where it is
+    a small share, the case cannot be attributed."""
+    now = {k: v * j for (k, v), j in zip(CIFAR.items(), jitter)}
+    now[name] += grown_ms
+    slowdown = grown_ms * (1 + unseen)
+    found = attribute(profile(CIFAR, spread=0.01), profile(now, spread=0.01), 100.0, 100.0 + slowdown)
+    share = grown_ms / slowdown
+    if share >= 1.2 * MIN_EXPLAINED:
+        assert found.status == ATTRIBUTED and found.movers[0].name == name
+    if share <= 0.8 * MIN_EXPLAINED:
+        assert found.status == UNATTRIBUTABLE and not found.movers
+        assert found.largest is not None and found.largest.name == name
+        assert "of the slowdown" in (found.reason or "")
+    if found.status == ATTRIBUTED:
+        assert sum(m.delta_ms for m in found.movers) >= MIN_EXPLAINED * found.slowdown_ms
+
+
+@given(
+    st.lists(st.floats(min_value=-1.1, max_value=1.1), min_size=len(CIFAR), max_size=len(CIFAR)),
+    st.floats(min_value=0.02, max_value=0.3),
+    st.floats(min_value=1.5, max_value=5.0),
+)
+def test_ops_that_scatter_more_than_the_step_slowed_cannot_attribute(log_jitter, slowed, new_ms):
+    """Each op off by up to 3x either way (a host busy with other work) while the step slowed by
+    2% to 30%: the op that appeared is not named, however far beyond the floor it is."""
+    now = {k: v * math.exp(j) for (k, v), j in zip(CIFAR.items(), log_jitter)}
+    now["aten::add"] = new_ms
+    found = attribute(profile(CIFAR), profile(now), 100.0, 100.0 * (1 + slowed))
+    assume(found.rho > slowed)  # the ops scatter by more than the step slowed
+    assert found.status in (UNATTRIBUTABLE, INCONCLUSIVE, UNIFORM) and not found.movers
+    if found.status == UNATTRIBUTABLE:
+        assert f"the ops scatter by +-{found.rho:.0%} between the two profiles" in found.lines()[0]
 
 
 def test_identical_profiles_are_inconclusive_with_no_change():

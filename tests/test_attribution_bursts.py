@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from suite_files import copy_baselines, needs
 
+from perfsuite.analysis.attribution import MIN_EXPLAINED
+
 MODELS = (Path(__file__).parent / "attribution_models.py").read_text()
 THROUGHPUT = "from perfsuite.suite.test_throughput import test_throughput\n"
 ARGS = [
@@ -134,14 +136,20 @@ def test_an_extra_matmul_fails_the_gate_and_is_the_top_mover(pytester, saved, mo
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
-    assert "regression: " in out and "attribution (step " in out
     (row,) = json.loads((pytester.path / "gated.json").read_text())["results"]
     assert row["verdict"] == "regression" and row["runs"] == 2
-    top = row["attribution"]["movers"][0]
-    assert top["family"] == "matmul", row["attribution_lines"]
-    assert top["share"] > 0.5  # the multiply is most of the slowdown
-    props = junit_properties(pytester.path / "junit.xml")
-    assert props["top_mover_family"] == "matmul" and props["attribution"] == "attributed"
+    found, props = row["attribution"], junit_properties(pytester.path / "junit.xml")
+    # The multiply, or, where a busy host's steps slowed beyond what the profiled ops show,
+    # that it cannot be attributed: never another op named as the cause.
+    if found["status"] == "unattributable":
+        assert "regression: " in out and "cannot attribute (step " in out and not found["movers"]
+        assert props["attribution"] == "unattributable" and "top_mover_family" not in props
+    else:
+        assert "regression: " in out and "attribution (step " in out
+        top = found["movers"][0]
+        assert top["family"] == "matmul", row["attribution_lines"]
+        assert sum(m["share"] for m in found["movers"]) >= MIN_EXPLAINED  # most of the slowdown
+        assert props["top_mover_family"] == "matmul" and props["attribution"] == "attributed"
     # The confirming rerun's profiled steps, as Chrome trace JSON in the report folder.
     (trace,) = (pytester.path / "report" / "traces").glob("*.json.gz")
     assert f"trace: report/traces/{trace.name}" in out

@@ -14,6 +14,15 @@ clock, the cache. So an op is named only when it moved beyond its noise:
 
 What the user reads is the raw change, baseline -> now in ms per step, and its share of
 the whole slowdown (now minus baseline step time, from the timed windows' throughput).
+
+Naming ops is a claim that they are why the step is slower, so it is withdrawn (the case
+cannot be attributed, and says why in one line) where the claim does not hold:
+
+- the ops named, with the common factor where it is beyond the scatter, explain less than
+  MIN_EXPLAINED of the slowdown: the rest went somewhere the profile does not see (gaps
+  between ops, a host busy with other work, steps profiled at a calmer moment);
+- the ops scatter around the common factor (rho) by more than the step slowed, relative
+  to it: any op could have moved that far by noise alone.
 """
 
 from __future__ import annotations
@@ -31,9 +40,11 @@ Z = 3.0  # noise multiples an op must move by to be named
 RHO_MIN = 0.05  # ops of one profile scatter at least this much, run to run
 MIN_STEP_SHARE = 0.01  # an op that moved by less than this share of the step is never named
 MAD_TO_SD = 1.4826
+MIN_EXPLAINED = 0.5  # the share of the slowdown what is named must explain
 MAX_LINES = 8  # movers a failure message names; the report's table has them all
 
 ATTRIBUTED, UNIFORM, INCONCLUSIVE = "attributed", "uniform", "inconclusive"
+UNATTRIBUTABLE = "unattributable"  # ops moved, but they are not why the step is slower
 
 # Op families across frameworks and devices, first match wins: aten ops, TensorFlow op
 # types, and the kernel names cuDNN, cuBLAS and NCCL give on a GPU.
@@ -94,7 +105,7 @@ class Mover:
 
 @dataclass(frozen=True)
 class Attribution:
-    status: str  # ATTRIBUTED, UNIFORM or INCONCLUSIVE
+    status: str  # ATTRIBUTED, UNIFORM, INCONCLUSIVE or UNATTRIBUTABLE (movers then empty)
     base_step_ms: float
     now_step_ms: float
     common: float  # the factor every op moved by together
@@ -104,6 +115,7 @@ class Attribution:
     faster: tuple[Mover, ...]  # faster beyond their noise
     largest: Mover | None  # the op that grew most, named or not (what an inconclusive case says)
     families: dict[str, tuple[float, float]] = field(default_factory=dict)  # family -> (baseline, now) ms/step
+    reason: str | None = None  # why an UNATTRIBUTABLE case cannot be attributed: one line
 
     @property
     def slowdown_ms(self) -> float:
@@ -117,8 +129,12 @@ class Attribution:
         """The attribution as a person reads it under a failure line."""
         step = f"step {_ms(self.base_step_ms)} -> {_ms(self.now_step_ms)} ms ({_signed(self.slowdown_ms)} ms)"
         together = f"all ops together x{self.common:.2f}, scatter +-{self.rho:.0%}"
-        if self.status == INCONCLUSIVE:
-            out = [f"attribution inconclusive ({step}): no op moved beyond its noise; {together}"]
+        if self.status in (INCONCLUSIVE, UNATTRIBUTABLE):
+            out = [
+                f"attribution inconclusive ({step}): no op moved beyond its noise; {together}"
+                if self.status == INCONCLUSIVE
+                else f"cannot attribute ({step}): {self.reason}"
+            ]
             if self.largest is not None:
                 m = self.largest
                 out.append(
@@ -165,6 +181,7 @@ class Attribution:
             "faster": [m.as_dict(s) for m in self.faster],
             "largest": self.largest.as_dict(s) if self.largest else None,
             "families": {k: list(v) for k, v in self.families.items()},
+            "reason": self.reason,
         }
 
 
@@ -228,15 +245,50 @@ def attribute(
     faster = tuple(m for m, beyond in judged if beyond and m.excess_ms < 0 and m.now_ms is not None)
     growing = [m for m, _ in judged if m.delta_ms > 0]
     largest = max(growing, key=lambda m: m.delta_ms, default=None)
-    if movers:
+    together = abs(math.log(common)) > Z * rho and common > 1  # every op slower, beyond the scatter
+    reason = _unattributable(movers, base, common, rho, base_step, now_step, together) if movers else None
+    if reason is not None:
+        status, largest, movers = UNATTRIBUTABLE, movers[0], ()
+    elif movers:
         status = ATTRIBUTED
-    elif abs(math.log(common)) > Z * rho and common > 1 and now_step > base_step:
+    elif together and now_step > base_step:
         status = UNIFORM
     else:
         status = INCONCLUSIVE
     return Attribution(
-        status, base_step, now_step, common, rho, movers, vanished, faster, largest, _families(base, now)
+        status, base_step, now_step, common, rho, movers, vanished, faster, largest, _families(base, now), reason
     )
+
+
+def _unattributable(
+    movers: Sequence[Mover],
+    base: OpProfile,
+    common: float,
+    rho: float,
+    base_step: float,
+    now_step: float,
+    together: bool,
+) -> str | None:
+    """Why the movers are not why the step is slower, in one line; None where they are."""
+    slowdown = now_step - base_step
+    if slowdown <= 0 or base_step <= 0:
+        return None  # a burst that did not slow down: its movers are what changed, nothing more
+    if rho > slowdown / base_step:
+        return (
+            f"the ops scatter by +-{rho:.0%} between the two profiles, more than the step slowed "
+            f"({slowdown / base_step:+.0%}): any op could have moved that far by noise alone"
+        )
+    named = {(m.name, m.kind) for m in movers}
+    rest = sum(b.mean_ms for b in base.ops if (b.name, b.kind) not in named)
+    explained = sum(m.delta_ms for m in movers) + ((common - 1) * rest if together else 0.0)
+    if explained < MIN_EXPLAINED * slowdown:
+        share = f"{explained / slowdown:.0%}" if explained >= 0.005 * slowdown else "<1%"
+        named_what = "the ops that moved beyond their noise" + (", and every op's common factor," if together else "")
+        return (
+            f"{named_what} explain {share} of the slowdown ({_signed(explained)} of {_signed(slowdown)} ms): "
+            "the rest is not in the profiled ops"
+        )
+    return None
 
 
 def _families(base: OpProfile, now: OpProfile) -> dict[str, tuple[float, float]]:
