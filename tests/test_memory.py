@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfsuite.analysis import stats
-from perfsuite.analysis.memory import compare_memory
+from perfsuite.analysis.memory import BASIS, comparable_peak, compare_memory
 from perfsuite.common.numbers import gib
 
 GiB = 2**30
@@ -45,6 +45,22 @@ def test_the_verdict_follows_the_bounds(runs, base, tolerance):
     else:
         assert found.status == stats.PASS
     assert min(runs) <= found.peak_bytes <= max(runs)
+
+
+@pytest.mark.parametrize(
+    "entry, compared",
+    [
+        ({"peak_memory_bytes": GiB, "peak_memory_basis": BASIS, "device_name": "cpu"}, True),
+        ({"peak_memory_bytes": GiB, "device_name": "cpu"}, False),  # saved with the file pages counted
+        ({"peak_memory_bytes": GiB, "peak_memory_basis": "rss", "device_name": "cpu"}, False),
+        ({"peak_memory_bytes": GiB, "device_name": "NVIDIA H100 80GB HBM3"}, True),  # the allocator's, as now
+        ({"peak_memory_bytes": 0, "peak_memory_basis": BASIS, "device_name": "cpu"}, False),
+        ({"peak_memory_bytes": True, "peak_memory_basis": BASIS}, False),
+        ({"peak_memory_basis": BASIS}, False),
+    ],
+)
+def test_only_a_peak_of_the_same_basis_is_compared(entry, compared):
+    assert comparable_peak(entry) == (GiB if compared else None)
 
 
 def test_sizes_read_as_people_write_them():

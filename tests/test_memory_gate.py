@@ -28,6 +28,25 @@ def entry(pytester) -> dict:
 def test_a_save_stores_the_peak_of_each_burst(faked):
     assert entry(faked)["peak_memory_bytes"] == 1000 * 2**20
     assert entry(faked)["peak_memory_runs"] == [1000 * 2**20]
+    assert entry(faked)["peak_memory_basis"] == "held"
+
+
+def test_a_cpu_peak_saved_before_the_basis_is_not_gated_and_is_counted(faked, monkeypatch):
+    """A CPU worker's peak saved with the libraries' file pages counted is not compared with
+    one measured without them: the entry is counted among those to refresh."""
+    (path,) = (faked.path / "baselines").glob("*.json")
+    data = json.loads(path.read_text())
+    for found in data["entries"].values():
+        del found["peak_memory_basis"]
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv("PERFSUITE_FAKE_PEAK_MB", "5000")
+    result = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-json", "out.json")
+    result.assert_outcomes(passed=1)
+    assert "1 baseline entry has no peak memory to compare with: refresh it with --perf-save-baseline" in (
+        result.stdout.str()
+    )
+    (row,) = json.loads(faked.path.joinpath("out.json").read_text())["results"]
+    assert row["memory_verdict"] == "no baseline"
 
 
 def test_growth_beyond_the_default_tolerance_fails_as_memory_after_a_rerun(faked, monkeypatch):

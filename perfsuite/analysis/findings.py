@@ -330,8 +330,7 @@ def memory_tolerance(limits: Limits, entry: Mapping[str, Any]) -> float:
 
 
 def baseline_peak(entry: Mapping[str, Any]) -> int | None:
-    peak = entry.get("peak_memory_bytes")
-    return peak if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0 else None
+    return memory.comparable_peak(entry)  # None for a peak saved under another basis
 
 
 def memory_verdict(m: Measurement, entry: Mapping[str, Any], limits: Limits) -> MemoryVerdict | None:

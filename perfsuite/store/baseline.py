@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfsuite.analysis import stats
+from perfsuite.analysis import memory, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import atomic_write, cache_root, shown_path
 from perfsuite.common.hardware import Fingerprint, describe_cpu
@@ -39,7 +39,7 @@ HISTORY_FIELDS = (
 )
 LOCK_TIMEOUT_S = 60.0
 # Left out of an entry rather than stored as null: older entries lack them too.
-OPTIONAL_FIELDS = ("peak_memory_bytes", "op_profile")
+OPTIONAL_FIELDS = ("peak_memory_bytes", "peak_memory_basis", "op_profile")
 
 
 class BaselineError(Exception):
@@ -201,6 +201,7 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
         # The fullest device's peak, median over the pooled bursts, and each burst's.
         "peak_memory_bytes": int(stats.median(result.run_peaks)) if result.run_peaks else None,
         "peak_memory_runs": list(result.run_peaks),
+        "peak_memory_basis": memory.BASIS if result.run_peaks else None,  # what the peak means
         "op_profile": record.op_profile,  # what attribution compares a regressed burst with
     }
     for hand_set in ("tolerance", "memory_tolerance"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import sys
 from collections.abc import Callable
 
 from perfsuite.analysis.utilisation import merge_ranks, rank_share, summary
@@ -39,25 +38,6 @@ TF32_MIN_CAPABILITY = (8, 0)
 def fp32_kind(allowed: bool, capability: tuple[int, int]) -> str:
     """What fp32 arithmetic ran as: "tf32" where allowed and the GPU has TF32 units, else "ieee"."""
     return "tf32" if allowed and tuple(capability) >= TF32_MIN_CAPABILITY else "ieee"
-
-
-def host_peak_memory() -> int:
-    """Peak resident memory of this process, in bytes: a CPU worker's device memory.
-
-    On Linux, the high-water mark of this process's own memory (``VmHWM``): ``ru_maxrss``
-    keeps the launching process's peak across fork and exec, so a worker started by a large
-    pytest process would report at least that process's size."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except OSError:
-        pass
-    import resource
-
-    peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
 
 
 def rank_entry(

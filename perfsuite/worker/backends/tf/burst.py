@@ -15,7 +15,7 @@ import os
 from perfsuite.contract.job import Job
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import WorkerRecord
-from perfsuite.worker import phases
+from perfsuite.worker import host_memory, phases
 
 _strategy = None  # a multi-node run's strategy, for the last collective in finish()
 
@@ -60,7 +60,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.heartbeat import Heartbeat
     from perfsuite.worker.measure import run_windows, stable_within
     from perfsuite.worker.progress import progress_writer
-    from perfsuite.worker.record import build_record, completed, fp32_kind, host_peak_memory, rank_entry
+    from perfsuite.worker.record import build_record, completed, fp32_kind, rank_entry
 
     spec, info = job.spec, job.model
     builder = resolve_builder(info)  # a missing builder fails before the slow TensorFlow import
@@ -83,6 +83,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.profiling import after_windows
 
     phases.mark(IMPORTED)
+    host_memory.start()  # the burst's own peak: a fresh process's imports are behind it
     devices = configure_devices(spec)  # before any op runs
     leader = job.node_rank == 0  # node 0 gates and saves, so the record belongs there
     strategy = make_strategy(spec, devices, job.join_file)
@@ -145,7 +146,7 @@ def run(job: Job) -> WorkerRecord | None:
         fp32_math: str | None = fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability)
         compute_capability: str | None = f"{capability[0]}.{capability[1]}"
     else:
-        peak, device_name = host_peak_memory(), "cpu"
+        peak, device_name = host_memory.peak(), "cpu"
         fp32_math = compute_capability = None
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
     profiled = after_windows(

@@ -12,7 +12,7 @@ import os
 from perfsuite.contract.job import Job
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import RankEntry, WorkerRecord
-from perfsuite.worker import phases
+from perfsuite.worker import host_memory, phases
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -42,9 +42,10 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.measure import run_windows
     from perfsuite.worker.profiling import after_windows
     from perfsuite.worker.progress import progress_writer
-    from perfsuite.worker.record import build_record, completed, host_peak_memory, rank_entry
+    from perfsuite.worker.record import build_record, completed, rank_entry
 
     phases.mark(IMPORTED)
+    host_memory.start()  # the burst's own peak: a fresh process's imports are behind it
     spec, info = job.spec, job.model
     global_rank = rank(job)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -101,7 +102,7 @@ def run(job: Job) -> WorkerRecord | None:
         peak = int(torch.cuda.max_memory_allocated(device))
         device_name = torch.cuda.get_device_name(device)
     else:
-        peak, device_name = host_peak_memory(), "cpu"
+        peak, device_name = host_memory.peak(), "cpu"
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
@@ -207,8 +208,9 @@ def preload() -> None:
     import perfsuite.worker.measure
     import perfsuite.worker.profiling
     import perfsuite.worker.progress
-    import perfsuite.worker.record
-    import perfsuite.worker.torchrun  # noqa: F401
+    import perfsuite.worker.record  # noqa: F401
+
+    # perfsuite.worker.torchrun, the agent of several forked ranks, is the warm start's own import.
 
     if torch.cuda.is_initialized():  # CUDA cannot be used in a child forked after it started
         raise RuntimeError("CUDA was initialised while importing: a burst forked from here could not use it")
