@@ -74,67 +74,97 @@ def run_windows(
     ``compiles``, the first step (which traces and compiles) is timed alone, before the
     warm-up, as ``compile_seconds``.
     """
-    delay = injected_delay()
-    if delay:
-        inner = step
-
-        def step():
-            out = inner()
-            time.sleep(delay)
-            return out
-
-    first_loss = None
-    loss = None
-    compile_seconds = None
-    if compiles:
-        t0 = clock()
-        first_loss = loss = step()
-        sync()
-        compile_seconds = clock() - t0
-    start = clock()
-    for _ in range(warmup_steps):
-        loss = step()
-        if first_loss is None:
-            first_loss = loss
-    sync()
-    warmup_seconds = clock() - start
+    step = _with_injected_delay(step)
+    losses = _Losses()
+    compile_seconds = _timed(losses.of(step), sync, clock) if compiles else None
+    warmup_seconds = _timed(lambda: [losses.of(step)() for _ in range(warmup_steps)], sync, clock)
     if after_warmup is not None:
         after_warmup()
-
-    total = windows * steps_per_window
-    done = 0
-    seconds: list[float] = []
-    ends: list[float] = []
     sampler = Sampler(sample_gpus).start()  # after warm-up: only the timed windows are sampled
     try:
-        while len(seconds) < windows or _extend(seconds, max_windows, stable):
-            total = max(total, done + steps_per_window)
-            t0 = clock()
-            for _ in range(steps_per_window):
-                loss = step()
-                if first_loss is None:
-                    first_loss = loss
-                done += 1
-                if on_step is not None and done % steps_per_window:
-                    on_step(done, total, None)
-            sync()
-            t1 = clock()
-            seconds.append(t1 - t0)
-            ends.append(t1)
-            if on_step is not None:
-                on_step(done, total, t1 - t0)
+        seconds, ends = _windows(losses.of(step), sync, clock, windows, steps_per_window, on_step, max_windows, stable)
     finally:
         utilisation = sampler.stop()  # a failing step must not leave the thread running
     return WindowTimings(
         window_seconds=seconds,
         steps_per_window=steps_per_window,
         warmup_seconds=warmup_seconds,
-        loss_first=loss_value(first_loss),
-        loss_last=loss_value(loss),
+        loss_first=loss_value(losses.first),
+        loss_last=loss_value(losses.last),
         window_ends=ends,
         utilisation=utilisation,
         compile_seconds=compile_seconds,
     )
+
+
+class _Losses:
+    """The first and the last loss of the steps taken through ``of(step)``."""
+
+    def __init__(self) -> None:
+        self.first: Any = None
+        self.last: Any = None
+
+    def of(self, step: Callable[[], Any]) -> Callable[[], Any]:
+        def counted() -> Any:
+            self.last = step()
+            if self.first is None:
+                self.first = self.last
+            return self.last
+
+        return counted
+
+
+def _with_injected_delay(step: Callable[[], Any]) -> Callable[[], Any]:
+    delay = injected_delay()
+    if not delay:
+        return step
+
+    def delayed() -> Any:
+        out = step()
+        time.sleep(delay)
+        return out
+
+    return delayed
+
+
+def _timed(work: Callable[[], Any], sync: Callable[[], None], clock: Callable[[], float]) -> float:
+    """Seconds ``work()`` takes, the device idle at the end."""
+    start = clock()
+    work()
+    sync()
+    return clock() - start
+
+
+def _windows(
+    step: Callable[[], Any],
+    sync: Callable[[], None],
+    clock: Callable[[], float],
+    windows: int,
+    steps_per_window: int,
+    on_step: Callable[[int, int, float | None], None] | None,
+    max_windows: int,
+    stable: Callable[[list[float]], bool] | None,
+) -> tuple[list[float], list[float]]:
+    """The timed windows: each one's seconds, and clock() at each one's end."""
+    total = windows * steps_per_window
+    done = 0
+    seconds: list[float] = []
+    ends: list[float] = []
+    while len(seconds) < windows or _extend(seconds, max_windows, stable):
+        total = max(total, done + steps_per_window)
+        t0 = clock()
+        for _ in range(steps_per_window):
+            step()
+            done += 1
+            if on_step is not None and done % steps_per_window:
+                on_step(done, total, None)
+        sync()
+        t1 = clock()
+        seconds.append(t1 - t0)
+        ends.append(t1)
+        if on_step is not None:
+            on_step(done, total, t1 - t0)
+    return seconds, ends
 
 
 def _extend(seconds: list[float], max_windows: int, stable: Callable[[list[float]], bool] | None) -> bool:

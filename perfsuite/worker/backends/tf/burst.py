@@ -11,11 +11,16 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
-from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract.record import RankEntry, WorkerRecord
 from perfsuite.worker import host_memory, phases
+
+if TYPE_CHECKING:
+    from perfsuite.worker.measure import WindowTimings
 
 _strategy = None  # a multi-node run's strategy, for the last collective in finish()
 
@@ -56,18 +61,10 @@ def rank(job: Job) -> int:
 
 def run(job: Job) -> WorkerRecord | None:
     global _strategy
-    from perfsuite.models.registry import resolve_builder
-    from perfsuite.worker.heartbeat import Heartbeat
-    from perfsuite.worker.measure import run_windows, stable_within
-    from perfsuite.worker.progress import progress_writer
-    from perfsuite.worker.record import build_record, completed, fp32_kind, rank_entry
+    from perfsuite.worker.record import build_record, completed, rank_entry
 
     spec, info = job.spec, job.model
-    builder = resolve_builder(info)  # a missing builder fails before the slow TensorFlow import
-    kwargs = {"num_classes": info.num_classes}
-    if "image_size" in inspect.signature(builder).parameters:
-        kwargs["image_size"] = spec.image_size
-
+    build = _builder(job)  # a missing builder fails before the slow TensorFlow import
     _quiet()
     import keras
     import tensorflow as tf
@@ -95,7 +92,7 @@ def run(job: Job) -> WorkerRecord | None:
     keras.mixed_precision.set_global_policy(precision.policy)
     keras.utils.set_random_seed(spec.seed)
     with strategy.scope(), image_data_format(spec.layout):
-        model = builder(**kwargs)
+        model = build()
         _check_layout(spec, model)
         info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
         optimizer = make_optimizer()
@@ -107,16 +104,68 @@ def run(job: Job) -> WorkerRecord | None:
     phases.mark(FED)
 
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
-    global_batch = spec.batch_size * len(devices)
+    # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
+    sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
+    timings = _timed_windows(job, step, sync, gpus, len(devices), leader)
+    phases.mark(STEPPED)
+    device = _device_facts(gpus)
+    # Peak memory is read first: the profiler's own buffers are not the model's memory.
+    profiled = after_windows(
+        job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
+    )
+    images_per_window = spec.batch_size * len(devices) * spec.steps_per_window
+    mine = rank_entry(worker_index, device.name, timings, images_per_window, device.peak)
+    ranks = _gathered(spec, strategy, mine)
+    if not leader:
+        return None
+    return build_record(
+        job,
+        info,
+        timings,
+        ranks,
+        images_per_window,
+        framework_version=tf.__version__,
+        device_name=device.name,
+        precision_dtype=precision.dtype,
+        libraries=_libraries(),
+        fp32_math=device.fp32_math,
+        fp32_matmul=device.fp32_math,
+        compute_capability=device.compute_capability,
+        compile_seconds=timings.compile_seconds,
+        **profiled.fields(),
+    )
+
+
+def _builder(job: Job) -> Callable[[], Any]:
+    """The model's builder, with the arguments it takes."""
+    from perfsuite.models.registry import resolve_builder
+
+    builder = resolve_builder(job.model)
+    kwargs = {"num_classes": job.model.num_classes}
+    if "image_size" in inspect.signature(builder).parameters:
+        kwargs["image_size"] = job.spec.image_size
+    return lambda: builder(**kwargs)
+
+
+def _timed_windows(
+    job: Job, step, sync: Callable[[], None], gpus: list[str], replicas: int, leader: bool
+) -> WindowTimings:
+    """The warm-up and the timed windows, this node's heartbeat beating, the leader's progress written."""
+    import tensorflow as tf
+
+    from perfsuite.worker.heartbeat import Heartbeat
+    from perfsuite.worker.measure import run_windows, stable_within
+    from perfsuite.worker.progress import progress_writer
+
+    spec = job.spec
+    global_batch = spec.batch_size * replicas
 
     def reset_peaks() -> None:
         for gpu in gpus:
             tf.config.experimental.reset_memory_stats(gpu)
 
-    # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
-    sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
     with Heartbeat(job.folder, job.node_rank) as heartbeat:
-        timings = run_windows(
+        return run_windows(
             heartbeat.counting(step),
             sync,
             lambda loss: float(loss.numpy()),
@@ -130,55 +179,49 @@ def run(job: Job) -> WorkerRecord | None:
             # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
             max_windows=spec.max_windows if spec.nodes == 1 else 0,
             stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
-            sample_gpus=list(range(len(devices))) if spec.device_kind == "cuda" else None,
+            sample_gpus=list(range(len(gpus))) if gpus else None,
             after_warmup=reset_peaks,
             compiles=spec.xla,
         )
-    phases.mark(STEPPED)
-    if gpus:
-        # Per device, as torch reports it: the fullest GPU is what limits the batch.
-        peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
-        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
-        device_name = details.get("device_name", "gpu")
-        capability = tuple(details.get("compute_capability") or (0, 0))
-        # TensorFlow allows TF32 unless told not to, for convolutions and matmuls alike; a
-        # GPU before Ampere has no TF32 units and runs IEEE fp32 whatever is allowed.
-        fp32_math: str | None = fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability)
-        compute_capability: str | None = f"{capability[0]}.{capability[1]}"
-    else:
-        peak, device_name = host_memory.peak(), "cpu"
-        fp32_math = compute_capability = None
-    # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    profiled = after_windows(
-        job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
-    )
-    images_per_window = global_batch * spec.steps_per_window
-    mine = rank_entry(worker_index, device_name, timings, images_per_window, peak)
-    ranks = [mine]
-    if spec.nodes > 1:
-        from perfsuite.contract.record import RankEntry
-        from perfsuite.worker.backends.tf.cluster import all_gather_json
 
-        # A collective: every node takes part.
-        ranks = [RankEntry.from_dict(r) for r in all_gather_json(strategy, dataclasses.asdict(mine))]
-        if not leader:
-            return None
-    return build_record(
-        job,
-        info,
-        timings,
-        ranks,
-        images_per_window,
-        framework_version=tf.__version__,
-        device_name=device_name,
-        precision_dtype=precision.dtype,
-        libraries=_libraries(),
-        fp32_math=fp32_math,
-        fp32_matmul=fp32_math,
-        compute_capability=compute_capability,
-        compile_seconds=timings.compile_seconds,
-        **profiled.fields(),
+
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    peak: int  # bytes: the fullest GPU's allocator peak, or the CPU worker's (perfsuite.worker.host_memory)
+    name: str
+    fp32_math: str | None = None
+    compute_capability: str | None = None
+
+
+def _device_facts(gpus: list[str]) -> _Device:
+    """The node's peak memory, and what its devices are and ran fp32 as."""
+    if not gpus:
+        return _Device(host_memory.peak(), "cpu")
+    import tensorflow as tf
+
+    from perfsuite.worker.record import fp32_kind
+
+    # Per device, as torch reports it: the fullest GPU is what limits the batch.
+    peak = max(int(tf.config.experimental.get_memory_info(g)["peak"]) for g in gpus)
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    capability = tuple(details.get("compute_capability") or (0, 0))
+    # TensorFlow allows TF32 unless told not to, for convolutions and matmuls alike; a
+    # GPU before Ampere has no TF32 units and runs IEEE fp32 whatever is allowed.
+    return _Device(
+        peak,
+        details.get("device_name", "gpu"),
+        fp32_kind(tf.config.experimental.tensor_float_32_execution_enabled(), capability),
+        f"{capability[0]}.{capability[1]}",
     )
+
+
+def _gathered(spec, strategy, mine: RankEntry) -> list[RankEntry]:
+    """Every node's entry (a collective: every node takes part); this node's alone on one."""
+    if spec.nodes == 1:
+        return [mine]
+    from perfsuite.worker.backends.tf.cluster import all_gather_json
+
+    return [RankEntry.from_dict(r) for r in all_gather_json(strategy, dataclasses.asdict(mine))]
 
 
 def _check_layout(spec, model) -> None:

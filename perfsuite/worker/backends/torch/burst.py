@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from perfsuite.contract.job import Job
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import RankEntry, WorkerRecord
 from perfsuite.worker import host_memory, phases
+
+if TYPE_CHECKING:
+    from perfsuite.worker.measure import WindowTimings
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -38,10 +43,7 @@ def run(job: Job) -> WorkerRecord | None:
     from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.torch.profile import run_profiled_steps
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
-    from perfsuite.worker.heartbeat import Heartbeat
-    from perfsuite.worker.measure import run_windows
     from perfsuite.worker.profiling import after_windows
-    from perfsuite.worker.progress import progress_writer
     from perfsuite.worker.record import build_record, completed, rank_entry
 
     phases.mark(IMPORTED)
@@ -52,17 +54,7 @@ def run(job: Job) -> WorkerRecord | None:
     # c10d hands out global ranks in join order, so global rank 0 may live on any node;
     # the record belongs on node 0, where pytest gates and saves.
     leader = local_rank == 0 and job.node_rank == 0
-
-    if spec.device_kind == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("CUDA is not available to torch in the burst worker")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(spec.threads)
-        torch.set_num_interop_threads(1)
+    device = _device(spec, local_rank)
     dist = _init_distributed(spec.device_kind, job.init_timeout_s)
     set_tf32(spec, device)
     phases.mark(DISTRIBUTED)
@@ -77,43 +69,16 @@ def run(job: Job) -> WorkerRecord | None:
     step = make_step(spec, model, data, device)
     phases.mark(FED)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    progress = job.progress_file if leader else None
-    with Heartbeat(job.folder, global_rank) as heartbeat:
-        timings = run_windows(
-            heartbeat.counting(step),
-            sync,
-            lambda loss: float(loss.float().item()),
-            warmup_steps=spec.warmup_steps,
-            windows=spec.windows,
-            steps_per_window=spec.steps_per_window,
-            on_step=progress_writer(progress, spec.batch_size * spec.world_size * spec.steps_per_window),
-            max_windows=spec.max_windows,
-            stable=_stability_check(spec, dist, device),
-            sample_gpus=[local_rank] if device.type == "cuda" else None,  # each rank watches its own GPU
-            after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if device.type == "cuda" else None,
-            compiles=spec.compile,
-        )
+    sync = _synchronizer(device)
+    timings = _timed_windows(job, step, sync, device, dist, leader)
     phases.mark(STEPPED)
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-        device_name = torch.cuda.get_device_name(device)
-    else:
-        peak, device_name = host_memory.peak(), "cpu"
+    peak, device_name = _peak_memory(device)
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
     )
     images_per_window = spec.batch_size * spec.steps_per_window
-    mine = rank_entry(global_rank, device_name, timings, images_per_window, peak)
-    ranks = [mine]
-    if dist is not None:
-        gathered: list[RankEntry | None] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, mine)
-        ranks = [r for r in gathered if r is not None]  # every rank's, once gathered
+    ranks = _gathered(dist, rank_entry(global_rank, device_name, timings, images_per_window, peak))
     if not leader:
         return None
     return build_record(
@@ -131,6 +96,79 @@ def run(job: Job) -> WorkerRecord | None:
         compile_seconds=timings.compile_seconds,
         **profiled.fields(),
     )
+
+
+def _device(spec, local_rank: int):
+    """This rank's device, set up: its GPU (cuDNN autotuning on), or the CPU with the spec's threads."""
+    import torch
+
+    if spec.device_kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA is not available to torch in the burst worker")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+        return device
+    torch.set_num_threads(spec.threads)
+    torch.set_num_interop_threads(1)
+    return torch.device("cpu")
+
+
+def _synchronizer(device) -> Callable[[], None]:
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return sync
+
+
+def _timed_windows(job: Job, step, sync: Callable[[], None], device, dist, leader: bool) -> WindowTimings:
+    """The warm-up and the timed windows, this rank's heartbeat beating, the leader's progress written."""
+    import torch
+
+    from perfsuite.worker.heartbeat import Heartbeat
+    from perfsuite.worker.measure import run_windows
+    from perfsuite.worker.progress import progress_writer
+
+    spec = job.spec
+    gpu = device.index if device.type == "cuda" else None
+    with Heartbeat(job.folder, rank(job)) as heartbeat:
+        return run_windows(
+            heartbeat.counting(step),
+            sync,
+            lambda loss: float(loss.float().item()),
+            warmup_steps=spec.warmup_steps,
+            windows=spec.windows,
+            steps_per_window=spec.steps_per_window,
+            on_step=progress_writer(
+                job.progress_file if leader else None, spec.batch_size * spec.world_size * spec.steps_per_window
+            ),
+            max_windows=spec.max_windows,
+            stable=_stability_check(spec, dist, device),
+            sample_gpus=[gpu] if gpu is not None else None,  # each rank watches its own GPU
+            after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if gpu is not None else None,
+            compiles=spec.compile,
+        )
+
+
+def _peak_memory(device) -> tuple[int, str]:
+    """This rank's peak memory in bytes (the allocator's on a GPU) and its device's name."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), torch.cuda.get_device_name(device)
+    return host_memory.peak(), "cpu"
+
+
+def _gathered(dist, mine: RankEntry) -> list[RankEntry]:
+    """Every rank's entry, gathered on every rank (a collective); this rank's alone without one."""
+    if dist is None:
+        return [mine]
+    gathered: list[RankEntry | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return [r for r in gathered if r is not None]
 
 
 def cudnn_version(number: int) -> str:
