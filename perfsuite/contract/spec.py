@@ -29,6 +29,19 @@ def default_memory_format(framework: str, device_kind: str, image_size: int) -> 
     return "channels_last"
 
 
+UNITS = ("img/s", "tokens/s")
+
+
+def unit_of(tokens: bool) -> str:
+    """A throughput's unit: images per second for an image model, tokens for a token model."""
+    return UNITS[1] if tokens else UNITS[0]
+
+
+def unit_of_key(key: str) -> str:
+    """The unit of a baseline key's figures: a token model's key names its sequence length."""
+    return unit_of(any(part.startswith("seq") and part[3:].isdigit() for part in key.split("/")))
+
+
 def short_kind(device_kind: str) -> str:
     return SHORT_KINDS[device_kind]
 
@@ -60,7 +73,8 @@ class BurstSpec:
     nodes: int = 1
     data_location: str = "device"
     batch_size: int = 32  # per device
-    image_size: int = 224
+    image_size: int = 224  # an image model's input side
+    seq_len: int = 0  # a token model's tokens per sample; 0: an image model
     precision: str = "fp32"
     variable_update: str = "replicated"
     warmup_steps: int = 2
@@ -98,6 +112,8 @@ class BurstSpec:
         for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
+        if self.seq_len < 0:
+            problems.append("seq_len must be >= 0 (0: an image model)")
         if self.warmup_steps < 0:
             problems.append("warmup_steps must be >= 0")
         if self.windows > self.steps:
@@ -114,6 +130,23 @@ class BurstSpec:
             object.__setattr__(self, "variable_update", "replicated")
         if self.memory_format == default_memory_format(self.framework, self.device_kind, self.image_size):
             object.__setattr__(self, "memory_format", "")
+        if self.seq_len:  # a token model has no images: their side and layout mean nothing to it
+            object.__setattr__(self, "image_size", 224)
+            object.__setattr__(self, "memory_format", "")
+
+    @property
+    def tokens(self) -> bool:
+        """A token model's burst: it is fed token ids, and measured in tokens/s."""
+        return self.seq_len > 0
+
+    @property
+    def unit(self) -> str:
+        return unit_of(self.seq_len > 0)
+
+    @property
+    def items_per_sample(self) -> int:
+        """What one sample of a batch counts for in the throughput: one image, or seq_len tokens."""
+        return self.seq_len or 1
 
     @property
     def layout(self) -> str:
@@ -149,10 +182,8 @@ class BurstSpec:
         if self.mode != "train":
             extra.append("inference")
         tail = f" ({', '.join(extra)})" if extra else ""
-        return (
-            f"{self.framework} {self.model} on {count}, batch {self.batch_size}/device, "
-            f"data location {self.data_location}{tail}"
-        )
+        batch = f"batch {self.batch_size}/device" + (f" x {self.seq_len} tokens" if self.seq_len else "")
+        return f"{self.framework} {self.model} on {count}, {batch}, data location {self.data_location}{tail}"
 
     def key(self) -> str:
         """Baseline key: what must match for two bursts to be comparable.
@@ -167,7 +198,7 @@ class BurstSpec:
             f"nodes{self.nodes}",
             self.data_location,
             f"bs{self.batch_size}",
-            f"img{self.image_size}",
+            f"seq{self.seq_len}" if self.seq_len else f"img{self.image_size}",
             self.precision,
         ]
         if self.world_size > 1:
@@ -237,6 +268,7 @@ KEY_FIELDS = {
     "data_location": ("data location", "--perf-data-location"),
     "batch_size": ("batch per device", "--perf-batch-size"),
     "image_size": ("image size", None),
+    "seq_len": ("sequence length", "--perf-seq-len"),
     "precision": ("precision", "--perf-precision"),
     "variable_update": ("variable update", "--perf-variable-update"),
     "augment_on": ("augmentation place", "--perf-augment-on"),
@@ -250,6 +282,7 @@ _PREFIXED = (
     ("nodes", "nodes"),
     ("bs", "batch_size"),
     ("img", "image_size"),
+    ("seq", "seq_len"),
     ("threads", "threads"),
     ("augment-", "augment_on"),
 )
