@@ -85,12 +85,18 @@ def judged(
     scaling: float | None = None,
     interval: tuple[float, float] | None = None,
     scaling_verdict: stats.Verdict | None = None,
+    diagnosis: tuple = (),
 ) -> BurstResult:
     """``r`` as the records show a burst whose cases found these: a throughput case (its verdict,
-    baseline entry, memory verdict and attribution) and a scaling case (its verdict)."""
+    baseline entry and the figure compared with, memory verdict, attribution and diagnoses) and a
+    scaling case (its efficiency and verdict; no baseline without one)."""
     m = r.measurement
     throughput = None
-    if verdict is not None or baseline is not None or memory is not None or attribution is not None or note:
+    figure = stats.median(baseline["samples"]) if baseline and baseline.get("samples") else None
+    if figure is None and baseline:
+        figure = baseline.get("images_per_sec")
+    found = (verdict, baseline, memory, attribution, note)
+    if any(x is not None for x in found) or diagnosis:
         throughput = Findings(
             "t.py::test_throughput",
             THROUGHPUT,
@@ -98,12 +104,15 @@ def judged(
             r.id,
             baseline,
             None,
-            throughput=Throughput(verdict, verdict.tolerance, verdict.tolerance) if verdict is not None else None,
+            throughput=None if verdict is None else Throughput(verdict, verdict.tolerance, verdict.tolerance, figure),
             memory=memory,
             attribution=attribution,
             attribution_note=note,
+            diagnosis=tuple(diagnosis),
         )
     scaled = None
+    if scaling_verdict is None and scaling is not None:
+        scaling_verdict = stats.Verdict(stats.NO_BASELINE, None, None, 0.1, "no baseline entry")
     if scaling_verdict is not None:
         efficiency = scaling if scaling is not None else 1.0
         base = (baseline or {}).get("scaling_efficiency")
@@ -116,13 +125,7 @@ def judged(
             None,
             scaling=Scaling(efficiency, interval or (efficiency, efficiency), (), scaling_verdict, base, 0.1, None),
         )
-    return replace(
-        r,
-        throughput=throughput,
-        scaling_case=scaled,
-        scaling_efficiency=scaling if scaling is not None else r.scaling_efficiency,
-        scaling_interval=interval if interval is not None else r.scaling_interval,
-    )
+    return replace(r, throughput=throughput, scaling_case=scaled)
 
 
 def pooled(r: BurstResult, *more: BurstResult) -> BurstResult:

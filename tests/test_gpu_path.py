@@ -9,8 +9,9 @@ import sys
 import pytest
 from records import judged, result, worker_record
 
-from perfsuite.analysis import mfu
-from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, INPUT_BOUND, diagnose
+from perfsuite.analysis import diagnosis, mfu
+from perfsuite.analysis.diagnosis import COMMUNICATION_BOUND, INPUT_BOUND
+from perfsuite.analysis.findings import Context, Limits, Measured, judge_scaling
 from perfsuite.common import hardware
 from perfsuite.config.options import resolve
 from perfsuite.contract.spec import BurstSpec
@@ -70,7 +71,8 @@ def test_tf_step_time_counts_every_replica_of_the_process():
     )
     assert len(r.record.per_rank) == 1 and r.record.per_rank[0].images_per_sec == 5000
     r = judged(r, scaling=0.625)
-    [f] = [f for f in diagnose([one, r], min_scaling_efficiency=0.9) if f.key == eight.key()]
+    limits = Limits(tolerance=0.1, memory_tolerance=0.1, scaling_tolerance=0.1, min_scaling_efficiency=0.9)
+    [f] = judge_scaling("t", eight.key(), Measured(r.measurement, single=one.measurement), Context(limits)).diagnosis
     assert f.kind == COMMUNICATION_BOUND and "per-device step 1.60x the 1-device step" in f.text
 
 
@@ -104,7 +106,7 @@ def test_saturated_input_workers_on_an_idle_host_are_input_bound():
         spec.replace(data_location="real"),
         worker_record(spec.replace(data_location="real"), [1000.0] * 5, utilisation=util, input_workers=4),
     )
-    [f] = [f for f in diagnose([device, real]) if f.key == real.spec.key()]
+    f = diagnosis.data_location(real.measurement, device.measurement)
     assert f.kind == INPUT_BOUND and "its 4 input workers kept 3.9 cores busy" in f.text
 
 

@@ -3,7 +3,6 @@
 import json
 import re
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,9 @@ from records import judged, view, worker_record
 from records import result as measured
 
 from perfsuite.analysis import stats
+from perfsuite.analysis.diagnosis import COMPUTE_BOUND, INPUT_BOUND, Diagnosis
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.reporting import content, folder, markdown
+from perfsuite.reporting import content, folder, markdown, terminal
 from perfsuite.reporting.perf_json import row
 
 pytest_plugins = ["pytester"]
@@ -235,36 +235,49 @@ def test_empty_run_still_reports(tmp_path):
     assert "No bursts ran." in markdown.document(report)
 
 
-def test_findings_of_the_diagnosis_module_are_listed(perf, tmp_path, monkeypatch):
-    class Finding:
-        key, kind, text = (
-            "torch/cifar10/cpu2/nodes1/device/bs64/img24/fp32/replicated/threads1",
-            "input-bound",
-            "the host copy takes 40% of the step",
-        )
-
-    fake = types.ModuleType("perfsuite.analysis.diagnosis")
-    fake.diagnose = lambda results, **options: [Finding()]
-    monkeypatch.setitem(sys.modules, "perfsuite.analysis.diagnosis", fake)
-    folder.write_report(tmp_path / "rep", perf.view())
+def test_the_diagnoses_the_findings_carry_are_listed(tmp_path):
+    """The report lists what the cases' diagnoses said, healthy bursts included, each line once,
+    and diagnoses nothing itself."""
+    spec_key = "torch/cifar10/cpu1/nodes1/host/bs64/img24/fp32/threads1"
+    slow = Diagnosis(spec_key, INPUT_BOUND, "cifar10-cpu1-host: input-bound — the host copy takes 40% of the step")
+    healthy = Diagnosis(spec_key, COMPUTE_BOUND, "cifar10-cpu1-device: compute-bound — 2 cores busy", flagged=False)
+    bursts = [
+        judged(result(1, "host"), diagnosis=(slow,)),
+        judged(result(1), diagnosis=(healthy,)),
+        judged(result(2, "host"), diagnosis=(slow,)),  # the same line twice: shown once
+    ]
+    folder.write_report(tmp_path / "rep", session(tmp_path, *bursts).view())
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "## Findings" in md
-    assert "- the host copy takes 40% of the step" in md
+    findings = md.partition("## Findings")[2]
+    assert findings.count("the host copy takes 40% of the step") == 1 and "2 cores busy" in findings
+    tr = Writer()
+    terminal.terminal_summary(tr, session(tmp_path, *bursts).view())
+    assert [x for x in tr.lines if x.startswith("diagnosis: ")] == [f"diagnosis: {slow.text}"]  # the flagged one
+    rows = json.loads((tmp_path / "rep" / "results.json").read_text())["results"]
+    assert rows[0]["diagnosis"] == [{"kind": INPUT_BOUND, "text": slow.text, "flagged": True}]
 
 
-def test_a_failing_diagnosis_or_missing_matplotlib_costs_only_its_part(perf, tmp_path, monkeypatch):
+def test_without_diagnoses_or_matplotlib_the_report_says_so(perf, tmp_path, monkeypatch):
     import importlib.util
 
-    fake = types.ModuleType("perfsuite.analysis.diagnosis")
-    fake.diagnose = lambda results, **options: 1 / 0
-    monkeypatch.setitem(sys.modules, "perfsuite.analysis.diagnosis", fake)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     lines = folder.write_report(tmp_path / "rep", perf.view())
     assert any("plots left out: matplotlib is not installed" in line for line in lines)
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "findings unavailable: ZeroDivisionError" in md and "## Results" in md
+    assert "nothing stood out" in md and "## Results" in md
     assert not list((tmp_path / "rep").glob("*.png"))
+
+
+class Writer:
+    def __init__(self):
+        self.lines = []
+
+    def write_sep(self, sep, title):
+        self.lines.append(f"== {title} ==")
+
+    def write_line(self, line, **kw):
+        self.lines.append(line)
 
 
 # -- the option, end to end -------------------------------------------------------------
@@ -342,7 +355,7 @@ def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
 def test_perf_json_names_its_schema_and_the_run(injected):
     injected.runpytest("--perf-json", "r.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     doc = json.loads((injected.path / "r.json").read_text())
-    assert doc["schema_version"] == 4 and "interrupted" not in doc
+    assert doc["schema_version"] == 5 and "interrupted" not in doc
     run = doc["run"]
     assert set(run) == {
         "date",

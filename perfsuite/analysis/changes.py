@@ -137,12 +137,17 @@ def drift(
     change point in the window to the level after the last one, so a staircase of nightly drops,
     each inside the tolerance, adds up. Improvements and drops within the tolerance give None.
     """
-    if window < 1:
-        raise ValueError(f"drift window must be at least 1 run, not {window}")
-    if tolerance < 0:
-        raise ValueError(f"drift tolerance must not be negative, not {tolerance}")
-    points = change_points(values, max_pvalue)
-    first = len(values) - window
+    _check_drift_limits(window, tolerance)
+    return drift_of(change_points(values, max_pvalue), len(values), window, tolerance)
+
+
+def drift_of(
+    points: Sequence[ChangePoint], length: int, window: int = DRIFT_WINDOW, tolerance: float = TOLERANCE
+) -> Drift | None:
+    """``drift`` from a series' change points, already found, and its length: the drift check
+    keeps the points it read, for the report's trend, instead of asking Otava twice."""
+    _check_drift_limits(window, tolerance)
+    first = length - window
     inside = tuple(p for p in points if p.index >= first)
     if not inside:
         return None
@@ -151,3 +156,10 @@ def drift(
     if change >= -tolerance:
         return None
     return Drift(start=inside[0].index, before=before, now=now, change=change, points=inside)
+
+
+def _check_drift_limits(window: int, tolerance: float) -> None:
+    if window < 1:
+        raise ValueError(f"drift window must be at least 1 run, not {window}")
+    if tolerance < 0:
+        raise ValueError(f"drift tolerance must not be negative, not {tolerance}")

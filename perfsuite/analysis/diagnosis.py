@@ -2,21 +2,22 @@
 
 Each rule compares bursts that differ in one dimension only (the data location, or
 the device count) and names a bottleneck only when the utilisation sampled during the
-timed windows backs it; where it does not, the finding says the evidence is
-inconclusive rather than guess. One plain line per finding, with its numbers.
+timed windows backs it; where it does not, the diagnosis says the evidence is
+inconclusive rather than guess. One plain line each, with its numbers.
+
+The rules read measurements and what the gate found of them (the lines a scaling verdict
+fell below, the communication overhead): perfsuite.analysis.findings calls them once, as it
+judges a case, and the records show what they said.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from perfsuite.analysis import mfu, stats
-from perfsuite.analysis.findings import communication_overhead, device_twin, independent_twin
+from perfsuite.analysis import mfu
 from perfsuite.analysis.measurement import Measurement
-from perfsuite.analysis.result import BurstResult
 from perfsuite.common.numbers import finite, fixed
 from perfsuite.contract.record import WorkerRecord
 
@@ -40,221 +41,147 @@ HOST_SATURATED_FRACTION = 0.80
 BUSY_TIME_FLAT = 1.15
 # A 1-device to N-device drop in GPU busy share this large (points) is not noise.
 BUSY_DROP_POINTS = 10.0
-
-
-Burst = Measurement | BurstResult  # what a rule reads: a case's measurement, or a burst of the run
+# A communication overhead this large is a finding of its own: more than the default
+# --perf-tolerance of throughput goes to exchanging gradients.
+OVERHEAD_SHOWN = 1 - DATA_LOCATION_SLOWDOWN
 
 
 @dataclass(frozen=True)
-class Finding:
+class Diagnosis:
     key: str  # the burst's spec key
     kind: str  # one of KINDS
     text: str  # one line, with the evidence numbers
-
-
-def diagnose(
-    results: Iterable[BurstResult],
-    *,
-    min_scaling_efficiency: float | None = None,
-    scaling_tolerance: float | None = None,
-    healthy: bool = False,
-) -> list[Finding]:
-    """Findings for the bursts of one session; never raises on partial records.
-
-    Only what calls for an explanation (a data location well below `device`, scaling
-    below its floor or baseline) gets a finding; with ``healthy`` every other burst
-    whose devices were kept busy is also named compute-bound, as the report lists it.
-    """
-    results = [r for r in results if r.ok and not r.remote]
-    by_key = {r.spec.key(): r for r in results}
-    out: list[Finding] = []
-    for r in results:
-        found = []
-        if r.spec.data_location != "device":
-            found += data_location(r, by_key.get(device_twin(r.spec).key()))
-        if r.spec.world_size > 1:
-            single = by_key.get(r.spec.single_device().key())
-            found += _scaling(r, single, min_scaling_efficiency, scaling_tolerance)
-            twin = by_key.get(independent_twin(r.spec).key())
-            overhead = communication_overhead(r.measurement, twin.measurement if twin else None)
-            if overhead is not None and not found and overhead.overhead >= 1 - DATA_LOCATION_SLOWDOWN:
-                found.append(_f(r, COMMUNICATION_BOUND, f"{r.spec.short_name}: communication-bound — {overhead.text}"))
-            elif overhead is not None and found:
-                found = [Finding(f.key, f.kind, f"{f.text}; {overhead.text}") for f in found]
-        out += found or (_compute(r) if healthy else [])
-    return out
+    flagged: bool = True  # explains what its case found; False: a healthy burst, named compute-bound
 
 
 # --- the rules --------------------------------------------------------------------------
 
 
-def data_location(r: Burst, twin: Burst | None) -> list[Finding]:
+def data_location(m: Measurement, twin: Measurement | None) -> Diagnosis | None:
     """A data location well below ``device`` of the same spec (``twin``): why, where the evidence says."""
-    ips, twin_ips = _positive(r.images_per_sec), _positive(twin.images_per_sec) if twin else None
+    ips, twin_ips = _positive(m.images_per_sec), _positive(twin.images_per_sec) if twin else None
     if ips is None or twin_ips is None or ips >= DATA_LOCATION_SLOWDOWN * twin_ips:
-        return []
-    name, ev = r.spec.short_name, Evidence(r)
+        return None
+    ev = Evidence(m)
     tail = f"`device` data reaches {twin_ips / ips:.1f}x the throughput"
-    if r.spec.device_kind != "cuda":
+    if m.spec.device_kind != "cuda":
         # The CPU is the device: the input pipeline and compute share the same cores.
         if ev.host_saturated:
-            return [
-                _f(
-                    r,
-                    INPUT_BOUND,
-                    f"{name}: input-bound — {ev.host_text}, shared by the input pipeline and compute; {tail}",
-                )
-            ]
-        return [
-            _f(
-                r,
-                INCONCLUSIVE,
-                f"{name}: inconclusive — {tail}, but {ev.host_text}: host CPU capacity is "
-                f"not shown to be what it waits on",
-            )
-        ]
-    if ev.gpu_busy is None:
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {tail}, but no GPU utilisation was recorded")]
-    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
-        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {ev.gpus_text} while {ev.host_text}; {tail}")]
-    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.loaders_saturated:
-        return [
-            _f(
-                r,
-                INPUT_BOUND,
-                f"{name}: input-bound — {ev.gpus_text} while {ev.loaders_text}, with host "
-                f"cores to spare: more input workers would help; {tail}",
-            )
-        ]
-    if ev.gpu_busy < DEVICE_BUSY_PERCENT:
-        return [
-            _f(
-                r,
-                INCONCLUSIVE,
-                f"{name}: inconclusive — {tail} and {ev.gpus_text}, but {ev.host_text}: "
-                f"host CPU capacity is not shown to be what they wait on",
-            )
-        ]
-    return [
-        _f(
-            r,
+            return _d(m, INPUT_BOUND, f"{ev.host_text}, shared by the input pipeline and compute; {tail}")
+        return _d(
+            m,
             INCONCLUSIVE,
-            f"{name}: inconclusive — {tail}, yet {ev.gpus_text}: the extra time is device work, not starvation",
+            f"{tail}, but {ev.host_text}: host CPU capacity is not shown to be what it waits on",
         )
-    ]
+    if ev.gpu_busy is None:
+        return _d(m, INCONCLUSIVE, f"{tail}, but no GPU utilisation was recorded")
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
+        return _d(m, INPUT_BOUND, f"{ev.gpus_text} while {ev.host_text}; {tail}")
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.loaders_saturated:
+        return _d(
+            m,
+            INPUT_BOUND,
+            f"{ev.gpus_text} while {ev.loaders_text}, with host cores to spare: more input workers would help; {tail}",
+        )
+    if ev.gpu_busy < DEVICE_BUSY_PERCENT:
+        return _d(
+            m,
+            INCONCLUSIVE,
+            f"{tail} and {ev.gpus_text}, but {ev.host_text}: host CPU capacity is not shown to be what they wait on",
+        )
+    return _d(m, INCONCLUSIVE, f"{tail}, yet {ev.gpus_text}: the extra time is device work, not starvation")
 
 
-def _scaling(r: BurstResult, single: BurstResult | None, floor: float | None, tolerance: float | None) -> list[Finding]:
-    eff = _finite(r.scaling_efficiency)
-    if eff is None:
-        return []
-    base = _finite(r.baseline.get("scaling_efficiency")) if isinstance(r.baseline, dict) else None
-    why = []
-    least = _finite(floor)
-    if least is not None and eff < least:
-        why.append(f"floor {least:.0%}")
-    if base is not None and eff < base - (_finite(tolerance) or 0.0):
-        why.append(f"baseline {base:.0%}")
-    if not why and not (r.scaling_verdict is not None and r.scaling_verdict.status == stats.REGRESSION):
-        return []
-    name, ev = r.spec.short_name, Evidence(r)
-    head = f"scaling efficiency {eff:.0%}" + (f" (below {', '.join(why)})" if why else "")
+def scaling(m: Measurement, single: Measurement | None, head: str) -> Diagnosis:
+    """Why the N-device burst ``m`` scales below the line its scaling verdict names (``head``:
+    'scaling efficiency 50% (below floor 90%)'), against its 1-device twin ``single``."""
+    ev = Evidence(m)
     one = Evidence(single) if single is not None and single.ok else None
     step = _ratio(ev.step_seconds, one.step_seconds if one else None)
     step_text = f"per-device step {step:.2f}x the 1-device step" if step else "no 1-device step to compare"
+    if m.spec.device_kind != "cuda":
+        return _scaling_on_cpu(m, ev, head, step, step_text)
+    return _scaling_on_gpu(m, ev, one, head, step, step_text)
 
-    if r.spec.device_kind != "cuda":
-        needed = r.spec.devices * r.spec.threads
-        if ev.host_saturated and ev.cores and needed >= ev.cores:
-            return [
-                _f(
-                    r,
-                    COMPUTE_BOUND,
-                    f"{name}: compute-bound — {head}; {r.spec.devices} workers x "
-                    f"{_plural(r.spec.threads, 'thread')} want {needed} cores and "
-                    f"{ev.host_text}: more workers add no compute",
-                )
-            ]
-        if ev.host_saturated and r.spec.data_location != "device":
-            return [
-                _f(
-                    r,
-                    INPUT_BOUND,
-                    f"{name}: input-bound — {head}; {ev.host_text} by {r.spec.world_size} "
-                    f"workers' input pipelines and compute",
-                )
-            ]
-        if ev.host_saturated is False and step and step > 1:
-            return [
-                _f(
-                    r,
-                    COMMUNICATION_BOUND,
-                    f"{name}: communication-bound — {head}; {step_text} while only "
-                    f"{ev.host_text}: workers wait on the gradient exchange",
-                )
-            ]
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}; {ev.host_text}")]
 
+def _scaling_on_cpu(m: Measurement, ev: Evidence, head: str, step: float | None, step_text: str) -> Diagnosis:
+    spec = m.spec
+    needed = spec.devices * spec.threads
+    if ev.host_saturated and ev.cores and needed >= ev.cores:
+        return _d(
+            m,
+            COMPUTE_BOUND,
+            f"{head}; {spec.devices} workers x {_plural(spec.threads, 'thread')} want {needed} cores and "
+            f"{ev.host_text}: more workers add no compute",
+        )
+    if ev.host_saturated and spec.data_location != "device":
+        return _d(m, INPUT_BOUND, f"{head}; {ev.host_text} by {spec.world_size} workers' input pipelines and compute")
+    if ev.host_saturated is False and step and step > 1:
+        return _d(
+            m,
+            COMMUNICATION_BOUND,
+            f"{head}; {step_text} while only {ev.host_text}: workers wait on the gradient exchange",
+        )
+    return _d(m, INCONCLUSIVE, f"{head}; {step_text}; {ev.host_text}")
+
+
+def _scaling_on_gpu(
+    m: Measurement, ev: Evidence, one: Evidence | None, head: str, step: float | None, step_text: str
+) -> Diagnosis:
     if ev.gpu_busy is None:
-        return [_f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, no GPU utilisation recorded")]
+        return _d(m, INCONCLUSIVE, f"{head}; {step_text}, no GPU utilisation recorded")
     one_busy = one.gpu_busy if one else None
     busy_then = f" (1 GPU: {one_busy:.0f}%)" if one_busy is not None else ""
     if ev.gpu_busy < DEVICE_BUSY_PERCENT and ev.host_saturated:
-        return [_f(r, INPUT_BOUND, f"{name}: input-bound — {head}; {ev.gpus_text}{busy_then} while {ev.host_text}")]
+        return _d(m, INPUT_BOUND, f"{head}; {ev.gpus_text}{busy_then} while {ev.host_text}")
     busy_time = step * ev.gpu_busy / one_busy if step and one_busy else None
     if ev.host_saturated is not True and step and step > 1:
         if busy_time is not None and busy_time <= BUSY_TIME_FLAT:
-            return [
-                _f(
-                    r,
-                    COMMUNICATION_BOUND,
-                    f"{name}: communication-bound — {head}; {step_text} while GPU busy "
-                    f"time per step stayed {busy_time:.2f}x, so the added time is "
-                    f"waiting; {ev.host_text}",
-                )
-            ]
+            return _d(
+                m,
+                COMMUNICATION_BOUND,
+                f"{head}; {step_text} while GPU busy time per step stayed {busy_time:.2f}x, so the added "
+                f"time is waiting; {ev.host_text}",
+            )
         if one_busy is not None and ev.gpu_busy <= one_busy - BUSY_DROP_POINTS:
-            return [
-                _f(
-                    r,
-                    COMMUNICATION_BOUND,
-                    f"{name}: communication-bound — {head}; GPU busy fell from "
-                    f"{one_busy:.0f}% to {ev.gpu_busy:.0f}% while the {step_text}; "
-                    f"{ev.host_text}",
-                )
-            ]
+            return _d(
+                m,
+                COMMUNICATION_BOUND,
+                f"{head}; GPU busy fell from {one_busy:.0f}% to {ev.gpu_busy:.0f}% while the {step_text}; "
+                f"{ev.host_text}",
+            )
     if ev.gpu_busy >= DEVICE_BUSY_PERCENT:
-        return [
-            _f(
-                r,
-                INCONCLUSIVE,
-                f"{name}: inconclusive — {head}; {step_text}, yet {ev.gpus_text}: collective "
-                f"kernels count as busy, so a profile must tell communication from contention",
-            )
-        ]
-    return [
-        _f(r, INCONCLUSIVE, f"{name}: inconclusive — {head}; {step_text}, {ev.gpus_text}{busy_then}; {ev.host_text}")
-    ]
+        return _d(
+            m,
+            INCONCLUSIVE,
+            f"{head}; {step_text}, yet {ev.gpus_text}: collective kernels count as busy, so a profile "
+            f"must tell communication from contention",
+        )
+    return _d(m, INCONCLUSIVE, f"{head}; {step_text}, {ev.gpus_text}{busy_then}; {ev.host_text}")
 
 
-def _compute(r: BurstResult) -> list[Finding]:
-    """Devices kept busy (and, for N devices, scaling not flagged): compute-bound."""
-    name, ev = r.spec.short_name, Evidence(r)
-    extra = _flops_text(r)
-    if r.spec.device_kind == "cuda":
+def with_overhead(found: Diagnosis | None, m: Measurement, overhead: float, text: str) -> Diagnosis | None:
+    """The communication overhead (``text`` says it) added to a scaling diagnosis; alone, from
+    OVERHEAD_SHOWN on, a communication-bound diagnosis of its own."""
+    if found is not None:
+        return Diagnosis(found.key, found.kind, f"{found.text}; {text}", found.flagged)
+    if overhead >= OVERHEAD_SHOWN:
+        return _d(m, COMMUNICATION_BOUND, text)
+    return None
+
+
+def compute(m: Measurement) -> Diagnosis | None:
+    """A healthy burst whose devices (or, on CPU workers, the cores) were kept busy: compute-bound."""
+    ev, spec = Evidence(m), m.spec
+    extra = _flops_text(m)
+    if spec.device_kind == "cuda":
         if ev.gpu_busy is not None and ev.gpu_busy >= DEVICE_BUSY_PERCENT:
-            return [_f(r, COMPUTE_BOUND, f"{name}: compute-bound — {ev.gpus_text}{extra}")]
-        return []
-    needed = r.spec.devices * r.spec.threads
+            return _d(m, COMPUTE_BOUND, f"{ev.gpus_text}{extra}", flagged=False)
+        return None
+    needed = spec.devices * spec.threads
     if ev.busy_cores is not None and ev.cores and ev.busy_cores >= HOST_SATURATED_FRACTION * min(needed, ev.cores):
-        return [
-            _f(
-                r,
-                COMPUTE_BOUND,
-                f"{name}: compute-bound — {ev.host_text} with {_plural(needed, 'compute thread')}{extra}",
-            )
-        ]
-    return []
+        return _d(m, COMPUTE_BOUND, f"{ev.host_text} with {_plural(needed, 'compute thread')}{extra}", flagged=False)
+    return None
 
 
 # --- evidence ---------------------------------------------------------------------------
@@ -263,7 +190,7 @@ def _compute(r: BurstResult) -> list[Finding]:
 class Evidence:
     """The numbers a rule reads from one burst's record; None wherever they are missing."""
 
-    def __init__(self, r: Burst) -> None:
+    def __init__(self, r: Measurement) -> None:
         rec = r.record
         util = rec.utilisation if rec is not None and isinstance(rec.utilisation, dict) else {}
         cpu = _dict(util.get("cpu"))
@@ -318,7 +245,7 @@ class Evidence:
         return f"{word} {self.gpu_busy:.0f}% busy (mean)" if self.gpu_busy is not None else "GPU use not recorded"
 
 
-def _step_seconds(r: Burst, rec: WorkerRecord | None) -> float | None:
+def _step_seconds(r: Measurement, rec: WorkerRecord | None) -> float | None:
     """Seconds per step of a typical rank: the images it trains per step over its own throughput.
 
     A torch entry is one rank, one device. A TensorFlow entry is one process driving all
@@ -335,7 +262,7 @@ def _step_seconds(r: Burst, rec: WorkerRecord | None) -> float | None:
     return batch * r.spec.world_size / ips if ips else None
 
 
-def _flops_text(r: BurstResult) -> str:
+def _flops_text(r: Measurement) -> str:
     try:
         f = mfu.fields(r.record, r.spec, r.images_per_sec)
     except Exception:  # noqa: BLE001 - a malformed record only loses the figure
@@ -353,8 +280,9 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _f(r: Burst, kind: str, text: str) -> Finding:
-    return Finding(r.spec.key(), kind, text)
+def _d(m: Measurement, kind: str, detail: str, flagged: bool = True) -> Diagnosis:
+    """'<burst>: <kind> — <detail>'."""
+    return Diagnosis(m.spec.key(), kind, f"{m.spec.short_name}: {kind} — {detail}", flagged)
 
 
 def _get(d: Any, *path: str) -> Any:

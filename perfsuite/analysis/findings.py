@@ -8,21 +8,25 @@ communication overhead). ``judge_throughput`` and ``judge_scaling`` turn the cas
 bursts (``Measured``) and what they are compared with (``Context``) into one frozen
 ``Findings``; nothing is added to it later.
 
-Each finding carries its evidence; which of them pass, warn, fail or skip the test is
-perfsuite.plugin.policy's to say. Pure functions, no I/O.
+Each finding carries its evidence, and every figure a record shows of it (the baseline figure
+a verdict compared with, a diagnosis, the change points of a drift check's series, a scaling
+efficiency) is made here, with the verdicts' own tolerances. Which of them pass, warn, fail
+or skip the test is perfsuite.plugin.policy's to say. Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from perfsuite.analysis import attribution, changes, memory, stats
+from perfsuite.analysis import attribution, changes, diagnosis, memory, stats
 from perfsuite.analysis.attribution import Attribution
 from perfsuite.analysis.bisect_hint import bisect_command
-from perfsuite.analysis.changes import Drift
+from perfsuite.analysis.changes import ChangePoint, Drift
+from perfsuite.analysis.diagnosis import Diagnosis
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.peer_check import FleetCheck, Peers, fleet_check
@@ -30,9 +34,6 @@ from perfsuite.common.numbers import fixed
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec
-
-if TYPE_CHECKING:
-    pass
 
 THROUGHPUT = "throughput"
 SCALING = "scaling"
@@ -65,6 +66,7 @@ class Measured:
 
     burst: Measurement  # the case's burst, with every rerun pooled into it
     confirmed: bool = False  # its last pooled burst is a fresh rerun that must regress too
+    rerun_error: str | None = None  # the confirming burst measured nothing: its error line
     device_twin: Measurement | None = None  # input efficiency: the device data location, same spec
     single: Measurement | None = None  # scaling: the 1-device burst, same spec
     independent: Measurement | None = None  # communication overhead: every device training alone
@@ -77,7 +79,16 @@ class PastRun(Protocol):
     def name(self) -> str: ...
 
     @property
+    def date(self) -> str: ...
+
+    @property
     def images_per_sec(self) -> float: ...
+
+    @property
+    def ci_low(self) -> float | None: ...
+
+    @property
+    def ci_high(self) -> float | None: ...
 
     @property
     def meta(self) -> dict[str, Any]: ...
@@ -108,6 +119,7 @@ class Throughput:
     verdict: stats.Verdict
     tolerance: float  # the one applied: the set tolerance, widened by the entry's noise floor
     set_tolerance: float  # the marker's, the entry's or the option's
+    baseline: float | None = None  # the entry's figure the verdict compared with: its samples' median
 
     @property
     def noise_floor(self) -> bool:
@@ -158,6 +170,8 @@ class DriftCheck:
     window: int
     drift: Drift | None = None
     message: str | None = None  # the sentence that reports it
+    past: tuple[PastRun, ...] = ()  # the runs before tonight, oldest first
+    points: tuple[ChangePoint, ...] = ()  # every change point of the series, the window's and older
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,7 @@ class Findings:
     baseline: Mapping[str, Any] | None = None
     baseline_file: str | None = None
     errors: tuple[str, ...] = ()  # bursts of the case that measured nothing
+    rerun_error: str | None = None  # the confirming burst measured nothing: the line that says so
     unsupported: str | None = None  # a burst of the case this device cannot run: why
     throughput: Throughput | None = None
     memory: MemoryVerdict | None = None
@@ -181,6 +196,7 @@ class Findings:
     attribution: Attribution | None = None
     attribution_note: str | None = None  # why there is no attribution where one was asked for
     missing: str | None = None  # no baseline to compare with: the sentence that says so
+    diagnosis: tuple[Diagnosis, ...] = ()  # why the burst runs as it does, where the evidence says
 
     @property
     def spec(self) -> BurstSpec:
@@ -207,8 +223,9 @@ def judge_throughput(test: str, burst_id: str, measured: Measured, context: Cont
     found = Findings(test, THROUGHPUT, m, burst_id, entry, context.baseline_file)
     if not m.ok or m.remote is not None:
         return found
-    throughput = throughput_verdict(m, entry, context.limits, measured.confirmed)
+    throughput = throughput_verdict(m, entry, context.limits, measured.confirmed, measured.rerun_error)
     moved, note = _attribution(m, entry) if entry is not None and context.attribute else (None, None)
+    slow_input = diagnosis.data_location(m, measured.device_twin) if m.spec.data_location != "device" else None
     return Findings(
         test,
         THROUGHPUT,
@@ -216,14 +233,16 @@ def judge_throughput(test: str, burst_id: str, measured: Measured, context: Cont
         burst_id,
         entry,
         context.baseline_file,
+        rerun_error=measured.rerun_error,
         throughput=throughput,
         memory=memory_verdict(m, entry, context.limits) if entry is not None else None,
-        input_efficiency=input_efficiency(m, measured.device_twin, context.limits.min_input_efficiency),
+        input_efficiency=input_efficiency(m, measured.device_twin, context.limits.min_input_efficiency, slow_input),
         drift=drift_check(m, context, throughput.tolerance),
         fleet=fleet_check(m, context.peers),
         attribution=moved,
         attribution_note=note,
         missing=context.missing if entry is None else None,
+        diagnosis=_shown(slow_input or diagnosis.compute(m)),
     )
 
 
@@ -234,7 +253,10 @@ def judge_scaling(test: str, burst_id: str, measured: Measured, context: Context
     scaling = scaling_verdict(m, single, entry, limits) if m.ok and m.remote is None else None
     if scaling is None:
         return found
-    missing = context.missing if scaling.baseline is None and scaling.floor is None else None
+    missing = None
+    if scaling.baseline is None and scaling.floor is None:
+        missing = context.missing or no_scaling_baseline(m.spec, context.baseline_file)
+    overhead = communication_overhead(m, measured.independent)
     return Findings(
         test,
         SCALING,
@@ -244,9 +266,23 @@ def judge_scaling(test: str, burst_id: str, measured: Measured, context: Context
         context.baseline_file,
         scaling=scaling,
         single=single,
-        communication_overhead=communication_overhead(m, measured.independent),
+        communication_overhead=overhead,
         missing=missing,
+        diagnosis=scaling_diagnosis(m, single, scaling, overhead),
     )
+
+
+def no_scaling_baseline(spec: BurstSpec, baseline_file: str | None) -> str:
+    """The sentence of a scaling case whose entry holds no scaling efficiency to compare with."""
+    where = f" in {baseline_file}" if baseline_file else ""
+    return (
+        f"no scaling efficiency baseline for {spec.key()}: its entry{where} has none (saved without its "
+        "scaling test): run the scaling test with --perf-save-baseline to add it"
+    )
+
+
+def _shown(*found: Diagnosis | None) -> tuple[Diagnosis, ...]:
+    return tuple(d for d in found if d is not None)
 
 
 def failed(
@@ -267,10 +303,22 @@ def tolerance(limits: Limits, entry: Mapping[str, Any] | None) -> float:
     return own if own is not None else limits.tolerance
 
 
-def throughput_verdict(m: Measurement, entry: Mapping[str, Any] | None, limits: Limits, confirmed: bool) -> Throughput:
+def throughput_verdict(
+    m: Measurement,
+    entry: Mapping[str, Any] | None,
+    limits: Limits,
+    confirmed: bool,
+    rerun_error: str | None = None,
+) -> Throughput:
     """The pooled samples against the entry's. A confirmed case's last burst was run because
-    the ones before regressed: a regression needs that fresh burst to regress on its own too."""
-    return samples_verdict(m.run_samples or (m.samples,), entry, limits, confirmed)
+    the ones before regressed: a regression needs that fresh burst to regress on its own too,
+    so where it measured nothing (``rerun_error``) the regression stays unconfirmed."""
+    found = samples_verdict(m.run_samples or (m.samples,), entry, limits, confirmed)
+    v = found.verdict
+    if rerun_error is None or v.status != stats.REGRESSION:
+        return found
+    why = f"the first burst regressed ({_change(v)}), its confirming burst failed"
+    return dataclasses.replace(found, verdict=stats.Verdict(stats.INCONCLUSIVE, v.ratio, v.p_value, v.tolerance, why))
 
 
 def samples_verdict(
@@ -285,6 +333,7 @@ def samples_verdict(
     floor = min(stats.run_spread(list(entry.get("run_medians") or [])), FLOOR_CAP * set_tolerance)
     applied = max(set_tolerance, floor)
     base = list(entry["samples"])
+    figure = stats.median(base) if base else None
     verdict = stats.compare(samples, base, applied)
     if confirmed and len(run_samples) >= 2:
         again = stats.compare(run_samples[-1], base, applied)
@@ -297,7 +346,7 @@ def samples_verdict(
                 applied,
                 f"the first burst regressed ({_change(before)}), its rerun did not ({_change(again)})",
             )
-    return Throughput(verdict, applied, set_tolerance)
+    return Throughput(verdict, applied, set_tolerance, figure)
 
 
 # What the measure step does after a burst's first verdict (rerun_for).
@@ -348,20 +397,17 @@ def device_twin(spec: BurstSpec) -> BurstSpec:
     return spec.replace(data_location="device", augment_on="cpu", data_dir=None)
 
 
-def input_efficiency(m: Measurement, twin: Measurement | None, floor: float | None) -> InputEfficiency | None:
+def input_efficiency(
+    m: Measurement, twin: Measurement | None, floor: float | None, why: Diagnosis | None = None
+) -> InputEfficiency | None:
+    """``why``: the data location's diagnosis against ``twin``, where it has one."""
     if floor is None or twin is None:
         return None
     ips, ceiling = m.images_per_sec, twin.images_per_sec
     if not (ips and ceiling):
         return InputEfficiency(floor)
     ratio = ips / ceiling
-    why = None
-    if ratio < floor:
-        from perfsuite.analysis.diagnosis import data_location
-
-        found = data_location(m, twin)
-        why = found[0].text if found else None
-    return InputEfficiency(floor, ratio, ceiling, why)
+    return InputEfficiency(floor, ratio, ceiling, why.text if why is not None and ratio < floor else None)
 
 
 # --- scaling ----------------------------------------------------------------------------------------
@@ -400,6 +446,30 @@ def scaling_verdict(
     return Scaling(efficiency, interval, runs, verdict, base, points, limits.min_scaling_efficiency)
 
 
+def scaling_diagnosis(
+    m: Measurement, single: Measurement | None, found: Scaling, overhead: Overhead | None
+) -> tuple[Diagnosis, ...]:
+    """Why the efficiency fell where its verdict says it is below a line (regression, or
+    inconclusive), with the communication overhead; else, a healthy burst's compute-bound line."""
+    status = found.verdict.status
+    why = None
+    if status in (stats.REGRESSION, stats.INCONCLUSIVE):
+        # The lines the verdict weighed, with its own tolerance: the whole interval below one
+        # (regression), or the point below one and the interval across it (inconclusive).
+        edge = found.interval[1] if status == stats.REGRESSION else found.efficiency
+        below = []
+        if found.floor is not None and edge < found.floor:
+            below.append(f"floor {found.floor:.0%}")
+        if found.baseline is not None and edge < found.baseline - found.tolerance_points:
+            below.append(f"baseline {found.baseline:.0%}")
+        settled = "" if status == stats.REGRESSION else ", inconclusive"
+        head = f"scaling efficiency {found.efficiency:.0%}" + (f" (below {', '.join(below)}{settled})" if below else "")
+        why = diagnosis.scaling(m, single, head)
+    if overhead is not None:
+        why = diagnosis.with_overhead(why, m, overhead.overhead, overhead.text)
+    return _shown(why or diagnosis.compute(m))
+
+
 def independent_twin(spec: BurstSpec) -> BurstSpec:
     """The same burst with every device training alone: the compute-only ceiling."""
     return spec.replace(variable_update="independent")
@@ -431,11 +501,12 @@ def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck 
         return None
     values = [p.images_per_sec for p in past] + [ips]
     try:
-        found = changes.drift(values, window=window, tolerance=applied)
+        points = tuple(changes.change_points(values))
+        found = changes.drift_of(points, len(values), window=window, tolerance=applied)
     except ValueError:
-        return DriftCheck(len(values), window)
+        return DriftCheck(len(values), window, past=tuple(past))
     if found is None:
-        return DriftCheck(len(values), window)
+        return DriftCheck(len(values), window, past=tuple(past), points=points)
     names = [p.name for p in past] + ["this run"]
     steps = ", ".join(f"{p.change:+.1%} at {names[p.index]}" for p in found.points)
     tonight = ips / found.before - 1
@@ -451,7 +522,7 @@ def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck 
         + (f" --node {context.node}" if context.node else "")
         + (f"; to find the commit: {command}]" if command else "]")
     )
-    return DriftCheck(len(values), window, found, message)
+    return DriftCheck(len(values), window, found, message, tuple(past), points)
 
 
 # --- attribution ------------------------------------------------------------------------------------

@@ -69,6 +69,11 @@ class Measurement:
         return stats.median_ci(self.samples) if self.samples else None
 
     @property
+    def peak_memory_bytes(self) -> int | None:
+        """The fullest device's peak, the median over the pooled bursts; None where none was read."""
+        return int(stats.median(self.run_peaks)) if self.run_peaks else None
+
+    @property
     def loss_finite(self) -> bool:
         if self.record is None:
             return False

@@ -3,7 +3,9 @@
 Built once, at the end of the run, from the session's bursts and the findings of its cases
 (perfsuite.analysis.findings); every record (the table, --perf-json, pytest-benchmark, the
 report folder, the history, the saved baseline) reads these, so none of them can show a
-figure that no verdict saw or a verdict that no figure backs.
+figure that no verdict saw or a verdict that no figure backs. A BurstResult reads its
+cases' findings and judges nothing itself: a burst that no scaling case judged has no
+scaling efficiency, and its baseline figure is the one its throughput verdict compared with.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import stats
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
@@ -19,9 +20,11 @@ from perfsuite.contract.spec import BurstSpec
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from perfsuite.analysis import stats
     from perfsuite.analysis.attribution import Attribution
     from perfsuite.analysis.changes import Drift
-    from perfsuite.analysis.findings import Findings
+    from perfsuite.analysis.diagnosis import Diagnosis
+    from perfsuite.analysis.findings import DriftCheck, Findings
     from perfsuite.analysis.memory import MemoryVerdict
     from perfsuite.analysis.peer_check import FleetCheck
     from perfsuite.contract.op_profile import OpProfile
@@ -32,18 +35,14 @@ __all__ = ["BurstResult", "Measurement"]
 @dataclass(frozen=True)
 class BurstResult:
     """One burst of the run. ``measurement`` is what its throughput case judged where one did
-    (else the scaling case's, else the latest); the scaling figures are its scaling case's, or,
-    where no case judged its scaling, computed from the latest measurements of it and its
-    1-device twin."""
+    (else the scaling case's, else the latest); the scaling figures are its scaling case's,
+    and none where no scaling case judged it."""
 
     measurement: Measurement
     burst_id: str | None = None  # unique in the session; the spec key unless another burst has it
     tests: tuple[str, ...] = ()  # node ids of the tests that used this burst
     throughput: Findings | None = None  # the findings of the throughput case that judged it
     scaling_case: Findings | None = None  # the findings of the scaling case that judged it
-    scaling_efficiency: float | None = None
-    scaling_interval: tuple[float, float] | None = None
-    scaling_runs: tuple[float, ...] = ()  # per pair of pooled runs
     saved: bool = False  # merged into its baseline file by --perf-save-baseline
 
     @property
@@ -59,6 +58,48 @@ class BurstResult:
     @property
     def scaling_verdict(self) -> stats.Verdict | None:
         return self.scaling_case.verdict if self.scaling_case is not None else None
+
+    @property
+    def scaling_efficiency(self) -> float | None:
+        found = self.scaling_case.scaling if self.scaling_case is not None else None
+        return found.efficiency if found is not None else None
+
+    @property
+    def scaling_interval(self) -> tuple[float, float] | None:
+        found = self.scaling_case.scaling if self.scaling_case is not None else None
+        return found.interval if found is not None else None
+
+    @property
+    def scaling_runs(self) -> tuple[float, ...]:
+        """The efficiency per pair of pooled runs."""
+        found = self.scaling_case.scaling if self.scaling_case is not None else None
+        return found.runs if found is not None else ()
+
+    @property
+    def baseline_images_per_sec(self) -> float | None:
+        """The baseline figure the throughput verdict compared with."""
+        found = self.throughput.throughput if self.throughput is not None else None
+        return found.baseline if found is not None else None
+
+    @property
+    def baseline_scaling_efficiency(self) -> float | None:
+        """The baseline efficiency the scaling verdict compared with."""
+        found = self.scaling_case.scaling if self.scaling_case is not None else None
+        return found.baseline if found is not None else None
+
+    @property
+    def rerun_error(self) -> str | None:
+        """The line of a confirming burst that measured nothing."""
+        return self.throughput.rerun_error if self.throughput is not None else None
+
+    @property
+    def diagnosis(self) -> tuple[Diagnosis, ...]:
+        """What its cases' diagnoses said of it, each line once."""
+        out: dict[str, Diagnosis] = {}
+        for case in (self.throughput, self.scaling_case):
+            for found in case.diagnosis if case is not None else ():
+                out.setdefault(found.text, found)
+        return tuple(out.values())
 
     @property
     def baseline(self) -> Mapping[str, Any] | None:
@@ -78,6 +119,10 @@ class BurstResult:
     @property
     def memory_verdict(self) -> MemoryVerdict | None:
         return self.throughput.memory if self.throughput is not None else None
+
+    @property
+    def drift_check(self) -> DriftCheck | None:
+        return self.throughput.drift if self.throughput is not None else None
 
     @property
     def drift_runs(self) -> int | None:
@@ -156,6 +201,10 @@ class BurstResult:
     @property
     def run_peaks(self) -> tuple[int, ...]:
         return self.measurement.run_peaks
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        return self.measurement.peak_memory_bytes
 
     @property
     def op_profile(self) -> OpProfile | None:

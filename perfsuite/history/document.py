@@ -71,7 +71,8 @@ def from_file(path: Path) -> dict[str, Any]:
     bad = [i for i, r in enumerate(rows) if not isinstance(r.get("key"), str) or not _number_or_none(r)]
     if bad or len(rows) != len(data["results"]):
         raise HistoryError(f"{path}: result {bad[0] if bad else '?'} has no key or a non-numeric images_per_sec")
-    failed = any(r.get("verdict") in ("regression", "error") for r in rows)
+    # A row's error fails its test whatever its verdict (a confirming burst that measured nothing).
+    failed = any(r.get("verdict") in ("regression", "error") or r.get("error") for r in rows)
     saved = any(r.get("saved") for r in rows)
     outcome = "interrupted" if run.get("interrupted") or data.get("interrupted") else ("failed" if failed else "passed")
     return {

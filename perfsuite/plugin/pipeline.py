@@ -5,10 +5,12 @@ The ``perf`` fixture is a ``PerfGate``; a test calls ``perf.assert_throughput(sp
 
 1. **measure** every burst the case needs (the session reuses a burst another case ran):
    the burst; a fresh rerun where its first verdict is a regression (profiled, to confirm it
-   and say which ops moved) or undecided (to settle it); a rerun where its peak memory
-   regressed; and the twins its other findings compare with: the device data location
-   (input efficiency), the 1-device burst (scaling) and the independent one (communication
-   overhead). A save run confirms nothing: it gates nothing.
+   and say which ops moved; one that measures nothing confirms nothing, and the case says
+   so) or undecided (to settle it); a rerun where its peak memory regressed; and the twins
+   its other findings compare with: the device data location (input efficiency; without
+   --perf-min-input-efficiency, the diagnosis reads it where the session already ran it),
+   the 1-device burst (scaling) and the independent one (communication overhead). A save
+   run confirms nothing: it gates nothing.
 2. **findings**: what the bursts are compared with (the baseline entry, the history, the
    fleet's peers) is read, and perfsuite.analysis.findings judges everything once, into
    one frozen value.
@@ -103,26 +105,32 @@ class PerfGate:
         bad = self._unmeasured(THROUGHPUT, m, m)
         if bad is not None or m.remote is not None:
             return bad or Measured(m)  # a node other than 0: node 0 holds the figures and gates them
-        gating, confirmed = not self.options.save_baseline, False
+        gating, confirmed, failure = not self.options.save_baseline, False, None
         if gating and entry is not None:
             rerun = rerun_for(m.samples, entry, self.limits)
             if rerun == CONFIRM:
                 # Confirm on a fresh burst: a whole burst can land in a slow minute of a shared
                 # machine, and a gate that cries wolf gets switched off. It profiles steps after
                 # its windows, so a confirmed regression says which ops moved.
-                m, confirmed = self.session.rerun(spec, profile=True), True
+                again = self.session.rerun(spec, profile=True)
+                if again.ok:
+                    m, confirmed = again, True
+                else:  # nothing confirmed: the case says so, with the burst's error
+                    failure = f"confirming burst failed ({spec.label}): {again.error}"
             elif rerun == SETTLE:
-                m = self.session.rerun(spec)  # undecided by noise: one more burst, pooled
+                m = self._pooled(m)  # undecided by noise: one more burst, pooled
             peak = memory_verdict(m, entry, self.limits)
-            if peak is not None and peak.status == stats.REGRESSION and m.runs == 1:
-                m = self.session.rerun(spec)  # a memory regression is confirmed as throughput's is
+            if peak is not None and peak.status == stats.REGRESSION and m.runs == 1 and failure is None:
+                m = self._pooled(m)  # a memory regression is confirmed as throughput's is
         twin = None
-        if gating and self.limits.min_input_efficiency is not None and spec.data_location != "device":
+        if spec.data_location != "device" and gating and self.limits.min_input_efficiency is not None:
             twin = self.session.burst(device_twin(spec), test=self.item.nodeid)
             bad = self._unmeasured(THROUGHPUT, m, twin)
             if bad is not None:
                 return bad
-        return Measured(m, confirmed, device_twin=twin)
+        elif spec.data_location != "device":
+            twin = self._measured_already(device_twin(spec))  # for the diagnosis: no burst run for it
+        return Measured(m, confirmed, failure, device_twin=twin)
 
     def _measure_scaling(self, spec: BurstSpec, entry: dict | None) -> Measured | Findings:
         m = self.session.burst(spec, test=self.item.nodeid)
@@ -141,8 +149,19 @@ class PerfGate:
             found = scaling_verdict(m, single, entry, self.limits)
             if found is not None and found.verdict.status in (stats.INCONCLUSIVE, stats.REGRESSION):
                 # Both bursts again, pooled: efficiency is a ratio of two noisy figures.
-                m, single = self.session.rerun(spec), self.session.rerun(single.spec)
+                m, single = self._pooled(m), self._pooled(single)
         return Measured(m, single=single, independent=independent)
+
+    def _pooled(self, m: Measurement) -> Measurement:
+        """``m`` with a rerun of its spec pooled in; where the rerun measured nothing, ``m`` stands."""
+        again = self.session.rerun(m.spec)
+        return again if again.ok else m
+
+    def _measured_already(self, spec: BurstSpec) -> Measurement | None:
+        """``spec``'s measurement where an earlier case of the session ran it here, else None."""
+        found = self.session.bursts.get(spec)
+        m = found.measurement if found is not None else None
+        return m if m is not None and m.ok and m.remote is None else None
 
     def _unmeasured(self, kind: str, case: Measurement, m: Measurement) -> Findings | None:
         """The case's findings where burst ``m`` of it measured nothing, else None."""

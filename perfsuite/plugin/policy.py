@@ -175,7 +175,7 @@ def decide(f: Findings, options: PerfOptions) -> Outcome:
     def say(finding: str, when: str, line: str) -> None:
         lines.append((_BY[(finding, when)].action_for(options), line))
 
-    for error in f.errors:
+    for error in (*f.errors, *([f.rerun_error] if f.rerun_error else [])):
         say("burst", BURST_FAILED, error)
     if f.unsupported is not None:
         say("burst", UNSUPPORTED, f.unsupported)
@@ -246,14 +246,14 @@ _MEMORY_LINES: dict[str, Callable[[str], str]] = {
 
 def _throughput(f: Findings, drift: str | None, options: PerfOptions) -> str:
     t = f.throughput
-    assert t is not None and f.baseline is not None
+    assert t is not None and t.baseline is not None
     m, verdict = f.measurement, t.verdict
     bound = (
         f"tolerance {t.tolerance:.1%}, the baseline's noise floor" if t.noise_floor else f"tolerance {t.tolerance:.0%}"
     )
     detail = (
         f"{m.spec.label}: {fixed(m.images_per_sec or 0.0)} img/s vs baseline "
-        f"{fixed(stats.median(f.baseline['samples']))} img/s ({verdict.change:+.1%}, {bound}"
+        f"{fixed(t.baseline)} img/s ({verdict.change:+.1%}, {bound}"
         + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
         + f", {m.runs} burst{'s' if m.runs > 1 else ''}) [baseline {f.baseline_file}]"
     )

@@ -4,7 +4,9 @@ the end of the run the bursts as the records show them, the saved baselines, --p
 reads the same bursts, perfsuite.plugin.benchmark).
 
 A burst's figures in every record are the ones its throughput case judged (else its scaling
-case's, else the latest), so no record shows a figure no verdict saw.
+case's, else the latest), so no record shows a figure no verdict saw; and every judgement a
+record shows (a baseline figure, a scaling efficiency, a diagnosis, a trend's change points) is
+the findings', made once: nothing here judges (tests/test_judged_once.py holds it).
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from perfsuite.analysis import stats
-from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings, baseline_peak, scaling_figures
+from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
 from perfsuite.common.files import shown_path
@@ -38,6 +39,12 @@ def junit_properties(f: Findings) -> list[tuple[str, object]]:
     """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them)."""
     if f.errors:
         return [("verdict", "error"), ("burst_error", f.errors[0])]
+    if f.rerun_error:  # the confirming burst measured nothing: the test fails as an error would
+        return [*_judged_properties(f), ("burst_error", f.rerun_error)]
+    return _judged_properties(f)
+
+
+def _judged_properties(f: Findings) -> list[tuple[str, object]]:
     if not f.judged:
         return []
     m, scaling = f.measurement, f.kind == SCALING
@@ -70,8 +77,8 @@ def junit_properties(f: Findings) -> list[tuple[str, object]]:
         props += [("verdict", verdict.status), ("tolerance", round(verdict.tolerance, 4))]
         if verdict.change is not None:
             props.append(("change", round(verdict.change, 4)))
-    if f.baseline:
-        props.append(("baseline_images_per_sec", round(f.baseline["images_per_sec"], 3)))
+    if f.throughput is not None and f.throughput.baseline is not None:
+        props.append(("baseline_images_per_sec", round(f.throughput.baseline, 3)))
     if scaling and f.scaling is not None:
         props.append(("scaling_efficiency", round(f.scaling.efficiency, 4)))
         if f.scaling.baseline is not None:
@@ -98,10 +105,10 @@ def _fleet_properties(f: Findings) -> list[tuple[str, object]]:
 
 
 def _memory_properties(f: Findings) -> list[tuple[str, object]]:
-    peaks, found = f.measurement.run_peaks, f.memory
-    if not peaks:
+    peak, found = f.measurement.peak_memory_bytes, f.memory
+    if peak is None:
         return []
-    props: list[tuple[str, object]] = [("peak_memory_bytes", int(stats.median(peaks)))]
+    props: list[tuple[str, object]] = [("peak_memory_bytes", peak)]
     if found is not None and found.change is not None:  # a baseline peak to compare with
         props += [
             ("baseline_peak_memory_bytes", found.baseline_bytes),
@@ -126,25 +133,8 @@ def bursts(session: PerfSession) -> tuple[BurstResult, ...]:
         throughput, scaled = judged.get((spec, THROUGHPUT)), judged.get((spec, SCALING))
         shown = throughput or scaled
         measurement = shown.measurement if shown is not None else b.measurement
-        figures: tuple[float, tuple[float, float], tuple[float, ...]] | None = None
-        if scaled is not None and scaled.scaling is not None:
-            figures = (scaled.scaling.efficiency, scaled.scaling.interval, scaled.scaling.runs)
-        else:
-            single = session.bursts.get(spec.single_device()) if spec.world_size > 1 else None
-            figures = scaling_figures(measurement, single.measurement) if single is not None else None
-        efficiency, interval, runs = figures if figures is not None else (None, None, ())
         out.append(
-            BurstResult(
-                measurement,
-                b.burst_id,
-                tuple(b.tests),
-                throughput,
-                scaled,
-                efficiency,
-                interval,
-                runs,
-                saved=spec in session.saved,
-            )
+            BurstResult(measurement, b.burst_id, tuple(b.tests), throughput, scaled, saved=spec in session.saved)
         )
     return tuple(out)
 
@@ -162,13 +152,6 @@ def cases(session: PerfSession, shown: Sequence[BurstResult]) -> tuple[tuple[str
             throughput=f if f.kind == THROUGHPUT else None,
             scaling_case=f if f.kind == SCALING else None,
         )
-        if f.kind == SCALING and f.scaling is not None:
-            seen = dataclasses.replace(
-                seen,
-                scaling_efficiency=f.scaling.efficiency,
-                scaling_interval=f.scaling.interval,
-                scaling_runs=f.scaling.runs,
-            )
         out.append((f.test, f.kind, seen))
     return tuple(out)
 
@@ -185,43 +168,33 @@ def view(session: PerfSession, command: Sequence[str] = ()) -> RunView:
         fingerprints=fingerprints,
         fingerprint_errors=errors,
         baseline_files={kind: baseline.baseline_path(o.baseline_dir, fp) for kind, fp in fingerprints.items()},
-        min_scaling_efficiency=o.min_scaling_efficiency,
-        scaling_tolerance=o.scaling_tolerance,
         trends=trends(session, shown),
     )
 
 
 def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
-    """Burst id -> its history with this run last (perfsuite.reporting.trend.Trend), for the report."""
-    if session.options.perf_history is None:
-        return {}
-    from perfsuite.analysis import changes
+    """Burst id -> its history with this run last (perfsuite.reporting.trend.Trend), for the report:
+    the series its drift check read, with the change points it found there."""
     from perfsuite.reporting.trend import Trend
 
     out = {}
     for result in shown:
-        if result.images_per_sec is None or result.remote:
+        check, ips = result.drift_check, result.images_per_sec
+        if check is None or not check.past or ips is None:
             continue
         try:
-            past = session.history_series(result.spec)
+            where = session.fingerprint(result.spec.device_kind).id
         except hardware.HardwareError:
             continue
-        if not past:
-            continue
-        values = [p.images_per_sec for p in past] + [result.images_per_sec]
-        try:
-            found = [(c.index, c.change) for c in changes.change_points(values)]
-        except ValueError:
-            found = []
         lo, hi = result.interval or (None, None)
         out[result.id] = Trend(
-            title=f"{result.spec.key()} on {session.fingerprint(result.spec.device_kind).id}",
-            runs=[str(p.date)[:10] for p in past] + ["this run"],
-            images_per_sec=values,
-            ci_low=[p.ci_low for p in past] + [lo],
-            ci_high=[p.ci_high for p in past] + [hi],
-            change_points=found,
-            current=len(values) - 1,
+            title=f"{result.spec.key()} on {where}",
+            runs=[str(p.date)[:10] for p in check.past] + ["this run"],
+            images_per_sec=[p.images_per_sec for p in check.past] + [ips],
+            ci_low=[p.ci_low for p in check.past] + [lo],
+            ci_high=[p.ci_high for p in check.past] + [hi],
+            change_points=[(c.index, c.change) for c in check.points],
+            current=len(check.past),
         )
     return out
 
@@ -267,7 +240,7 @@ def _entries_lacking(session: PerfSession) -> dict[str, set[str]]:
         if f.kind != THROUGHPUT or not f.judged or f.baseline is None or not f.measurement.run_peaks:
             continue
         for what, missing in (
-            ("peak memory", baseline_peak(f.baseline) is None),
+            ("peak memory", f.memory is not None and f.memory.baseline_bytes is None),
             ("op profile", not f.baseline.get("op_profile")),
         ):
             if missing:

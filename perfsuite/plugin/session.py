@@ -102,11 +102,13 @@ class PerfSession:
 
     def rerun(self, spec: BurstSpec, profile: bool = False) -> Measurement:
         """``spec`` again, its windows pooled with the earlier ones (``run_samples[-1]`` is the new
-        run); with ``profile``, the rerun profiles steps after its windows."""
+        run); with ``profile``, the rerun profiles steps after its windows. A rerun that measured
+        nothing is returned as it is, with its error, and the earlier measurement stands."""
         found = self.bursts[spec]
         again = self._run(spec, profile)
-        if again.ok:
-            found.measurement = found.measurement.pooled_with(again)
+        if not again.ok:
+            return again
+        found.measurement = found.measurement.pooled_with(again)
         return found.measurement
 
     def burst_id(self, spec: BurstSpec) -> str:

@@ -90,7 +90,7 @@ def write_report(folder: Path, view: RunView) -> list[str]:
     kept = {p.name for p in plots} | {Path(path).name for _, data, png in utilisation for path in (data, png) if path}
     kept |= {Path(t).name for t in traces.values()}
     _remove_stale(folder, kept)
-    findings, note = _findings(results, view)
+    findings, note = _findings(results)
     report = content.build(records, facts(view, records), findings, note, plots, utilisation, traces)
     atomic_write(folder / "report.md", markdown.document(report).encode())
     atomic_write(folder / "report.html", html.document(report, images).encode())
@@ -177,18 +177,7 @@ def _copy_traces(folder: Path, results: list[BurstResult]) -> dict[str, str]:
     return out
 
 
-def _findings(results: list[BurstResult], view: RunView) -> tuple[list[tuple[str, str]], str | None]:
-    """(kind, text) per finding of perfsuite.analysis.diagnosis, healthy bursts included."""
-    from perfsuite.analysis.diagnosis import diagnose
-
-    try:
-        found = diagnose(
-            results,
-            min_scaling_efficiency=view.min_scaling_efficiency,
-            scaling_tolerance=view.scaling_tolerance,
-            healthy=True,
-        )
-    except Exception as exc:  # noqa: BLE001 - a report without findings beats no report
-        return [], f"findings unavailable: {type(exc).__name__}: {exc}"
-    rows = [(f.kind, f.text) for f in found]
+def _findings(results: list[BurstResult]) -> tuple[list[tuple[str, str]], str | None]:
+    """(kind, text) per diagnosis its cases made of each burst, healthy bursts included."""
+    rows = list(dict.fromkeys((d.kind, d.text) for r in results for d in r.diagnosis))
     return rows, None if rows else "nothing stood out"

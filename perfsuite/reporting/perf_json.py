@@ -6,6 +6,10 @@ Version 3 adds the run's ``node`` (--perf-node) and each row's ``fleet`` (--perf
 Version 4 judges the node as ``history fleet`` does: the ``fleet`` object's ``verdict`` is the
 node's, pooled over its keys and nights, and its ``median`` and ``mad`` are this key's group's,
 this node included (version 3's ``peer_median`` and ``peer_mad`` left it out).
+Version 5 shows only what the cases found: ``scaling_efficiency`` and ``scaling_ci`` are the
+scaling case's (null for a burst no scaling case judged), ``baseline_images_per_sec`` and
+``baseline_scaling_efficiency`` the figures the verdicts compared with; new, ``diagnosis``; and
+``error`` is also a confirming burst's that measured nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +17,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfsuite.analysis import mfu, stats
+from perfsuite.analysis import mfu
 from perfsuite.analysis.result import BurstResult
 from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.contract import phases
 from perfsuite.store.run import RunInfo
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def document(run: RunInfo, rows: list[dict]) -> dict:
@@ -38,12 +42,24 @@ def write_json(path: Path, run: RunInfo, rows: list[dict]) -> None:
 
 
 def row(result: BurstResult) -> dict:
-    """One burst's row: its spec, its figures and what the run concluded."""
+    """One burst's row: its spec, its figures and what the run's cases found of it."""
+    return {
+        **_spec(result),
+        **_figures(result),
+        **_memory(result),
+        **_profile(result),
+        **mfu.fields(result.record, result.spec, result.images_per_sec),
+        **_verdicts(result),
+        **_history(result),
+        "saved": result.saved,
+        "error": result.error or result.rerun_error,
+        "tests": result.tests,
+    }
+
+
+def _spec(result: BurstResult) -> dict:
+    """What ran: the spec, and what the worker recorded of how it ran."""
     s, rec = result.spec, result.record
-    lo, hi = result.interval or (None, None)
-    base = result.baseline or {}
-    verdict = result.verdict
-    memory = result.memory_verdict
     return {
         "key": s.key(),
         "id": result.id,
@@ -76,13 +92,21 @@ def row(result: BurstResult) -> dict:
         "compile": s.compile,
         "xla": s.xla,
         "compile_seconds": rec.compile_seconds if rec else None,  # the first step, apart from the windows
-        "input_efficiency": result.input_efficiency,
-        "communication_overhead": result.communication_overhead,
         "warmup_steps": s.warmup_steps,
         "steps": s.steps,
         "windows": s.windows,
         "max_windows": s.max_windows,
         "stable_within": s.stable_within,  # the interval width (of the median) the burst was lengthened for
+    }
+
+
+def _figures(result: BurstResult) -> dict:
+    """What it measured, as its cases judged it; the scaling figures only where a scaling case did."""
+    rec = result.record
+    lo, hi = result.interval or (None, None)
+    return {
+        "input_efficiency": result.input_efficiency,
+        "communication_overhead": result.communication_overhead,
         "windows_run": [len(r) for r in result.run_samples],  # per pooled burst; above windows when lengthened
         "runs": result.runs,
         "run_medians": result.run_medians,
@@ -106,21 +130,6 @@ def row(result: BurstResult) -> dict:
         "scaling_ci": list(result.scaling_interval) if result.scaling_interval else None,
         "loss_first": rec.loss_first if rec else None,
         "loss_last": rec.loss_last if rec else None,
-        # The fullest device's peak: the median over the pooled bursts, and each burst's.
-        "peak_memory_bytes": int(stats.median(result.run_peaks)) if result.run_peaks else None,
-        "peak_memory_runs": list(result.run_peaks),
-        "baseline_peak_memory_bytes": memory.baseline_bytes if memory else base.get("peak_memory_bytes"),
-        "memory_verdict": memory.status if memory else None,
-        "memory_change": memory.change if memory else None,
-        "memory_tolerance": memory.tolerance if memory else None,
-        # The op profile taken after the windows (--perf-profile, --perf-save-baseline, a confirming rerun),
-        # what it cost, and what moved against the baseline entry's profile.
-        "op_profile": rec.op_profile if rec else None,
-        "profile_seconds": rec.profile_seconds if rec else None,
-        "profile_error": rec.profile_error if rec else None,
-        "attribution": result.attribution.as_dict() if result.attribution else None,
-        "attribution_lines": result.attribution.lines() if result.attribution else [],
-        "attribution_note": result.attribution_note,
         "wall_seconds": rec.wall_seconds if rec else (result.remote.wall_seconds if result.remote else None),
         # Where the latest burst's wall time went, and its timed windows' share of it.
         "phases": rec.phases if rec and rec.phases else None,
@@ -128,37 +137,73 @@ def row(result: BurstResult) -> dict:
         "start": rec.start if rec else None,  # "warm" or "fresh" (perfsuite.plugin.warm)
         # Summary only: the time series stay in the record's utilisation.
         "utilisation": utilisation_summary(rec.utilisation) if rec else None,
-        **mfu.fields(rec, s, result.images_per_sec),
+    }
+
+
+def _memory(result: BurstResult) -> dict:
+    """The fullest device's peak: the median over the pooled bursts, each burst's, and its verdict."""
+    memory, base = result.memory_verdict, result.baseline or {}
+    return {
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "peak_memory_runs": list(result.run_peaks),
+        "baseline_peak_memory_bytes": memory.baseline_bytes if memory else base.get("peak_memory_bytes"),
+        "memory_verdict": memory.status if memory else None,
+        "memory_change": memory.change if memory else None,
+        "memory_tolerance": memory.tolerance if memory else None,
+    }
+
+
+def _profile(result: BurstResult) -> dict:
+    """The op profile taken after the windows (--perf-profile, --perf-save-baseline, a confirming
+    rerun), what it cost, and what moved against the baseline entry's profile."""
+    rec = result.record
+    return {
+        "op_profile": rec.op_profile if rec else None,
+        "profile_seconds": rec.profile_seconds if rec else None,
+        "profile_error": rec.profile_error if rec else None,
+        "attribution": result.attribution.as_dict() if result.attribution else None,
+        "attribution_lines": result.attribution.lines() if result.attribution else [],
+        "attribution_note": result.attribution_note,
+    }
+
+
+def _verdicts(result: BurstResult) -> dict:
+    """The cases' verdicts, the baseline figures they compared with, and their diagnoses."""
+    verdict, base = result.verdict, result.baseline or {}
+    return {
         "verdict": verdict.status if verdict else ("error" if result.error else None),
         "verdict_reason": verdict.reason if verdict else result.error,
         "change": verdict.change if verdict else None,
         "p_value": verdict.p_value if verdict else None,
         "scaling_verdict": result.scaling_verdict.status if result.scaling_verdict else None,
-        "baseline_images_per_sec": base.get("images_per_sec"),
-        "baseline_scaling_efficiency": base.get("scaling_efficiency"),
-        # The entry's saved img/s, oldest first, ending with the one compared against.
+        "baseline_images_per_sec": result.baseline_images_per_sec,
+        "baseline_scaling_efficiency": result.baseline_scaling_efficiency,
+        # The entry's saved img/s, oldest first, ending with the one saved last.
         "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
         + [base.get("images_per_sec")]
         if base
         else [],
         "baseline_file": result.baseline_file,
-        # With --perf-history: the runs the drift check read, and the drift it found.
-        "drift_runs": result.drift_runs,
+        "diagnosis": [{"kind": d.kind, "text": d.text, "flagged": d.flagged} for d in result.diagnosis],
+    }
+
+
+def _history(result: BurstResult) -> dict:
+    """With --perf-history: the runs the drift check read and the drift it found; with
+    --perf-fleet-check, this node against the latest figures of its peers in the history."""
+    drift, runs = result.drift, result.drift_runs
+    return {
+        "drift_runs": runs,
         "drift": None
-        if result.drift is None or result.drift_runs is None
+        if drift is None or runs is None
         else {
-            "change": result.drift.change,
-            "before": result.drift.before,
-            "now": result.drift.now,
+            "change": drift.change,
+            "before": drift.before,
+            "now": drift.now,
             "message": result.drift_message,
             "change_points": [
-                {"runs_ago": result.drift_runs - 1 - p.index, "change": p.change, "p_value": p.p_value}
-                for p in result.drift.points
+                {"runs_ago": runs - 1 - p.index, "change": p.change, "p_value": p.p_value} for p in drift.points
             ],
         },
-        # With --perf-fleet-check: this node against the latest figures of its peers in the history.
         "fleet": result.fleet.as_dict() if result.fleet else None,
-        "saved": result.saved,
-        "error": result.error,
-        "tests": result.tests,
     }

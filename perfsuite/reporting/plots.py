@@ -157,86 +157,99 @@ def _series(recs: list[dict]) -> list[tuple[str, list[dict]]]:
 
 def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
 
     fig = _figure(8.6, 4.6)
     ax = fig.add_subplot()
     series = _series(recs)
     xs_all = sorted({r.get("world_size") or 1 for r in recs})
-    wide = xs_all[-1] / xs_all[0] >= 16  # a long sweep reads better on log axes
     handles = []
     for i, (name, pts) in enumerate(series):
         color = COLORS[i % len(COLORS)]
-        xs = [p.get("world_size") or 1 for p in pts]
-        ys = [p["images_per_sec"] for p in pts]
-        errs = list(zip(*[_err(p) for p in pts]))
-        ax.errorbar(xs, ys, yerr=errs, color=color, marker="o", markersize=6, linewidth=1.8, capsize=4, zorder=3)
+        _curve(ax, color, pts, xs_all[-1], efficiency=len(series) == 1)  # several curves: the table has them
         handles.append(Line2D([], [], color=color, marker="o", linewidth=1.8, label=name))
-        first = pts[0]
-        if (first.get("world_size") or 1) == 1 and len(pts) > 1:
-            top = xs_all[-1]
-            ax.plot(
-                [1, top],
-                [first["images_per_sec"], top * first["images_per_sec"]],
-                color=color,
-                linestyle="--",
-                linewidth=1.2,
-                alpha=0.7,
-                zorder=2,
+    style = _scaling_legend(recs)
+    if len(series) > 1:
+        style = handles + style
+    _scaling_axes(ax, xs_all, recs)
+    common = _common(recs)
+    ax.set_title(f"{fw} {model}: throughput vs device count" + (f"\n{common}" if common else ""), fontsize=11)
+    ax.legend(handles=style, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    return Plot(f"scaling-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: scaling", _png(fig))
+
+
+def _curve(ax, color: str, pts: list[dict], top: int, efficiency: bool) -> None:
+    """One curve: its points with their intervals, the ideal line from its 1-device burst, its
+    baseline figures as hollow markers, each point's efficiency and verdict."""
+    xs = [p.get("world_size") or 1 for p in pts]
+    ys = [p["images_per_sec"] for p in pts]
+    errs = list(zip(*[_err(p) for p in pts]))
+    ax.errorbar(xs, ys, yerr=errs, color=color, marker="o", markersize=6, linewidth=1.8, capsize=4, zorder=3)
+    first = pts[0]
+    if (first.get("world_size") or 1) == 1 and len(pts) > 1:
+        ideal = [first["images_per_sec"], top * first["images_per_sec"]]
+        ax.plot([1, top], ideal, color=color, linestyle="--", linewidth=1.2, alpha=0.7, zorder=2)
+    base = [(x, p["baseline_images_per_sec"]) for x, p in zip(xs, pts) if num(p.get("baseline_images_per_sec"))]
+    if base:
+        ax.plot(
+            *zip(*base),
+            linestyle="none",
+            marker="o",
+            markersize=11,
+            markerfacecolor="none",
+            markeredgecolor=color,
+            markeredgewidth=1.5,
+            zorder=4,
+        )
+    for x, p in zip(xs, pts):
+        y = p["images_per_sec"]
+        if efficiency and num(p.get("scaling_efficiency")):
+            last = x == top  # the rightmost label goes left, clear of the legend
+            ax.annotate(
+                f"{p['scaling_efficiency']:.0%} of ideal",
+                (x, y),
+                textcoords="offset points",
+                xytext=(-9 if last else 9, -6),
+                ha="right" if last else "left",
+                va="top",
+                fontsize=8,
+                color=GREY,
             )
-        base = [(x, p["baseline_images_per_sec"]) for x, p in zip(xs, pts) if num(p.get("baseline_images_per_sec"))]
-        if base:
-            ax.plot(
-                *zip(*base),
-                linestyle="none",
-                marker="o",
-                markersize=11,
-                markerfacecolor="none",
-                markeredgecolor=color,
-                markeredgewidth=1.5,
-                zorder=4,
-            )
-        for x, p in zip(xs, pts):
-            y = p["images_per_sec"]
-            if num(p.get("scaling_efficiency")) and len(series) == 1:  # several curves: the table has them
-                last = x == xs_all[-1]  # the rightmost label goes left, clear of the legend
-                ax.annotate(
-                    f"{p['scaling_efficiency']:.0%} of ideal",
-                    (x, y),
-                    textcoords="offset points",
-                    xytext=(-9 if last else 9, -6),
-                    ha="right" if last else "left",
-                    va="top",
-                    fontsize=8,
-                    color=GREY,
-                )
-            marked = flag(p)
-            if marked:
-                _, colour, words = marked
-                ax.plot(
-                    [x],
-                    [y],
-                    linestyle="none",
-                    marker="o",
-                    markersize=16,
-                    markerfacecolor="none",
-                    markeredgecolor=colour,
-                    markeredgewidth=2.5,
-                    zorder=5,
-                )
-                ax.annotate(
-                    words,
-                    (x, y),
-                    textcoords="offset points",
-                    xytext=(-14, 10),
-                    ha="right",
-                    va="bottom",
-                    fontsize=8,
-                    color=TEXT.get(colour, colour),
-                    fontweight="bold",
-                    zorder=6,
-                    bbox=dict(boxstyle="round,pad=0.25", facecolor="white", edgecolor=colour, alpha=0.9),
-                )
+        marked = flag(p)
+        if marked:
+            _ring(ax, x, y, *marked[1:])
+
+
+def _ring(ax, x: float, y: float, colour: str, words: str) -> None:
+    """A verdict's ring around a point, and its words beside it."""
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker="o",
+        markersize=16,
+        markerfacecolor="none",
+        markeredgecolor=colour,
+        markeredgewidth=2.5,
+        zorder=5,
+    )
+    ax.annotate(
+        words,
+        (x, y),
+        textcoords="offset points",
+        xytext=(-14, 10),
+        ha="right",
+        va="bottom",
+        fontsize=8,
+        color=TEXT.get(colour, colour),
+        fontweight="bold",
+        zorder=6,
+        bbox=dict(boxstyle="round,pad=0.25", facecolor="white", edgecolor=colour, alpha=0.9),
+    )
+
+
+def _scaling_legend(recs: list[dict]) -> list:
+    from matplotlib.lines import Line2D
+
     style = [
         Line2D([], [], color=GREY, marker="o", linestyle="none", label="measured median\n(bars: 95% CI)"),
         Line2D([], [], color=GREY, linestyle="--", label="ideal linear scaling\nfrom 1 device"),
@@ -258,9 +271,13 @@ def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
                 label=status,
             )
         )
-    if len(series) > 1:
-        style = handles + style
-    if wide:
+    return style
+
+
+def _scaling_axes(ax, xs_all: list[int], recs: list[dict]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    if xs_all[-1] / xs_all[0] >= 16:  # a long sweep reads better on log axes
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -275,20 +292,12 @@ def scaling_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax.set_xlabel(f"device count ({_unit(recs)})")
     ax.set_ylabel("throughput (images/s)")
     ax.grid(True, alpha=0.3)
-    common = _common(recs)
-    ax.set_title(f"{fw} {model}: throughput vs device count" + (f"\n{common}" if common else ""), fontsize=11)
-    ax.legend(handles=style, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    return Plot(f"scaling-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: scaling", _png(fig))
 
 
 # -- data locations -----------------------------------------------------------------
 
 
 def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
-    from matplotlib.artist import Artist
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     extra = _varying(recs)
     if len({r.get("variable_update") for r in recs if (r.get("world_size") or 1) > 1}) > 1:
         extra.append(("variable_update", "{}"))
@@ -303,45 +312,11 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax = fig.add_subplot()
     top = 0.0
     for j, name in enumerate(names):
-        color = COLORS[j % len(COLORS)]
         for i, n in enumerate(counts):
             rec = next((r for r in recs if (r.get("world_size") or 1) == n and bar_name(r) == name), None)
-            if rec is None:
-                continue
-            x = i - 0.4 + width * (j + 0.5)
-            y = rec["images_per_sec"]
-            lo, hi = _err(rec)
-            marked = flag(rec)
-            colour = marked[1] if marked else "none"
-            ax.bar(
-                x,
-                y,
-                width * 0.9,
-                color=color,
-                edgecolor=colour,
-                linewidth=2.5 if marked else 0,
-                hatch="//" if marked and marked[0] == REGRESSION else None,
-                zorder=2,
-            )
-            ax.errorbar([x], [y], yerr=[[lo], [hi]], color="black", capsize=3, linewidth=1, zorder=3)
-            above = y + hi
-            base = rec.get("baseline_images_per_sec")
-            if num(base):
-                ax.plot([x - width * 0.45, x + width * 0.45], [base, base], color="black", linewidth=2.5, zorder=4)
-                above = max(above, base)
-            top = max(top, above)
-            if marked:
-                ax.annotate(
-                    marked[2],
-                    (x, above),
-                    textcoords="offset points",
-                    xytext=(0, 4),
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                    color=TEXT.get(colour, colour),
-                    fontweight="bold",
-                )
+            if rec is not None:
+                x = i - 0.4 + width * (j + 0.5)
+                top = max(top, _bar(ax, x, width, COLORS[j % len(COLORS)], rec))
     ax.set_xticks(range(len(counts)), [str(n) for n in counts])
     ax.set_xlim(-0.6, len(counts) - 0.4)
     ax.set_ylim(0, top * 1.2 if top > 0 else 1)  # room for the verdict words above the bars
@@ -350,6 +325,54 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     common = _common(recs)
     ax.set_title(f"{fw} {model}: throughput by data location" + (f"\n{common}" if common else ""), fontsize=11)
+    handles = _data_location_legend(names, recs)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
+    return Plot(f"data-locations-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: data locations", _png(fig))
+
+
+def _bar(ax, x: float, width: float, color: str, rec: dict) -> float:
+    """One burst's bar, its interval, its baseline figure and its verdict; returns the height of
+    what it drew."""
+    y = rec["images_per_sec"]
+    lo, hi = _err(rec)
+    marked = flag(rec)
+    colour = marked[1] if marked else "none"
+    ax.bar(
+        x,
+        y,
+        width * 0.9,
+        color=color,
+        edgecolor=colour,
+        linewidth=2.5 if marked else 0,
+        hatch="//" if marked and marked[0] == REGRESSION else None,
+        zorder=2,
+    )
+    ax.errorbar([x], [y], yerr=[[lo], [hi]], color="black", capsize=3, linewidth=1, zorder=3)
+    above = y + hi
+    base = rec.get("baseline_images_per_sec")
+    if num(base):
+        ax.plot([x - width * 0.45, x + width * 0.45], [base, base], color="black", linewidth=2.5, zorder=4)
+        above = max(above, base)
+    if marked:
+        ax.annotate(
+            marked[2],
+            (x, above),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            color=TEXT.get(colour, colour),
+            fontweight="bold",
+        )
+    return above
+
+
+def _data_location_legend(names: list[str], recs: list[dict]) -> list:
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles: list[Artist] = [
         Patch(color=COLORS[j % len(COLORS)], label=f"data location {name}") for j, name in enumerate(names)
     ]
@@ -367,8 +390,7 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
                 label=status,
             )
         )
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8, frameon=False)
-    return Plot(f"data-locations-{safe_name(fw)}-{safe_name(model)}.png", f"{fw} {model}: data locations", _png(fig))
+    return handles
 
 
 # -- utilisation over a burst -------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfsuite.analysis import stats
-from perfsuite.analysis.diagnosis import diagnose
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
 from perfsuite.common.hardware import describe
@@ -51,7 +50,7 @@ def rows(view: RunView) -> list[tuple[str, ...]]:
 
 def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...]:
     case = r.scaling_case if kind == "scaling" else r.throughput
-    if not r.ok or (case is not None and case.errors):  # the burst, or a twin the case needed, failed
+    if not r.ok or (case is not None and (case.errors or case.rerun_error)):  # a burst of the case failed
         return (name, *["-"] * (len(HEADER) - 2), "error")
     if r.remote:
         return (name, *["-"] * (len(HEADER) - 2), f"ran ranks of node {r.remote.node_rank}")
@@ -61,14 +60,15 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
     if cells is None:
         cells = evidence[id(r)] = _evidence(r)
     lo, hi = r.interval
-    base = r.baseline.get("images_per_sec") if r.baseline else None
+    # Each case's own baseline figure: the throughput verdict's img/s, the scaling verdict's efficiency.
+    base = r.baseline_images_per_sec if kind != "scaling" else None
     verdict = r.scaling_verdict if kind == "scaling" else r.verdict
     change = verdict.change if verdict is not None and kind != "scaling" else None
     eff = "-"
     if r.scaling_efficiency is not None:
         eff = f"{r.scaling_efficiency:.1%}"
-        if kind == "scaling" and r.baseline and r.baseline.get("scaling_efficiency") is not None:
-            eff += f" (base {r.baseline['scaling_efficiency']:.1%})"
+        if kind == "scaling" and r.baseline_scaling_efficiency is not None:
+            eff += f" (base {r.baseline_scaling_efficiency:.1%})"
     status = verdict.status if verdict is not None else stats.MEASURED
     if r.saved:
         status = stats.SAVED  # a save run compares nothing: its figures are the new baseline
@@ -143,14 +143,10 @@ def terminal_summary(tr, view: RunView) -> None:
 
 
 def diagnosis_lines(view: RunView) -> list[str]:
-    """One "diagnosis: ..." line per finding; a fault here must not cost the summary."""
-    try:
-        findings = diagnose(
-            view.results, min_scaling_efficiency=view.min_scaling_efficiency, scaling_tolerance=view.scaling_tolerance
-        )
-    except Exception as exc:  # noqa: BLE001 - the diagnosis is advice, the table is the verdict
-        return [f"diagnosis unavailable: {type(exc).__name__}: {exc}"]
-    return [f"diagnosis: {f.text}" for f in findings]
+    """One "diagnosis: ..." line per diagnosis the cases made of something they found (a healthy
+    burst's compute-bound line is the report's), each line once."""
+    lines = [f"diagnosis: {d.text}" for r in view.results for d in r.diagnosis if d.flagged]
+    return list(dict.fromkeys(lines))
 
 
 def duty_cycle_line(spent: list[dict[str, float]], warm: int = 0) -> str | None:

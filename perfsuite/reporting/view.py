@@ -20,6 +20,4 @@ class RunView:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)  # "cpu"/"gpu" -> hardware
     fingerprint_errors: dict[str, str] = field(default_factory=dict)  # "gpu" -> why it is unknown
     baseline_files: dict[str, Path] = field(default_factory=dict)  # "cpu"/"gpu" -> the file in use
-    min_scaling_efficiency: float | None = None
-    scaling_tolerance: float | None = None  # --perf-scaling-tolerance
     trends: dict[str, Trend] = field(default_factory=dict)  # burst id -> its history (--perf-history)
