@@ -73,6 +73,18 @@ def test_the_answers_two_commits_are_judged_again_and_nothing_else_is():
     checked.clear()
     found = search.search(15, _truth(1), lambda i: checked.append(i) or _truth(1)(i))
     assert found.hi == 1 and checked == [1]  # GOOD needs no second verdict
+    checked.clear()
+    found = search.search(15, _truth(15), lambda i: checked.append(i) or _truth(15)(i))
+    assert (found.lo, found.hi) == (14, 15) and checked == [14]  # nor BAD
+
+
+def test_an_answer_among_skipped_commits_is_not_checked():
+    checked = []
+    found = search.search(
+        8, lambda i: search.SKIP if i in (3, 4) else _truth(4)(i), lambda i: checked.append(i) or search.GOOD
+    )
+    assert (found.lo, found.hi, found.skipped, found.exact) == (2, 5, (3, 4), False)
+    assert checked == []
 
 
 @settings(derandomize=True, max_examples=300, deadline=None)

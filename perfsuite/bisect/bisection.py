@@ -5,10 +5,11 @@ The ends are measured in pairs (a GOOD burst, then a BAD burst). Unless BAD diff
 GOOD by at least ``min_change`` and significantly (``decide.ends_change``), there is
 nothing to find. Each midpoint then gets rounds (its burst, then a burst of the end it
 looks least like) until ``decide.judge`` calls it like GOOD or like BAD, up to
-``max_repeats`` rounds; a commit that fails or stays undecided is skipped. The answer's
-two commits (the last like GOOD, the first like BAD) are then judged again on fresh rounds
-(``search.search``'s check); where the two verdicts differ, a third decides. The ends'
-worktrees stay for the whole search, since every round measures one of them again.
+``max_repeats`` rounds; a commit that fails or stays undecided is skipped. Once one commit
+is left, the answer's two commits (the last like GOOD, the first like BAD), those of them
+that are midpoints, are judged again on fresh rounds (``search.search``'s check); where the
+two verdicts differ, a third decides. The ends' worktrees stay for the whole search, since
+every round measures one of them again.
 """
 
 from __future__ import annotations

@@ -7,11 +7,14 @@ as git bisect's exit code 125 skips one, and its nearest untested neighbour is t
 ends when ``lo`` and ``hi`` are adjacent (the answer is ``hi``), or when every commit
 between them was skipped (the answer is one of them).
 
-With ``confirm``, an answer is only given once the two commits it rests on, ``lo`` and
-``hi``, have each been judged a second time on fresh measurements and said the same: a
-wrong answer then needs the same commit misjudged twice. Where the two verdicts differ, a
-third decides, and the search goes on from the verdict two of the three gave; a commit
-without two alike is skipped.
+With ``confirm``, an answer of one commit (``lo`` and ``hi`` adjacent) is checked before it
+is given: each of its two commits that is a midpoint is judged a second time on fresh
+measurements, ``hi`` first. GOOD and BAD are never judged again (every verdict is measured
+against them), so an answer next to an end rests on one commit checked. Where a second
+verdict differs from the first, a third decides: agreeing with the first, it stands;
+agreeing with the second, the verdict changes and the search goes on from it (the commits
+of the next answer are checked in turn, none twice); three different verdicts skip the
+commit. An answer left among skipped commits (no single commit) is not checked.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import signal
 import sys
@@ -33,6 +32,7 @@ from typing import Any
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.bisect import MAX_REPEATS, PAIRS
 from perfsuite.commands import CommandError, Failure, UsageError
+from perfsuite.commands.bisect_report import as_json, figures, report
 from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
 
@@ -348,7 +348,7 @@ def _say(text: str) -> None:
 
 
 def run_bisect(args: argparse.Namespace) -> int:
-    from perfsuite.bisect import repo, state
+    from perfsuite.bisect import bisection, repo, state
     from perfsuite.bisect.bisection import EndFailed
     from perfsuite.bisect.selection import SelectionError
 
@@ -357,37 +357,9 @@ def run_bisect(args: argparse.Namespace) -> int:
         path = state.state_path(repo.common_dir(top))
     except repo.GitError as exc:
         raise UsageError(str(exc)) from None
-    since = None
-    if args.resume:
-        if args.revs or args.selection:
-            raise UsageError("--resume continues with the arguments it kept: give it no GOOD, BAD or selection")
-        try:
-            kept = state.load(path)
-        except state.StateError as exc:
-            raise Failure(str(exc)) from None
-        if kept is None:
-            raise UsageError(f"nothing to resume: no bisect was started in {top}")
-        given = _by_names_now(kept["args"])
-        _say(f"resuming: {command_line(given)}")
-        for name, value in given.items():
-            setattr(args, name, value)
-        if given.get("no_cache"):
-            since = kept.get("started")
-        args.no_cache = False  # what the interrupted run measured is in the cache
-        started = kept.get("started")
-    else:
-        from perfsuite.bisect.cache import now_iso
-
-        started = now_iso()
+    started, since = _resumed(args, path, top) if args.resume else (_now(), None)
     opts = _build(args, args.revs, args.selection)
-    kept_args = _state_args(args)
-    try:  # kept as commits: a resumed bisect measures the same range whatever HEAD has become
-        kept_args["revs"] = [repo.resolve(top, r) for r in args.revs]
-    except repo.GitError as exc:
-        raise UsageError(str(exc)) from None
-    kept_args["repo"] = str(top)
-    if args.resume:
-        kept_args["no_cache"] = bool(since)
+    kept_args = _kept_args(args, top, since)
     t0 = time.monotonic()
 
     def record(outcome) -> None:
@@ -402,9 +374,6 @@ def run_bisect(args: argparse.Namespace) -> int:
             },
         )
 
-    from perfsuite.bisect import bisection
-
-    outcome = None
     try:
         with _stops_as_interrupt():
             outcome = bisection.bisect(opts, _say, record, since=since)
@@ -418,31 +387,77 @@ def run_bisect(args: argparse.Namespace) -> int:
         return INTERRUPTED
     except SelectionError as exc:
         raise UsageError(str(exc)) from None
-    except state.Busy as exc:
+    except (state.Busy, EndFailed, repo.GitError) as exc:
         raise Failure(str(exc)) from None
-    except (EndFailed, repo.GitError) as exc:
+    _tell(args, opts, outcome)
+    return 0 if outcome.status == "found" else 1
+
+
+def _now() -> str:
+    from perfsuite.bisect.cache import now_iso
+
+    return now_iso()
+
+
+def _resumed(args: argparse.Namespace, path: Path, top: Path) -> tuple[str | None, str | None]:
+    """--resume: ``args`` become the kept bisect's; (when it started, and since when the
+    cache is not to be read: its start, where it was run with --no-cache)."""
+    from perfsuite.bisect import state
+
+    if args.revs or args.selection:
+        raise UsageError("--resume continues with the arguments it kept: give it no GOOD, BAD or selection")
+    try:
+        kept = state.load(path)
+    except state.StateError as exc:
         raise Failure(str(exc)) from None
+    if kept is None:
+        raise UsageError(f"nothing to resume: no bisect was started in {top}")
+    given = _by_names_now(kept["args"])
+    _say(f"resuming: {command_line(given)}")
+    for name, value in given.items():
+        setattr(args, name, value)
+    since = kept.get("started") if given.get("no_cache") else None
+    args.no_cache = False  # what the interrupted run measured is in the cache
+    return kept.get("started"), since
+
+
+def _kept_args(args: argparse.Namespace, top: Path, since: str | None) -> dict[str, Any]:
+    """The arguments the state file keeps, GOOD and BAD as commits: a resumed bisect measures
+    the same range whatever HEAD has become."""
+    from perfsuite.bisect import repo
+
+    kept = _state_args(args)
+    try:
+        kept["revs"] = [repo.resolve(top, r) for r in args.revs]
+    except repo.GitError as exc:
+        raise UsageError(str(exc)) from None
+    kept["repo"] = str(top)
+    if args.resume:
+        kept["no_cache"] = bool(since)
+    return kept
+
+
+def _tell(args: argparse.Namespace, opts, outcome) -> None:
+    """The outcome: in the history (--perf-history), drawn (--plot), and printed (--json or lines)."""
     if opts.history:
         _record_verdict(opts.history, outcome)
     plotted = _plot(args.plot, outcome) if getattr(args, "plot", None) else None
     if args.json:
         print(json.dumps(dict(as_json(outcome), plot=plotted), indent=1, default=str))
-    else:
-        for line in report(outcome):
-            print(line)
-        if plotted:
-            print(f"plot: {plotted}")
-    return 0 if outcome.status == "found" else 1
+        return
+    for line in report(outcome):
+        print(line)
+    if plotted:
+        print(f"plot: {plotted}")
 
 
 def _record_verdict(url: str, outcome) -> None:
     """The verdict in the history beside the bursts it rests on, for ``triage`` to show."""
     import socket
 
-    from perfsuite.bisect.cache import now_iso
     from perfsuite.history import document, recorder
 
-    doc = document.bisect_verdict(as_json(outcome), date=now_iso(), host=socket.gethostname())
+    doc = document.bisect_verdict(as_json(outcome), date=_now(), host=socket.gethostname())
     for line in recorder.record(url, doc):
         _say(line)
 
@@ -475,185 +490,6 @@ def _plot(where: str, outcome) -> str:
     return where
 
 
-# --- what it says ------------------------------------------------------------------------------
-
-
-def _pct(x: float) -> str:
-    return f"{x:+.1%}"
-
-
-def _figures(t) -> str:
-    from perfsuite.common.numbers import fixed
-
-    fig = t.figures()
-    return "-" if fig is None else f"{fixed(fig[0])} img/s (95% CI {fixed(fig[1])}-{fixed(fig[2])})"
-
-
-def as_json(outcome) -> dict[str, Any]:
-    info = outcome.info
-    first = outcome.first_bad
-    span = outcome.ends.span
-    return {
-        "status": outcome.status,
-        "key": outcome.key,
-        "fingerprint": outcome.fingerprint,
-        "good": outcome.commits[0],
-        "bad": outcome.commits[-1],
-        "commits": len(outcome.commits) - 1,
-        "change": {**outcome.change.as_dict(), "ratio": outcome.change.ratio},
-        "pairs": len(outcome.ends.pairs),
-        "rounds_needed": outcome.ends.rounds_needed(),
-        "alpha": outcome.ends.alpha,
-        "windows_alpha": outcome.ends.windows_alpha,
-        "first_bad": info[first].as_dict() if first and first in info else ({"commit": first} if first else None),
-        "candidates": [info[c].as_dict() if c in info else {"commit": c} for c in outcome.candidates]
-        if outcome.status == "unresolved"
-        else [],
-        "step": None
-        if outcome.step is None
-        else {"change": outcome.step[0], "ci_low": outcome.step[1], "ci_high": outcome.step[2]},
-        "midpoints": outcome.midpoints,
-        "checks": outcome.checks,
-        "expected_midpoints": outcome.expected_midpoints,
-        "bursts": outcome.bursts,
-        "bursts_run": outcome.bursts_run,
-        "seconds": round(outcome.seconds, 1),
-        "tested": [t.as_dict(info.get(t.sha), span) for t in outcome.tested_in_order()],
-    }
-
-
-def _distribution(name: str, t) -> str:
-    from perfsuite.analysis import stats
-    from perfsuite.common.numbers import fixed
-
-    samples = t.samples
-    medians = ", ".join(fixed(stats.median(b)) for b in t.bursts)
-    return (
-        f"  {name} {t.sha[:10]}: {_figures(t)}, {len(t.bursts)} bursts, {len(samples)} windows, "
-        f"range {fixed(min(samples))}-{fixed(max(samples))}; burst medians {medians}"
-    )
-
-
-def _minutes(seconds: float) -> str:
-    m, s = divmod(round(seconds), 60)
-    return f"{m} min {s} s" if m else f"{s} s"
-
-
-def _ratios(outcome) -> str:
-    return ", ".join(f"{math.expm1(r):+.1%}" for r in outcome.ends.ratios)
-
-
-def report(outcome) -> list[str]:
-    from perfsuite.analysis.stats import ALPHA
-    from perfsuite.common.numbers import fixed
-    from perfsuite.common.text import columns
-
-    change = outcome.change
-    ends = {t.role: t for t in outcome.tested if t.role in ("GOOD", "BAD")}
-    pairs = len(outcome.ends.pairs)
-    lines = []
-    if outcome.status == "no change":
-        interval = f"95% interval {_pct(change.low)} to {_pct(change.high)}"
-        if change.within:
-            why = f"{_pct(change.change)} ({interval}) is within --min-change {change.min_change:.0%} of no change"
-        elif not change.beyond:
-            why = (
-                f"{_pct(change.change)} is smaller than --min-change {change.min_change:.0%}, "
-                f"though after {pairs} pairs its {interval} still reaches past it"
-            )
-        else:
-            why = (
-                f"{_pct(change.change)} is not significant (pairs p={change.p_pairs:.2g}, "
-                f"windows p={change.p_value:.2g}, needs {ALPHA:g})"
-            )
-        lines.append(f"no reproducible change between GOOD and BAD: {why} ({outcome.key})")
-        lines += [_distribution("GOOD", ends["GOOD"]), _distribution("BAD ", ends["BAD"])]
-        lines.append(f"  BAD against GOOD in each of the {pairs} pairs measured side by side: {_ratios(outcome)}")
-        return lines
-    first = outcome.first_bad
-    if first is not None:
-        info = outcome.info.get(first)
-        lines.append(f"first bad commit: {first}")
-        if info:
-            lines += [f"  subject: {info.subject}", f"  author:  {info.author}", f"  date:    {info.date}"]
-        step, lo, hi = outcome.step
-        by_order = {t.order: t for t in outcome.tested if t.role != "check"}
-        before, after = by_order[outcome.found.lo], by_order[outcome.found.hi]
-        lines.append(
-            f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}), GOOD to BAD in {pairs} pairs measured "
-            f"side by side; the last good commit {before.sha[:10]} ({before.order}) "
-            f"{fixed(before.figures()[0])} img/s, the first bad {after.sha[:10]} ({after.order}) "
-            f"{fixed(after.figures()[0])} img/s"
-        )
-    else:
-        cands = outcome.candidates
-        lines.append(
-            f"no single commit: the first bad commit is one of {len(cands)}, every one between "
-            f"{outcome.commits[outcome.found.lo][:10]} (good) and {outcome.commits[outcome.found.hi][:10]} (bad) "
-            "was skipped:"
-        )
-        skipped = {t.sha: t for t in outcome.tested if t.verdict == "skipped"}
-        verdicts: dict[str, list[str]] = {}
-        for t in outcome.tested:
-            verdicts.setdefault(t.sha, []).append(t.verdict)
-        left = {outcome.commits[i] for i in outcome.found.skipped}
-        for c in cands:
-            subject = outcome.info[c].subject if c in outcome.info else ""
-            if c in left and len(verdicts.get(c, [])) > 1:
-                why = f" (judged {', '.join(verdicts[c])}: no two verdicts alike)"
-            elif c in skipped:
-                why = f" (skipped: {skipped[c].reason})"
-            else:
-                why = ""
-            lines.append(f"  {c[:10]} {subject}{why}")
-    lines.append(
-        f"burst {outcome.key} on {outcome.fingerprint}; GOOD -> BAD {_pct(change.change)} "
-        f"(pairs p={change.p_pairs:.2g}, windows p={change.p_value:.2g}, min change {change.min_change:.0%})"
-    )
-    lines.append(
-        f"cost: {outcome.midpoints} midpoint{'s' if outcome.midpoints != 1 else ''} "
-        f"(at most {outcome.expected_midpoints} for {len(outcome.commits) - 1} commits without skips), "
-        f"{outcome.checks} judged again, "
-        f"{outcome.bursts} bursts ({outcome.bursts_run} run now, {max(0, outcome.bursts - outcome.bursts_run)} "
-        f"from the cache), {_minutes(outcome.seconds)}"
-    )
-    lines.append("")
-    header = ("#", "commit", "subject", "img/s", "95% CI", "bursts", "position", "verdict")
-    rows = []
-    for t in outcome.tested_in_order():
-        fig = t.figures()
-        subject = outcome.info[t.sha].subject if t.sha in outcome.info else ""
-        verdict = t.role if t.role in ("GOOD", "BAD") else t.verdict
-        if t.role == "check":
-            verdict = f"again {verdict}"
-        if t.verdict == "skipped":
-            verdict += f": {t.reason}"
-        if t.sha == first:
-            verdict += "  <- first bad"
-        position = (
-            "0" if t.role == "GOOD" else "1" if t.role == "BAD" else (f"{t.call.position:.2f}" if t.call else "-")
-        )
-        rows.append(
-            (
-                str(t.order),
-                t.sha[:10],
-                subject[:40],
-                fixed(fig[0]) if fig else "-",
-                f"{fixed(fig[1])}-{fixed(fig[2])}" if fig else "-",
-                f"{len(t.bursts)}" + (f"+{t.references}" if t.references else ""),
-                position,
-                verdict,
-            )
-        )
-    lines += columns(header, rows, left=(1, 2, 7))
-    lines.append("")
-    lines.append(
-        "bursts: the commit's own (+ an end's beside each, its rounds); position: 0 like GOOD, 1 like BAD, "
-        "from the rounds"
-    )
-    return lines
-
-
 # --- bisect-step -------------------------------------------------------------------------------
 
 
@@ -683,7 +519,7 @@ def _step(args: argparse.Namespace) -> int:
     change = found.change
     if found.verdict == "no change":
         raise StepError(
-            f"no reproducible change between GOOD and BAD ({_pct(change.change)}, p={change.p_value:.2g}, "
+            f"no reproducible change between GOOD and BAD ({change.change:+.1%}, p={change.p_value:.2g}, "
             f"min change {change.min_change:.0%}): nothing to bisect"
         )
     t = found.tested
@@ -701,5 +537,5 @@ def _step(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=1, default=str))
     else:
-        print(f"{found.verdict}: {found.sha[:10]} {subject}: {_figures(t)}, {len(t.bursts)} bursts; {why}")
+        print(f"{found.verdict}: {found.sha[:10]} {subject}: {figures(t)}, {len(t.bursts)} bursts; {why}")
     return STEP_EXIT[found.verdict]
