@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from records import worker_record
 
-from perfsuite.contract.job import ContractError, Job
-from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract.job import JOB_VERSION, ContractError, Job
+from perfsuite.contract.record import CpuFacts, WorkerRecord
 from perfsuite.contract.spec import DATA_LOCATIONS, PRECISIONS, BurstSpec
 from perfsuite.models.registry import get_model
 
@@ -59,7 +59,7 @@ def test_another_version_is_refused_with_one_line():
         Job(spec=BurstSpec("torch", "cifar10"), model=get_model("torch", "cifar10"), folder="/tmp/b").to_json()
     )
     job["version"] = 99
-    with pytest.raises(ContractError, match="job version 99; this perfsuite reads version 1"):
+    with pytest.raises(ContractError, match=f"job version 99; this perfsuite reads version {JOB_VERSION}"):
         Job.from_json(json.dumps(job))
     record = worker_record(BurstSpec("torch", "cifar10"), [1.0]).as_dict()
     record["version"] = 0
@@ -68,6 +68,12 @@ def test_another_version_is_refused_with_one_line():
     del record["version"]
     with pytest.raises(ContractError, match="version None"):
         WorkerRecord.from_dict(record)
+
+
+def test_a_cpu_workers_facts_go_and_come_back():
+    facts = CpuFacts("intel", "6", "amx", 2100.0, "/proc/cpuinfo", 2, matmul_isa="amx")
+    record = worker_record(BurstSpec("torch", "cifar10"), [1.0]).replace(cpu=facts)
+    assert WorkerRecord.from_json(record.to_json()).cpu == facts
 
 
 def test_the_worker_files_a_foreign_job_as_its_error_line(tmp_path):

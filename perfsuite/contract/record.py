@@ -17,7 +17,7 @@ from perfsuite.contract.job import ContractError
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.spec import BurstSpec
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: the CPU facts MFU needs on CPU workers, and whether AMX ran
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,25 @@ class RankEntry:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankEntry:
         return cls(**{**data, "window_seconds": tuple(data["window_seconds"])})
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What a CPU worker ran on, as its peak FLOP/s needs it, and what its matrix kernels used."""
+
+    vendor: str | None  # "intel", "amd", ...
+    family: str | None  # the CPU family number, as /proc/cpuinfo gives it
+    isa: str | None  # the widest vector ISA: "amx", "avx512", "avx2", ...
+    clock_mhz: float | None  # None: no clock could be read
+    clock_source: str | None  # where: "cpufreq max" (the highest the core may run) or "/proc/cpuinfo"
+    cores: int  # the cores the burst computed on: threads per worker x workers on this node
+    # bf16 on a CPU with AMX: whether oneDNN's matrix kernels ran on AMX ("amx"), or which ISA
+    # they ran on instead ("avx512_core_bf16", ...); None where it was not checked.
+    matmul_isa: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CpuFacts:
+        return cls(**data)
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,8 @@ class WorkerRecord:
     wall_seconds: float | None = None
     worker_log: str | None = None
     trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder
+    # CPU workers: what their peak is computed from (perfsuite.analysis.mfu), read by the leader.
+    cpu: CpuFacts | None = None
     version: int = field(default=RECORD_VERSION)
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,6 +128,7 @@ class WorkerRecord:
                     "samples": tuple(data["samples"]),
                     "window_seconds": tuple(data["window_seconds"]),
                     "per_rank": tuple(RankEntry.from_dict(r) for r in data["per_rank"]),
+                    "cpu": CpuFacts.from_dict(data["cpu"]) if data.get("cpu") else None,
                 }
             )
         except (KeyError, TypeError) as exc:
