@@ -503,7 +503,7 @@ def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck 
     try:
         points = tuple(changes.change_points(values))
         found = changes.drift_of(points, len(values), window=window, tolerance=applied)
-    except ValueError:
+    except (ValueError, ImportError):  # ImportError: no Otava, which the history's reader said
         return DriftCheck(len(values), window, past=tuple(past))
     if found is None:
         return DriftCheck(len(values), window, past=tuple(past), points=points)

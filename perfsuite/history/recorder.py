@@ -1,5 +1,7 @@
 """What a run does with its history: write itself (after any spooled runs), or spool itself
-when the database cannot be used; and read the series the drift check needs.
+when the database cannot be used; and read the series the drift check needs (the check
+itself, and the change points, need Apache Otava: without it they say so, and the run is
+recorded all the same).
 
 Nothing here raises for an unusable database: the gate never fails for it and no run is
 lost. Every outcome is a line for the run's summary.
@@ -12,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from perfsuite.analysis import changes
 from perfsuite.history import db, spool
 from perfsuite.history.document import row_fingerprint
 from perfsuite.history.url import shown
@@ -75,6 +78,7 @@ def load_series(
     this node's (the peer check compares nodes)."""
     fingerprints = [f for f in fingerprints if f]
     engine = None
+    warning = without_change_points()
     try:
         engine = db.open_history(url, write=False)
         found = db.all_series(engine, fingerprints, node=node)
@@ -94,7 +98,20 @@ def load_series(
             continue
         for series, point in spooled_points(doc, fingerprints):
             found.setdefault(series, []).append(point)
-    return found, None
+    return found, warning
+
+
+def without_change_points() -> str | None:
+    """The line that says the drift check and change points are off, where Apache Otava cannot be
+    imported (the history extra leaves it out: pyproject.toml says why); None where it can."""
+    try:
+        changes.load()
+    except ImportError:
+        return (
+            f"warning: no drift check and no change points without Apache Otava ({changes.OTAVA_INSTALL}); "
+            "the run is recorded all the same"
+        )
+    return None
 
 
 def spooled_points(doc: dict[str, Any], fingerprints: list[str]) -> Iterator[tuple[tuple[str, str], db.SeriesPoint]]:
