@@ -28,6 +28,7 @@ mean, and with a normal reference for Student's t.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -40,13 +41,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from perfsuite.analysis import node_verdict as nv  # noqa: E402
+from perfsuite.config.options import fleet_rule  # noqa: E402
 
-TOLERANCE, ALPHA, NIGHTS = 0.05, nv.ALPHA, nv.NIGHTS
+RULE = fleet_rule()  # the option table's defaults
+TOLERANCE, ALPHA, NIGHTS = RULE.tolerance, RULE.alpha, RULE.nights
 
 
 def nights_read(nodes: int) -> int:
-    """As perfsuite.history.fleet reads them: enough for SCALE_POINTS node-nights a key, at most 4x."""
-    return max(NIGHTS, min(4 * NIGHTS, math.ceil(nv.SCALE_POINTS / nodes)))
+    """As the fleet rule reads them: enough for SCALE_POINTS node-nights a key, at most 4x."""
+    return RULE.noise_nights(nodes)
 
 
 def figures(rng, nodes: int, keys: int, nights: int, noise: float, model: str, slow: dict[int, tuple[float, int]]):
@@ -66,9 +69,10 @@ def figures(rng, nodes: int, keys: int, nights: int, noise: float, model: str, s
 
 
 def judge(values, tolerance=TOLERANCE) -> list:
+    """The rule's steps over every night of ``values`` (``--choices`` judges on fewer nights than it reads)."""
     names = [f"n{i}" for i in range(values.shape[0])]
-    (found,) = nv.verdicts([nv.evidence(names, values, tolerance, NIGHTS)], tolerance, ALPHA)
-    return found
+    rule = dataclasses.replace(RULE, tolerance=tolerance)
+    return nv.verdicts(nv.evidence(names, values, rule), rule)
 
 
 def sharpness(rng, nodes: int, keys: int, noise: float, model: str, trials: int) -> dict:
@@ -168,12 +172,12 @@ def choices(trials: int, nights: int) -> None:
     print(f"normal reference: by night 3 {third_night(read):.2%}; false at tolerance 0 {false(read):.4f}")
 
 
-def _peers_median(logs):
+def _peers_median(logs, least):
     """The median of each column's other rows: what peers_centre's trimmed mean replaced."""
     out = np.full_like(logs, np.nan)
     for i in range(logs.shape[0]):
         others = np.delete(logs, i, axis=0)
-        enough = np.sum(~np.isnan(others), axis=0) >= nv.PEERS
+        enough = np.sum(~np.isnan(others), axis=0) >= least
         with np.errstate(all="ignore"):
             out[i] = np.where(enough & ~np.isnan(logs[i]), np.nanmedian(others, axis=0), np.nan)
     return out

@@ -219,6 +219,22 @@ def test_the_gate_and_history_fleet_judge_a_node_alike(faked, probe, monkeypatch
         assert verdict[field] == pytest.approx(gate["verdict"][field]), field
 
 
+def test_the_fleet_rules_settings_of_pyproject_reach_the_gate(faked, probe, monkeypatch):
+    """fleet_min_nodes of [tool.perfsuite]: with 8 nodes asked for and 7 in the fleet, no node
+    is judged, however slow."""
+    key, fingerprint = probe
+    write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
+    faked.makepyprojecttoml("[tool.perfsuite]\nfleet_min_nodes = 8\n")
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "90")
+    result = faked.runpytest_inprocess(
+        *FLEET, "--perf-fleet-check", "fail", "--perf-missing-baseline", "pass", "--perf-json", "r.json"
+    )
+    result.assert_outcomes(passed=1)
+    (row,) = json.loads((faked.path / "r.json").read_text())["results"]
+    assert row["fleet"]["peers"] == 6 and not row["fleet"]["judged"] and row["fleet"]["verdict"] is None
+    assert row["fleet"]["nodes"] == 0 and not row["fleet"]["flagged"]
+
+
 def test_the_history_is_read_once_for_every_key(faked, probe):
     key, fingerprint = probe
     faked.makeconftest(
@@ -293,8 +309,11 @@ def test_fleet_options_and_their_defaults(tmp_path):
         24.0,
         0.05,
     )
+    assert (default.fleet_alpha, default.fleet_nights, default.fleet_min_nodes) == (0.01, 7, 3)
     table = _options({}, {"perf_history": "h.db", "fleet_check": "warn", "fleet_window": 12, "node": "n1"}, tmp_path)
     assert (table.fleet_check, table.fleet_window, table.node) == ("warn", 12.0, "n1")
+    rule = _options({"fleet_nights": "10"}, {"fleet_alpha": 0.001, "fleet_min_nodes": 5}, tmp_path).fleet_rule
+    assert (rule.tolerance, rule.alpha, rule.nights, rule.min_nodes) == (0.05, 0.001, 10, 5)
 
 
 @pytest.mark.parametrize(
@@ -304,6 +323,9 @@ def test_fleet_options_and_their_defaults(tmp_path):
         ({"fleet_check": "loud", "perf_history": "h.db"}, "'loud' is not one of off, warn, fail"),
         ({"fleet_window": "0.5"}, "--perf-fleet-window: must be >= 1"),
         ({"fleet_tolerance": "1.5"}, "--perf-fleet-tolerance: must be <= 0.99"),
+        ({"fleet_alpha": "0.7"}, "--perf-fleet-alpha: must be <= 0.5"),
+        ({"fleet_nights": "0"}, "--perf-fleet-nights: must be >= 1"),
+        ({"fleet_min_nodes": "2"}, "--perf-fleet-min-nodes: must be >= 3"),
     ],
 )
 def test_bad_fleet_options_are_one_line(tmp_path, cli, message):

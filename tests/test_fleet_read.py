@@ -96,7 +96,7 @@ def test_each_figure_is_its_nights_latest_and_a_run_stands_once(tmp_path_factory
     written = _write(url, runs)
     engine = db.open_history(url, write=False)
     try:
-        fleet = read_fleet(engine, END, timedelta(hours=hours), nights, more_nights=False)
+        fleet = read_fleet(engine, END, timedelta(hours=hours), nights)
     finally:
         engine.dispose()
     want = _expected(written, timedelta(hours=hours), nights)

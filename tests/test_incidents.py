@@ -10,8 +10,12 @@ from hypothesis import strategies as st
 
 pytest.importorskip("otava", reason="change points need Apache Otava (the history extra)")
 
-from perfsuite.analysis import incidents  # noqa: E402
-from perfsuite.analysis.incidents import Change, Fleet, RunFacts  # noqa: E402
+from perfsuite.analysis import incidents, node_verdict, steps  # noqa: E402
+from perfsuite.analysis.incidents import Change, RunFacts  # noqa: E402
+from perfsuite.analysis.steps import Fleet, SlowNodes  # noqa: E402
+from perfsuite.config.options import fleet_rule  # noqa: E402
+
+RULE = fleet_rule()  # the option table's defaults
 
 NIGHTS = 30
 # The same fleets every run: the rules' false alarms are held at alpha, not at none (a
@@ -52,9 +56,9 @@ def simulate(nodes: int, keys: int, noise: float, seed: int, factor=None, env=No
 
 
 def judge(fleet, runs, failed=()):
-    return incidents.triage(
-        [fleet], runs, {"cpu-x": list(failed)}, min_change=0.05, tolerance=0.05, alpha=0.01, since=NIGHTS
-    )
+    """Triage of one fingerprint's fleet, its slow nodes the fleet rule's (on the nights it reads)."""
+    slow = SlowNodes(fleet.keys, node_verdict.judge_fleet(fleet.nodes, fleet.figures, RULE))
+    return incidents.triage([fleet], runs, {"cpu-x": list(failed)}, {"cpu-x": slow}, min_change=0.05, since=NIGHTS)
 
 
 def test_noise_alone_opens_an_incident_at_most_at_alpha():
@@ -147,7 +151,7 @@ def test_pods_whose_host_changes_every_run_make_no_swap_and_a_lasting_change_mak
 
 def test_steps_whose_onsets_overlap_chain_into_one_group():
     def step(good, bad):
-        return incidents.Step("f", "k", "n", good, bad, 0, 0, 1.0, 0.9, -0.1, incidents.FLEET)
+        return steps.Step("f", "k", "n", good, bad, 0, 0, 1.0, 0.9, -0.1, steps.FLEET)
 
     groups = incidents._overlapping([step(10, 9), step(9, 8), step(20, 19), step(4, 3)])
     assert [[(s.good, s.bad) for s in g] for g in groups] == [[(20, 19)], [(10, 9), (9, 8)], [(4, 3)]]

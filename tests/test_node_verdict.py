@@ -1,9 +1,10 @@
-"""perfsuite.analysis.node_verdict: a node's evidence pooled over its keys and nights, and false
-flags controlled over the fleet, on simulated fleets (seeded, so every figure is the same on
-every run)."""
+"""perfsuite.analysis.node_verdict, the fleet rule: a node's evidence pooled over its keys and
+nights, and false flags controlled over the fleet, on simulated fleets (seeded, so every figure
+is the same on every run)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfsuite.analysis import node_verdict as nv
+from perfsuite.config.options import fleet_rule
 
-TOLERANCE = 0.05
+RULE = fleet_rule()  # the option table's defaults
+TOLERANCE = RULE.tolerance
 
 
 def fleet(rng, nodes: int, keys: int, nights: int, noise: float, slow: dict[int, tuple[float, int]] | None = None):
@@ -26,10 +29,11 @@ def fleet(rng, nodes: int, keys: int, nights: int, noise: float, slow: dict[int,
     return figures
 
 
-def judge(figures, tolerance=TOLERANCE, nights=nv.NIGHTS, alpha=nv.ALPHA):
+def judge(figures, tolerance=TOLERANCE):
+    """The rule's steps over every night of ``figures`` (judge_fleet first takes the nights it reads)."""
+    rule = dataclasses.replace(RULE, tolerance=tolerance)
     names = [f"n{i:03d}" for i in range(figures.shape[0])]
-    (found,) = nv.verdicts([nv.evidence(names, figures, tolerance, nights)], tolerance, alpha)
-    return found
+    return nv.verdicts(nv.evidence(names, figures, rule), rule)
 
 
 # --- the pieces ------------------------------------------------------------------------------
@@ -40,13 +44,13 @@ def test_peers_centre_is_the_trimmed_mean_of_the_others():
     for n in (3, 4, 7, 8, 12):
         a = rng.normal(size=(n, 6))
         a[1, 2] = np.nan
-        got = nv.peers_centre(a)
+        got = nv.peers_centre(a, RULE.min_nodes - 1)
         for i in range(n):
             for c in range(6):
                 others = np.sort(np.delete(a[:, c], i))
                 others = others[~np.isnan(others)]
                 t = int(np.rint(nv.TRIM * len(others)))
-                if np.isnan(a[i, c]) or len(others) < nv.PEERS:
+                if np.isnan(a[i, c]) or len(others) < RULE.min_nodes - 1:
                     assert np.isnan(got[i, c])
                 else:
                     assert got[i, c] == pytest.approx(others[t : len(others) - t].mean())
@@ -80,7 +84,7 @@ def test_a_slow_node_slow_in_every_key_is_flagged_and_no_other():
     assert [v.flagged for v in found] == [False] * 7 + [True]
     slow = found[7]
     assert slow.deviation == pytest.approx(-0.08, abs=0.02) and slow.slow_keys == 4 and slow.keys == 4
-    assert slow.adjusted <= nv.ALPHA and slow.status == nv.SLOW
+    assert slow.adjusted <= RULE.alpha and slow.status == nv.SLOW
 
 
 def test_a_node_slow_in_one_key_only_is_not_a_slow_node():
@@ -155,3 +159,44 @@ def test_an_eight_percent_slow_node_is_flagged_by_its_third_night():
         judge(fleet(np.random.default_rng(100 + t), 8, 1, 13, 0.02, {7: (0.08, 3)}))[7].flagged for t in range(200)
     )
     assert caught >= 198
+
+
+# --- the one function: the nights it reads, its settings ------------------------------------------
+
+
+def test_a_small_fleet_learns_its_noise_over_more_nights_up_to_four_times_those_pooled():
+    assert RULE.noise_nights(8) == 13  # ceil(100 / 8) node-nights a key
+    assert RULE.noise_nights(2) == RULE.nights  # no one is judged: nothing to learn
+    assert RULE.noise_nights(3) == 4 * RULE.nights
+    assert RULE.noise_nights(1000) == RULE.nights
+    figures = fleet(np.random.default_rng(7), 8, 2, 30, 0.02)
+    figures[5:, :, 0] = np.nan  # 5 nodes tonight
+    assert RULE.nights_needed(figures) == 20 and RULE.nights_needed(figures, more_tonight=1) == 17
+
+
+def test_judge_fleet_reads_the_nights_it_needs_and_no_more():
+    """Read 30 nights or 13, a fleet of 8 is judged on its 13: every caller that reads enough
+    judges alike."""
+    figures = fleet(np.random.default_rng(8), 8, 3, 30, 0.02, {7: (0.08, 4)})
+    names = [f"n{i}" for i in range(8)]
+    long, short = nv.judge_fleet(names, figures, RULE), nv.judge_fleet(names, figures[:, :, :13], RULE)
+    assert long.nights_read == short.nights_read == 13
+    assert [v.p_value for v in long.verdicts] == [v.p_value for v in short.verdicts]
+    assert [v.node for v in long.slow] == ["n7"] and long.judged == 8
+    with pytest.raises(ValueError, match="reads 13 nights"):
+        nv.judge_fleet(names, figures[:, :, :12], RULE)
+
+
+def test_the_minimum_of_nodes_is_the_rules():
+    figures = fleet(np.random.default_rng(9), 4, 2, 28, 0.02, {3: (0.3, 28)})
+    names = [f"n{i}" for i in range(4)]
+    assert nv.judge_fleet(names, figures, RULE).slow[0].node == "n3"
+    assert nv.judge_fleet(names, figures, dataclasses.replace(RULE, min_nodes=5)).judged == 0
+
+
+@pytest.mark.parametrize(
+    "field, value", [("tolerance", 1.0), ("alpha", 0.0), ("alpha", 1.0), ("nights", 0), ("min_nodes", 2)]
+)
+def test_a_rule_that_cannot_judge_is_refused(field, value):
+    with pytest.raises(ValueError, match="the fleet's"):
+        dataclasses.replace(RULE, **{field: value})

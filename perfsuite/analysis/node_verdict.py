@@ -1,13 +1,21 @@
-"""A node's verdict in its fleet: its evidence pooled over the keys it ran and the nights it ran
-them, with false flags controlled across the whole fleet. Pure functions over arrays, no I/O.
+"""The fleet rule: which nodes of one fleet (the nodes of one hardware fingerprint) are slow
+tonight, and how sure. One function, ``judge_fleet``, answers it for every caller (the gate's peer
+check, ``history fleet``, the site and triage), with one set of settings, ``FleetRule`` (the option
+table's fleet-tolerance, fleet-alpha, fleet-nights and fleet-min-nodes, whose defaults are written
+in perfsuite.config.table). Pure functions over arrays, no I/O.
 
-The input is one fleet group (the nodes of one hardware fingerprint): ``figures[node, key,
-night]``, each node's latest img/s of each burst key on each night, NaN where it has none;
-night 0 is tonight, night k the same window k x 24 h before. The steps:
+The input is one fleet's ``figures[node, key, night]``, each node's latest img/s of each burst
+key on each night, NaN where it has none; night 0 is tonight, night k the same window k x 24 h
+before. The steps:
 
+0. **The nights read**: the noise is learnt from the fleet's own history, read back until the
+   nodes with a figure tonight have given each key SCALE_POINTS node-nights (8 nodes: 13
+   nights), at least ``nights`` and at most MAX_NIGHTS_FACTOR times as many
+   (``FleetRule.nights_needed``). A caller reads at least that many; the nights beyond them
+   are left out, so a caller that reads 30 nights judges as one that reads 13.
 1. **Each key, each night**: a node's deviation is the log of its figure over the centre of
    its peers' (the other nodes', itself left out: their 20% trimmed mean, as robust to one
-   slow peer as their median and less noisy), where it has two peers at least.
+   slow peer as their median and less noisy), where it and its peers are ``min_nodes`` at least.
 2. **Each key's noise**: the spread of those deviations over every node and night read, a
    robust standard deviation (the median absolute deviation screens out the slow, then the
    root mean square of the rest), so a key whose figures wander 3% weighs no more than one
@@ -21,11 +29,11 @@ night 0 is tonight, night k the same window k x 24 h before. The steps:
    combination of independent nights): one night, or a run of nights ending tonight, each
    counts, and persistence adds up. Its p-value is Student's t with the degrees of freedom of
    the spread it was standardised by (from step 3), times the number of L tried (Bonferroni).
-5. **Over the fleet**: Holm's step-down over every node judged (Holm 1979, "A simple
-   sequentially rejective multiple test procedure"): the chance that a night flags any node
-   that is not slow stays at most ``alpha``, however many nodes and keys the fleet has.
-   Holm rather than Benjamini-Hochberg: an operator drains a flagged node, so what must be
-   bounded is the number of healthy nodes drained per night, not their share among the
+5. **Over the fleet**: Holm's step-down over every node of the fleet judged (Holm 1979, "A
+   simple sequentially rejective multiple test procedure"): the chance that a night flags any
+   node of the fleet that is not slow stays at most ``alpha``, however many nodes and keys it
+   has. Holm rather than Benjamini-Hochberg: an operator drains a flagged node, so what must
+   be bounded is the number of healthy nodes drained per night, not their share among the
    flagged.
 6. **Flagged** when its adjusted p-value is at most ``alpha`` and, over a window significant
    at its own Holm threshold, it is more than ``tolerance`` below its peers (the mean of its
@@ -46,13 +54,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from perfsuite.analysis import fleet
-
 Array = npt.NDArray[np.float64]
 
-ALPHA, NIGHTS = fleet.ALPHA, fleet.NIGHTS
 SCALE_POINTS = 100  # node-nights per key a noise estimate rests on, where the history holds them
-PEERS = 2  # a node's figure is judged against at least this many peers' (a group of 3)
+MAX_NIGHTS_FACTOR = 4  # the noise is learnt over at most this many times the nights pooled
 TRIM = 0.2  # of a node's peers, the lowest and highest fifth are left out of their centre
 # The spread: the median absolute deviation times 1.4826 estimates a normal standard deviation;
 # values within SCREEN of them from the median are kept, and their root mean square, over
@@ -62,25 +67,66 @@ SCREEN = 3.0
 TRUNCATED = 0.9733
 # Log-ratios closer than this are equal: the rounding of logs and means is not a difference.
 EQUAL = 1e-9
+LEAST_NODES = 3  # with two figures there is no telling which one is off
 
 SLOW = "slow"
 OK = "ok"
-NOT_JUDGED = "not judged"  # perfsuite.commands.fleet says it too
+NOT_JUDGED = "not judged"
+
+
+@dataclass(frozen=True)
+class FleetRule:
+    """The settings of the fleet rule, the same for every caller: the option table's fleet-*
+    (perfsuite.config.table holds their defaults and perfsuite.config.options builds this)."""
+
+    tolerance: float  # how far below its peers a node must be, over the nights that make its case
+    alpha: float  # false slow-node flags a night the whole fleet may get, at most
+    nights: int  # the last nights whose evidence a verdict pools, tonight included
+    min_nodes: int  # a key's night is judged where this many nodes, the node among them, ran it
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"the fleet's tolerance must be in [0, 1), got {self.tolerance!r}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"the fleet's alpha must be in (0, 1), got {self.alpha!r}")
+        if self.nights < 1:
+            raise ValueError(f"the fleet's nights must be 1 or more, got {self.nights!r}")
+        if self.min_nodes < LEAST_NODES:
+            raise ValueError(f"the fleet's minimum of nodes must be {LEAST_NODES} or more, got {self.min_nodes!r}")
+
+    def noise_nights(self, nodes_tonight: int) -> int:
+        """The nights a fleet of this many nodes tonight learns its noise from (step 0)."""
+        if nodes_tonight < self.min_nodes:  # no one is judged: no noise to learn
+            return self.nights
+        return max(self.nights, min(MAX_NIGHTS_FACTOR * self.nights, math.ceil(SCALE_POINTS / nodes_tonight)))
+
+    def nights_needed(self, figures: Array, more_tonight: int = 0) -> int:
+        """The nights of ``figures`` [node, key, night] the rule reads; ``more_tonight``: nodes with
+        a figure tonight that ``figures`` does not hold yet (the gate's own, before its run is
+        in the history)."""
+        return self.noise_nights(nodes_tonight(figures) + more_tonight)
+
+
+def nodes_tonight(figures: Array) -> int:
+    """The nodes of ``figures`` [node, key, night] with a figure tonight."""
+    if figures.ndim != 3 or not figures.shape[2]:
+        return 0
+    return int(np.sum(np.any(~np.isnan(figures[:, :, 0]), axis=1)))
 
 
 @dataclass(frozen=True)
 class NodeVerdict:
     node: str
     status: str  # SLOW, OK or NOT_JUDGED (no judged key tonight)
-    deviation: float | None  # over the nights of its evidence: its figures over its peers' median, minus 1
+    deviation: float | None  # over the nights of its evidence: its figures over its peers' centre, minus 1
     nights: int  # nights pooled: tonight and those before it whose sum scored worst
     keys: int  # keys judged tonight
-    slow_keys: int  # of those, keys more than the tolerance below the peers' median tonight
+    slow_keys: int  # of those, keys more than the tolerance below the peers' centre tonight
     slow_nights: int  # nights of the last ``nights`` it was, over its keys, more than the tolerance below
     tonight: float | None  # tonight's deviation, over its keys
     score: float | None  # the pooled z (the most negative standardised sum)
     p_value: float | None  # this node's, before the fleet's correction
-    adjusted: float | None  # after Holm's over every node judged
+    adjusted: float | None  # after Holm's over every node of the fleet judged
     per_night: tuple[float | None, ...] = ()  # each night's deviation, tonight first
 
     @property
@@ -108,8 +154,8 @@ class NodeVerdict:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One fleet group's evidence, before the fleet's correction (``verdicts``). Windows are the
-    last L nights, L = 1 ... ``nights``, each ending tonight."""
+    """One fleet's evidence, before the fleet's correction (``verdicts``). Windows are the last L
+    nights, L = 1 ... ``nights``, each ending tonight."""
 
     nodes: tuple[str, ...]
     deviations: Array  # [node, key, night]: log of the figure over the peers' centre
@@ -141,10 +187,43 @@ class Evidence:
         return int(np.nanargmin(np.where(np.isnan(p), np.inf, p)))
 
 
-def peers_centre(logs: Array) -> Array:
+@dataclass(frozen=True)
+class FleetVerdicts:
+    """One fleet's node verdicts, as ``judge_fleet`` gives them."""
+
+    verdicts: tuple[NodeVerdict, ...]  # in the order of the nodes handed in
+    evidence: Evidence
+    nights_read: int  # the nights whose evidence set the noise (step 0)
+
+    @property
+    def judged(self) -> int:
+        """The nodes judged: those Holm's correction ran over."""
+        return sum(1 for v in self.verdicts if v.status != NOT_JUDGED)
+
+    @property
+    def slow(self) -> list[NodeVerdict]:
+        return [v for v in self.verdicts if v.flagged]
+
+
+def judge_fleet(nodes: Sequence[str], figures: Array, rule: FleetRule) -> FleetVerdicts:
+    """Which nodes of this fleet (the nodes of one fingerprint) are slow tonight, and how sure: the
+    module's steps, with false flags held over this fleet's nodes. ``figures`` is [node, key,
+    night], night 0 tonight, with at least ``rule.nights_needed(figures)`` nights: the nights
+    beyond those are left out, so every caller that reads enough judges alike."""
+    figures = np.asarray(figures, dtype=np.float64)
+    read = rule.nights_needed(figures)
+    if figures.ndim != 3 or figures.shape[2] < read:
+        shape = figures.shape[2] if figures.ndim == 3 else 0
+        raise ValueError(f"the fleet rule reads {read} nights of this fleet, and {shape} were read")
+    found = evidence(nodes, figures[:, :, :read], rule)
+    return FleetVerdicts(tuple(verdicts(found, rule)), found, read)
+
+
+def peers_centre(logs: Array, least: int) -> Array:
     """[node, column]: the trimmed mean of each column's other rows (NaN rows left out): the
     lowest and highest TRIM of them dropped, as the median would drop all but one, at little
-    of the median's cost in noise. NaN where a row has no value or fewer than PEERS others have one."""
+    of the median's cost in noise. NaN where a row has no value or fewer than ``least`` others have one."""
+
     n, cols = logs.shape
     order = np.argsort(logs, axis=0, kind="stable")  # NaN sorts last
     ranked = np.take_along_axis(logs, order, axis=0)
@@ -167,7 +246,7 @@ def peers_centre(logs: Array) -> Array:
     with np.errstate(invalid="ignore", divide="ignore"):
         out: Array = np.asarray((below + above) / (last - first), dtype=np.float64)
     out[np.isnan(logs)] = np.nan
-    out[:, others < PEERS] = np.nan
+    out[:, others < least] = np.nan
     return out
 
 
@@ -197,9 +276,11 @@ def _standardise(values: Array, scale: float | Array) -> Array:
     return np.where(np.isnan(scale), np.nan, out)
 
 
-def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int = NIGHTS) -> Evidence:
-    """Steps 1 to 4 of the module's note for one fleet group; ``figures`` is [node, key, night]
-    with NaN where a node has no figure; nights beyond ``nights`` only inform the noise."""
+def evidence(nodes: Sequence[str], figures: Array, rule: FleetRule) -> Evidence:
+    """Steps 1 to 4 of the module's note for one fleet, over every night of ``figures`` [node, key,
+    night] (NaN where a node has no figure); nights beyond ``rule.nights`` only inform the noise.
+    ``judge_fleet`` first takes the nights the rule reads."""
+    tolerance, nights = rule.tolerance, rule.nights
     n, keys, read = figures.shape
     # One [node, key, night] array, worked in place and a night at a time: a fleet's figures
     # are millions, and each whole-array step would hold another copy of them.
@@ -207,7 +288,7 @@ def evidence(nodes: Sequence[str], figures: Array, tolerance: float, nights: int
     with np.errstate(divide="ignore", invalid="ignore"):
         np.log(d, out=d)
     for k in range(read):
-        d[:, :, k] -= peers_centre(d[:, :, k])
+        d[:, :, k] -= peers_centre(d[:, :, k], rule.min_nodes - 1)
     scales = np.array([spread(d[:, j, :].ravel())[0] for j in range(keys)])
     night_z = np.full((n, read), np.nan)
     nightly = np.full((n, min(nights, read)), np.nan)
@@ -260,46 +341,42 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return out
 
 
-def verdicts(groups: Sequence[Evidence], tolerance: float, alpha: float = ALPHA) -> list[list[NodeVerdict]]:
-    """Every group's node verdicts, Holm's correction taken over all of their nodes at once. A
+def verdicts(found: Evidence, rule: FleetRule) -> list[NodeVerdict]:
+    """Step 5 and 6: the fleet's node verdicts, Holm's correction taken over its nodes judged. A
     node Holm rejects is flagged where one of its windows is significant at the node's own
-    Holm threshold and more than ``tolerance`` below its peers: the run of slow nights that
+    Holm threshold and more than the tolerance below its peers: the run of slow nights that
     makes the case, not a longer one that dilutes it."""
-    flat = [float(p) for g in groups for p in g.p_value]
-    adjusted = holm(flat)
-    judged = sorted(i for i, p in enumerate(flat) if not math.isnan(p))
-    order = {i: rank for rank, i in enumerate(sorted(judged, key=lambda i: flat[i]))}
-    out, at = [], 0
-    for g in groups:
-        found = []
-        for i, node in enumerate(g.nodes):
-            adj, p = adjusted[at + i], flat[at + i]
-            if math.isnan(p):
-                found.append(_unjudged(g, i, node))
-                continue
-            rejected = adj <= alpha
-            threshold = alpha / (len(judged) - order[at + i]) if rejected else None
-            w = g.best(i, threshold)
-            effect = float(g.window_effect[i, w])
-            slow = rejected and bool(g.window_p[i, w] <= alpha) and effect < -tolerance
-            found.append(
-                NodeVerdict(
-                    node,
-                    SLOW if slow else OK,
-                    effect,
-                    int(g.window_nights[i, w]),
-                    int(g.keys[i]),
-                    int(g.slow_keys[i]),
-                    _slow_nights(g.nightly[i], tolerance),
-                    _fraction(g.nightly[i, 0]),
-                    float(g.scores[i, w]),
-                    p,
-                    adj,
-                    tuple(_fraction(x) for x in g.nightly[i]),
-                )
+    p_values = [float(p) for p in found.p_value]
+    adjusted = holm(p_values)
+    judged = [i for i, p in enumerate(p_values) if not math.isnan(p)]
+    order = {i: rank for rank, i in enumerate(sorted(judged, key=lambda i: p_values[i]))}
+    out = []
+    for i, node in enumerate(found.nodes):
+        adj, p = adjusted[i], p_values[i]
+        if math.isnan(p):
+            out.append(_unjudged(found, i, node))
+            continue
+        rejected = adj <= rule.alpha
+        threshold = rule.alpha / (len(judged) - order[i]) if rejected else None
+        w = found.best(i, threshold)
+        effect = float(found.window_effect[i, w])
+        slow = rejected and bool(found.window_p[i, w] <= rule.alpha) and effect < -rule.tolerance
+        out.append(
+            NodeVerdict(
+                node,
+                SLOW if slow else OK,
+                effect,
+                int(found.window_nights[i, w]),
+                int(found.keys[i]),
+                int(found.slow_keys[i]),
+                _slow_nights(found.nightly[i], rule.tolerance),
+                _fraction(found.nightly[i, 0]),
+                float(found.scores[i, w]),
+                p,
+                adj,
+                tuple(_fraction(x) for x in found.nightly[i]),
             )
-        at += len(g.nodes)
-        out.append(found)
+        )
     return out
 
 

@@ -1,5 +1,7 @@
 """The gate's peer check (--perf-fleet-check): this node among the other nodes of its
-fingerprint in the shared history, with this run's figures as tonight's. Pure functions, no I/O.
+fingerprint in the shared history, with this run's figures as tonight's, judged by the fleet
+rule (perfsuite.analysis.node_verdict.judge_fleet) as ``history fleet``, triage and the site
+judge it. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from perfsuite.analysis.measurement import Measurement
 from perfsuite.common.numbers import fixed
 
 if TYPE_CHECKING:
-    from perfsuite.analysis.node_verdict import NodeVerdict
+    from perfsuite.analysis.node_verdict import FleetRule, NodeVerdict
 
 
 @dataclass(frozen=True)
@@ -29,17 +31,15 @@ class Peers:
     figures: Any  # numpy [node, key, night]: each node's latest img/s per night's window, night 0 tonight
     tonight: Mapping[str, float]  # key -> this node's img/s in this run so far, this burst's included
     window_hours: float
-    tolerance: float
+    rule: FleetRule
     policy: str  # warn | fail
-    alpha: float = 0.01
-    nights: int = 7
 
 
 @dataclass(frozen=True)
 class FleetCheck:
     """The gate's peer check of one burst (--perf-fleet-check): the node's verdict, its evidence
-    pooled over its keys and nights as ``history fleet`` pools it, and this key's figure tonight
-    among the latest of the other nodes of its fingerprint (``fleet.judge_node``)."""
+    pooled over its keys and nights by the fleet rule, and this key's figure tonight among the
+    latest of the other nodes of its fingerprint (``fleet.judge_node``, the per-key hint)."""
 
     node: str
     fingerprint: str
@@ -48,7 +48,7 @@ class FleetCheck:
     tolerance: float
     cutoff: float
     policy: str  # warn | fail
-    judgement: Judgement | None  # this key tonight; None: fewer than MIN_HOSTS with this node
+    judgement: Judgement | None  # this key tonight; None: fewer than the fleet's minimum with this node
     verdict: NodeVerdict | None = None  # the node's, pooled; None: not judged
     nodes: int = 0  # nodes of the fingerprint judged, over which false flags are corrected
     alpha: float = 0.01
@@ -83,34 +83,32 @@ class FleetCheck:
 
 
 def fleet_check(m: Measurement, peers: Peers | None) -> FleetCheck | None:
-    """This node among the other nodes of its fingerprint, judged as ``history fleet`` judges it:
-    its verdict pooled over its keys and nights (perfsuite.analysis.node_verdict), with this run's
-    figures as tonight's, and this key's figure tonight among its peers' as the evidence."""
+    """This node among the other nodes of its fingerprint: its verdict by the fleet rule, with this
+    run's figures as tonight's, and this key's figure tonight among its peers' as the evidence."""
     ips = m.images_per_sec
     if peers is None or ips is None:
         return None
     from perfsuite.analysis import node_verdict
 
+    rule = peers.rule
     nodes, figures, column = _with_tonight(peers, m.spec.key())
     me = nodes.index(peers.node)
     others = [float(x) for i, x in enumerate(figures[:, column, 0]) if i != me and x == x]  # x == x: not NaN
-    judged = fleet.judge_node(ips, others, peers.tolerance, fleet.CUTOFF)
-    evidence = node_verdict.evidence(nodes, figures, peers.tolerance, peers.nights)
-    (found,) = node_verdict.verdicts([evidence], peers.tolerance, peers.alpha)
-    verdict = found[me]
-    judged_nodes = sum(1 for v in found if v.status != node_verdict.NOT_JUDGED)
+    judged = fleet.judge_node(ips, others, rule.tolerance, rule.min_nodes)
+    found = node_verdict.judge_fleet(nodes, figures, rule)
+    verdict = found.verdicts[me]
     check = FleetCheck(
         peers.node,
         peers.fingerprint,
         len(others),
         peers.window_hours,
-        peers.tolerance,
+        rule.tolerance,
         fleet.CUTOFF,
         peers.policy,
         judged,
         verdict if verdict.status != node_verdict.NOT_JUDGED else None,
-        judged_nodes,
-        peers.alpha,
+        found.judged,
+        rule.alpha,
     )
     if not check.flagged:
         return check
@@ -125,7 +123,7 @@ def _with_tonight(peers: Peers, key: str) -> tuple[list[str], Any, int]:
     nodes, keys = list(peers.nodes), list(peers.keys)
     figures = np.array(peers.figures, dtype=np.float64, copy=True)
     if figures.ndim != 3:
-        figures = np.full((len(nodes), len(keys), 1), np.nan)
+        figures = np.full((len(nodes), len(keys), peers.rule.nights), np.nan)
     if peers.node not in nodes:
         nodes.append(peers.node)
         figures = np.concatenate([figures, np.full((1, *figures.shape[1:]), np.nan)])

@@ -1,19 +1,15 @@
 """``python -m perfsuite history fleet``: which nodes of a fleet are slow, and which did not report.
 
 Tonight is each node's latest run within ``--since`` hours before ``--at`` (default now); the
-nights before it are the same window ending 24 h, 48 h, ... before. Each node gets one
-verdict per fingerprint (and per value of the ``--group-by`` labels), its evidence pooled
-over the keys it ran and the last ``--nights`` nights (perfsuite.analysis.node_verdict): it
-is slow when it is more than ``--tolerance`` below its peers there and the pooled evidence
-clears ``--alpha`` after Holm's correction over every node judged, so that the whole fleet
-gets at most ``--alpha`` false flags a night. A node with runs in those nights and none
-tonight (or named by ``--expect`` and absent) did not report; one whose bursts measured
-nothing tonight failed. Each node's figure of each key tonight, against the key's group
-(modified z-score, Iglewicz and Hoaglin), is listed as the verdicts' evidence: one night's
-flag of one key is a hint, not a verdict.
-
-Exit codes: 0 done; 3 with ``--fail-on-flagged`` when a node is slow, did not report or
-failed; 1 the history cannot be used or holds no run in the window; 2 bad arguments.
+nights before it are the same window ending 24 h, 48 h, ... before. Each fleet (the nodes of
+one fingerprint, or of one value of the ``--group-by`` labels) is judged by the fleet rule
+(perfsuite.analysis.node_verdict.judge_fleet: docs/guide/fleet.md states it), as the gate's peer
+check, triage and the site judge it, with the settings of the option table's fleet-* options
+(``[tool.perfsuite]``, or this command's arguments). A node with runs in those nights and none
+tonight (or named by ``--expect`` and absent) did not report; one whose bursts measured nothing
+tonight failed. Each node's figure of each key tonight, against the key's group (modified
+z-score, Iglewicz and Hoaglin: perfsuite.analysis.fleet), is listed as the verdicts'
+evidence: one night's flag of one key is a hint, not a verdict.
 """
 
 from __future__ import annotations
@@ -28,25 +24,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet
-from perfsuite.analysis.stats import TOLERANCE
-from perfsuite.commands import Failure, write_plot
-from perfsuite.common.numbers import fixed
-from perfsuite.common.text import columns
+from perfsuite.commands import Failure, shared, write_plot
+from perfsuite.commands.fleet_text import text
 from perfsuite.config import arguments
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs, not when the parser is built
-    from perfsuite.analysis import node_verdict
+    from perfsuite.analysis.node_verdict import FleetRule, FleetVerdicts
     from perfsuite.history.fleet import Fleet
 
-DEFAULT_SINCE_H = fleet.WINDOW_HOURS
 DEFAULT_LIMIT = 20
 FLAGGED_EXIT = 3
-NO_FINGERPRINT = "-"
-NOT_JUDGED = "not judged"  # perfsuite.analysis.node_verdict.NOT_JUDGED, without importing numpy for the parser
-
-
-def _fp(fingerprint: str | None) -> str:
-    return NO_FINGERPRINT if fingerprint is None else fingerprint
+EXIT_CODES = (
+    shared.DONE,
+    (FLAGGED_EXIT, "with --fail-on-flagged: a node is slow, did not report or failed tonight"),
+    (1, "the history cannot be used or holds no measured run in the window"),
+    shared.BAD_ARGUMENTS,
+)
 
 
 @dataclass
@@ -59,7 +52,7 @@ class Group:
     keys: list[int]  # columns of the fleet's arrays
 
     def describe(self) -> str:
-        return f"fingerprint {_fp(self.fingerprint)}" + "".join(f", {k}={v}" for k, v in self.labels)
+        return f"fingerprint {shared.fp(self.fingerprint)}" + "".join(f", {k}={v}" for k, v in self.labels)
 
     def figures(self, history: Fleet, nights: int | None = None) -> Any:
         """The group's [node, key, night] figures: a view of the fleet's where its rows and its
@@ -82,7 +75,7 @@ def fleet_groups(history: Fleet, key_filter: Callable[[str], bool], group_by: li
         if key_filter(key):
             by_fp.setdefault(fp, []).append(j)
     out: list[Group] = []
-    for fp, keys in sorted(by_fp.items(), key=lambda kv: _fp(kv[0])):
+    for fp, keys in sorted(by_fp.items(), key=lambda kv: shared.fp(kv[0])):
         seen = np.any(~np.isnan(history.figures[:, positions(keys), :]), axis=(1, 2))
         split: dict[tuple[tuple[str, str], ...], list[int]] = {}
         for i in np.flatnonzero(seen).tolist():
@@ -106,13 +99,17 @@ class KeyEvidence:
     has: Any  # [node, key]: a figure tonight
 
 
-def key_evidence(history: Fleet, g: Group, tolerance: float, cutoff: float, nights: int) -> KeyEvidence:
+def key_evidence(history: Fleet, g: Group, rule: FleetRule, cutoff: float, nights: int) -> KeyEvidence:
+    """The per-key hint (perfsuite.analysis.fleet) of each of the group's keys on each of the last
+    ``nights`` nights."""
     import numpy as np
 
     values = g.figures(history, min(nights, history.figures.shape[2]))
     n, m, k = values.shape
-    judged = fleet.judge_columns(values.transpose(0, 2, 1).reshape(n, k * m), tolerance, cutoff)  # night-major
+    flat = values.transpose(0, 2, 1).reshape(n, k * m)  # night-major
+    judged = fleet.judge_columns(flat, rule.tolerance, rule.min_nodes, cutoff)
     tonight = fleet.Columns(
+        judged.value[:, :m],
         judged.median[:m],
         judged.mad[:m],
         judged.score[:, :m],
@@ -192,16 +189,16 @@ def row(history: Fleet, ev: KeyEvidence, i: int, j: int, nights: int) -> dict[st
 # --- the verdicts: each node ------------------------------------------------------------------
 
 
-def verdicts(
-    history: Fleet, found: list[Group], tolerance: float, alpha: float, nights: int
-) -> list[list[node_verdict.NodeVerdict]]:
-    """Each group's node verdicts, false flags controlled over all of them at once."""
-    from perfsuite.analysis import node_verdict
+def judge(history: Fleet, found: list[Group], rule: FleetRule) -> list[FleetVerdicts]:
+    """Each group's node verdicts by the fleet rule, each group a fleet of its own."""
+    from perfsuite.analysis.node_verdict import judge_fleet
 
-    evidence = [
-        node_verdict.evidence([history.nodes[i] for i in g.nodes], g.figures(history), tolerance, nights) for g in found
-    ]
-    return node_verdict.verdicts(evidence, tolerance, alpha)
+    return [judge_fleet([history.nodes[i] for i in g.nodes], g.figures(history), rule) for g in found]
+
+
+def nights_needed(history: Fleet, found: list[Group], rule: FleetRule) -> int:
+    """The nights the fleet rule reads for these groups, the most of any."""
+    return max((rule.nights_needed(g.figures(history)) for g in found), default=rule.nights)
 
 
 def absent(history: Fleet, found: list[Group], nights: int, expect: list[str]) -> tuple[list[dict], list[dict]]:
@@ -211,7 +208,7 @@ def absent(history: Fleet, found: list[Group], nights: int, expect: list[str]) -
 
     failed = [
         {"node": node, "fingerprint": fp, "bursts": count, "judged": False}
-        for (node, fp), count in sorted(history.failed.items(), key=lambda kv: (kv[0][0], _fp(kv[0][1])))
+        for (node, fp), count in sorted(history.failed.items(), key=lambda kv: (kv[0][0], shared.fp(kv[0][1])))
     ]
     failing = {f["node"] for f in failed}
     missing, reported = [], set()
@@ -237,115 +234,6 @@ def absent(history: Fleet, found: list[Group], nights: int, expect: list[str]) -
 # --- output ------------------------------------------------------------------------------------
 
 
-def _interval(lo: float | None, hi: float | None) -> str:
-    return f"{fixed(lo)}-{fixed(hi)}" if lo is not None and hi is not None else "-"
-
-
-def _when(at: datetime.datetime) -> str:
-    return at.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _score(r: dict[str, Any]) -> str:
-    if not r["judged"]:
-        return "-"
-    if r["score"] is None:  # infinite: the group's MAD is 0
-        return "-inf" if r["deviation"] < 0 else "+inf"
-    return f"{r['score']:+.1f}"
-
-
-def _p(p: float | None) -> str:
-    if p is None:
-        return "-"
-    return "< 1e-300" if p == 0 else f"{p:.2g}"  # beyond a double's reach
-
-
-def _verdict_line(v: dict[str, Any]) -> str:
-    judged = v["nights_judged"]
-    keys = f"{v['slow_keys']} of {v['keys']} key{'s' if v['keys'] != 1 else ''} slow tonight"
-    tonight = "" if v["tonight"] is None else f", {v['tonight']:+.1%}"
-    return (
-        f"  {v['node']}  [{v['group_name']}]  {v['deviation']:+.1%} against its peers, slow on {v['slow_nights']} "
-        f"of the last {judged} night{'s' if judged != 1 else ''} ({keys}{tonight}); "
-        f"p {_p(v['p_value'])}, after Holm's correction {_p(v['adjusted_p'])}"
-    )
-
-
-def _text(report: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
-    s = report
-    prints = len({g["fingerprint"] for g in s["groups"]})
-    keys = len({(g["fingerprint"], g["key"]) for g in s["groups"]})
-    print(
-        f"fleet of {s['history']}: {s['host_count']} host{'s' if s['host_count'] != 1 else ''}, "
-        f"{keys} key{'s' if keys != 1 else ''} on {prints} fingerprint{'s' if prints != 1 else ''}, "
-        f"{len(s['groups'])} group{'s' if len(s['groups']) != 1 else ''}; each host's latest run in the "
-        f"{s['since_hours']:g} h before {_when(s['at'])}"
-    )
-    judged = sum(1 for v in s["nodes"] if v["status"] != NOT_JUDGED)
-    rule = (
-        f"pooled over each node's keys and the last {s['nights']} nights: slower than its peers by more than "
-        f"{s['tolerance']:.0%}, p <= {s['alpha']:g} after Holm's correction over {judged} node"
-        f"{'s' if judged != 1 else ''}"
-    )
-    slow = s["flagged_hosts"]
-    if slow:
-        print(f"{len(slow)} node{'s' if len(slow) != 1 else ''} slow ({rule}):")
-        for v in slow:
-            print(_verdict_line(v))
-    else:
-        print(f"no node slow ({rule})")
-    for m in s["did_not_report"]:
-        last = f"its last run {m['last_run'][:16].replace('T', ' ')}" if m["last_run"] else "no run in the nights read"
-        print(f"did not report: {m['node']} ({last})")
-    for f in s["failed"]:
-        judged_too = "; judged on the rest" if f["judged"] else ""
-        print(
-            f"failed: {f['node']} [fingerprint {_fp(f['fingerprint'])}]: {f['bursts']} burst"
-            f"{'s' if f['bursts'] != 1 else ''} measured nothing tonight{judged_too}"
-        )
-    if shown_rows:
-        _table(s, group_by, shown_rows)
-    unjudged = [g for g in s["groups"] if not g["judged"]]
-    if unjudged:
-        print(
-            f"\n{len(unjudged)} key{'s' if len(unjudged) != 1 else ''} with fewer than {fleet.MIN_HOSTS} hosts "
-            "tonight: cannot judge"
-        )
-        for g in unjudged[:DEFAULT_LIMIT]:
-            print(f"  {g['name']}: {g['hosts']} host{'s' if g['hosts'] != 1 else ''}")
-        if len(unjudged) > DEFAULT_LIMIT:
-            print(f"  ... and {len(unjudged) - DEFAULT_LIMIT} more (--json lists them all)")
-    if s["plot"]:
-        print(f"\nplot: {s['plot']}")
-    if s.get("openmetrics"):
-        print(f"metrics: {s['openmetrics']}")
-
-
-def _table(s: dict[str, Any], group_by: list[str], shown_rows: list[dict[str, Any]]) -> None:
-    header = ("host", "fingerprint", "key", *group_by, "img/s", "95% CI", "median", "deviation", "score", "key flag",
-              "nights flagged")  # fmt: skip
-    table = [
-        (
-            r["node"],
-            _fp(r["fingerprint"]),
-            r["key"],
-            *(r["group"].get(name, "-") for name in group_by),
-            fixed(r["images_per_sec"]),
-            _interval(r["ci_low"], r["ci_high"]),
-            fixed(r["median"]) if r["judged"] else "-",
-            f"{r['deviation']:+.1%}" if r["judged"] else "-",
-            _score(r),
-            "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),
-            f"{r['nights_flagged']} of {r['nights_judged']}",
-        )
-        for r in shown_rows
-    ]
-    print("\neach key tonight (a key's flag is a hint; the verdicts above pool them), worst first:")
-    for line in columns(header, table, left=(0, 1, 2, *range(3, 3 + len(group_by)), -2)):
-        print(line)
-    if len(shown_rows) < s["total_rows"]:
-        print(f"(showing the worst {len(shown_rows)} of {s['total_rows']} rows; --limit 0 for all)")
-
-
 def _plot(where: str, history: Fleet, evidence: list[KeyEvidence], tolerance: float, title: str) -> str:
     from perfsuite.reporting.fleet import Strip, fleet_png
 
@@ -359,7 +247,7 @@ def _plot(where: str, history: Fleet, evidence: list[KeyEvidence], tolerance: fl
                 for i in range(len(ev.group.nodes))
                 if ev.has[i, j]
             ]
-            strips.append(Strip(history.keys[column][1], _fp(ev.group.fingerprint), hosts, ev.group.labels))
+            strips.append(Strip(history.keys[column][1], shared.fp(ev.group.fingerprint), hosts, ev.group.labels))
     strips.sort(key=lambda s: (not any(f for _, _, f in s.hosts), min(d for _, d, _ in s.hosts)))
     return write_plot(where, lambda: fleet_png(strips, tolerance, title))
 
@@ -422,10 +310,10 @@ def _metrics(where: str, history: Fleet, evidence: list[KeyEvidence], report: di
 
 def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
-    from perfsuite.history.fleet import read_fleet
     from perfsuite.history.url import shown
 
-    end = args.at if args.at is not None else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    rule, end = shared.rule(args), shared.end(args)
+    args.since = shared.fleet_window(args)
     patterns = args.key or []
     kept: dict[str, bool] = {}
 
@@ -434,34 +322,44 @@ def run(args: argparse.Namespace, url: str) -> int:
             kept[key] = not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns)
         return kept[key]
 
-    fingerprints = None
-    if args.fingerprint is not None:
-        fingerprints = [None if args.fingerprint == NO_FINGERPRINT else args.fingerprint]
     engine = db.open_history(url, write=False)
     try:
-        history = read_fleet(
-            engine, end, datetime.timedelta(hours=args.since), args.nights, fingerprints=fingerprints, labels=args.label
-        )
+        history, found = _read(engine, args, end, rule, key_filter)
         gated = gate_verdicts(engine, history) if args.openmetrics else {}
     finally:
         engine.dispose()
-    found = fleet_groups(history, key_filter, args.group_by)
-    evidence = [key_evidence(history, g, args.tolerance, args.cutoff, args.nights) for g in found]
+    evidence = [key_evidence(history, g, rule, args.cutoff, rule.nights) for g in found]
     if not any(ev.has.any() for ev in evidence) and not history.failed:
         raise Failure(_nothing(args, end, patterns, history.newest(), shown(url)))
-    report = _report(args, url, end, history, found, evidence)
+    report = _report(args, url, end, rule, history, found, evidence)
     if args.openmetrics:
         _metrics(args.openmetrics, history, evidence, report, gated)
         report["openmetrics"] = args.openmetrics
     if args.json:
         print(json.dumps({**report, "at": end.isoformat() + "Z"}, indent=1, default=str, allow_nan=False))
     else:
-        _text(report, args.group_by, report["rows"])
+        text(report, args.group_by)
     trouble = report["flagged_hosts"] or report["did_not_report"] or report["failed"]
     return FLAGGED_EXIT if args.fail_on_flagged and trouble else 0
 
 
-def _nothing(args: argparse.Namespace, end: datetime.datetime, patterns: list[str], newest, where: str) -> str:
+def _read(
+    engine: Any, args: argparse.Namespace, end: datetime.datetime, rule: FleetRule, key_filter: Callable[[str], bool]
+) -> tuple[Fleet, list[Group]]:
+    """The fleet and its groups, with as many nights as the fleet rule reads for each group."""
+    from perfsuite.history.fleet import read_fleet
+
+    def read(nights: int) -> tuple[Fleet, list[Group]]:
+        since = datetime.timedelta(hours=args.since)
+        found = read_fleet(engine, end, since, nights, fingerprints=shared.fingerprints(args), labels=args.label)
+        return found, fleet_groups(found, key_filter, args.group_by)
+
+    history, found = read(rule.nights)
+    need = nights_needed(history, found, rule)
+    return read(need) if need > rule.nights else (history, found)
+
+
+def _nothing(args: argparse.Namespace, end: datetime.datetime, patterns: list[str], newest: Any, where: str) -> str:
     filters = "".join(
         [
             f" on fingerprint {args.fingerprint}" if args.fingerprint is not None else "",
@@ -469,28 +367,69 @@ def _nothing(args: argparse.Namespace, end: datetime.datetime, patterns: list[st
             "".join(f" labelled {k}={v}" for k, v in args.label.items()),
         ]
     )
-    return f"no measured run{filters} in the {args.since:g} h before {_when(end)} in {where}" + (
-        f" (the newest in the nights read: {_when(newest)})" if newest else ""
+    return f"no measured run{filters} in the {args.since:g} h before {shared.when(end)} in {where}" + (
+        f" (the newest in the nights read: {shared.when(newest)})" if newest else ""
     )
 
 
-def _report(args, url: str, end, history: Fleet, found: list[Group], evidence: list[KeyEvidence]) -> dict[str, Any]:
+def _report(
+    args: argparse.Namespace,
+    url: str,
+    end: datetime.datetime,
+    rule: FleetRule,
+    history: Fleet,
+    found: list[Group],
+    evidence: list[KeyEvidence],
+) -> dict[str, Any]:
+    from perfsuite.analysis.node_verdict import NOT_JUDGED
     from perfsuite.history.url import shown
 
-    nodes = []
-    for g, group_verdicts in zip(found, verdicts(history, found, args.tolerance, args.alpha, args.nights)):
-        for v in group_verdicts:
-            nodes.append(
-                {**v.as_dict(), "fingerprint": g.fingerprint, "group": dict(g.labels), "group_name": g.describe()}
-            )
-    nodes = [v for v in nodes if v["status"] != NOT_JUDGED or v["keys"]]
-    slow = sorted((v for v in nodes if v["flagged"]), key=lambda v: (v["deviation"], v["node"]))
-    missing, failed = absent(history, found, args.nights, args.expect)
+    nodes, fleets = [], 0
+    for g, judged in zip(found, judge(history, found, rule)):
+        fleets += judged.judged > 0
+        for v in judged.verdicts:
+            if v.status != NOT_JUDGED or v.keys:
+                nodes.append(
+                    {**v.as_dict(), "fingerprint": g.fingerprint, "group": dict(g.labels), "group_name": g.describe()}
+                )
+    missing, failed = absent(history, found, rule.nights, args.expect)
     order = ranked(evidence)
     shown_rows = order[: args.limit] if args.limit else order
-    rows = [row(history, ev, i, j, args.nights) for ev, i, j in shown_rows]
-    plotted = _plot(args.plot, history, evidence, args.tolerance, f"fleet before {_when(end)}") if args.plot else None
-    key_groups = []
+    plotted = None
+    if args.plot:
+        plotted = _plot(args.plot, history, evidence, rule.tolerance, f"fleet before {shared.when(end)}")
+    return {
+        "history": shown(url),
+        "at": end,
+        "since_hours": args.since,
+        "nights": rule.nights,
+        "nights_read": history.figures.shape[2],
+        "tolerance": rule.tolerance,
+        "alpha": rule.alpha,
+        "min_nodes": rule.min_nodes,
+        "cutoff": args.cutoff,
+        "group_by": args.group_by,
+        "labels": args.label,
+        "expect": args.expect,
+        "host_count": len(
+            {history.nodes[i] for ev in evidence for i, has in zip(ev.group.nodes, ev.has.any(axis=1)) if has}
+        ),
+        "nodes": nodes,
+        "nodes_judged": sum(1 for v in nodes if v["status"] != NOT_JUDGED),
+        "fleets_judged": fleets,
+        "flagged_hosts": sorted((v for v in nodes if v["flagged"]), key=lambda v: (v["deviation"], v["node"])),
+        "did_not_report": missing,
+        "failed": failed,
+        "groups": _key_groups(history, evidence),
+        "total_rows": len(order),
+        "rows": [row(history, ev, i, j, rule.nights) for ev, i, j in shown_rows],
+        "plot": plotted,
+    }
+
+
+def _key_groups(history: Fleet, evidence: list[KeyEvidence]) -> list[dict[str, Any]]:
+    """Each key's group tonight: its hosts, whether it was judged, its median and MAD, its flags."""
+    out = []
     for ev in evidence:
         for j, column in enumerate(ev.group.keys):
             hosts = int(ev.has[:, j].sum())
@@ -498,7 +437,7 @@ def _report(args, url: str, end, history: Fleet, found: list[Group], evidence: l
                 continue
             fp, key = history.keys[column]
             judged = not math.isnan(ev.tonight.median[j])
-            key_groups.append(
+            out.append(
                 {
                     "fingerprint": fp,
                     "key": key,
@@ -511,48 +450,10 @@ def _report(args, url: str, end, history: Fleet, found: list[Group], evidence: l
                     "flagged": [history.nodes[ev.group.nodes[i]] for i in ev.tonight.flagged[:, j].nonzero()[0]],
                 }
             )
-    return {
-        "history": shown(url),
-        "at": end,
-        "since_hours": args.since,
-        "nights": args.nights,
-        "nights_read": history.figures.shape[2],
-        "tolerance": args.tolerance,
-        "alpha": args.alpha,
-        "cutoff": args.cutoff,
-        "group_by": args.group_by,
-        "labels": args.label,
-        "expect": args.expect,
-        "host_count": len(
-            {history.nodes[i] for ev in evidence for i, has in zip(ev.group.nodes, ev.has.any(axis=1)) if has}
-        ),
-        "nodes": nodes,
-        "flagged_hosts": slow,
-        "did_not_report": missing,
-        "failed": failed,
-        "groups": sorted(key_groups, key=lambda g: (_fp(g["fingerprint"]), g["key"], sorted(g["group"].items()))),
-        "total_rows": len(order),
-        "rows": rows,
-        "plot": plotted,
-    }
-
-
-def _hosts(history: Fleet, evidence: list[KeyEvidence]) -> set[str]:
-    """The nodes with a figure tonight."""
-    return {history.nodes[i] for ev in evidence for i, has in zip(ev.group.nodes, ev.has.any(axis=1)) if has}
+    return sorted(out, key=lambda g: (shared.fp(g["fingerprint"]), g["key"], sorted(g["group"].items())))
 
 
 # --- arguments ---------------------------------------------------------------------------------
-
-
-def parse_at(text: str) -> datetime.datetime:
-    from perfsuite.history.document import utc
-    from perfsuite.history.url import HistoryError
-
-    try:
-        return utc(text)
-    except HistoryError:
-        raise argparse.ArgumentTypeError(f"expected an ISO date, e.g. 2026-01-10T03:00Z, got {text!r}") from None
 
 
 def _nodes(text: str) -> list[str]:
@@ -588,48 +489,19 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         "fleet",
         run,
         help="nodes slower than their peers of the same fingerprint, pooled over keys and nights",
-        description=__doc__.split("\n\n", 1)[1].split("\n\nExit codes")[0],
-        epilog="exit codes: 0 done; 3 with --fail-on-flagged when a node is slow, did not report or failed; "
-        "1 the history cannot be used or holds no run in the window; 2 bad arguments",
+        description=__doc__.split("\n\n", 1)[1],
+        epilog=shared.epilog(EXIT_CODES),
     )
     p.add_argument(
         "--since",
-        type=arguments.above_zero("hours"),
-        default=DEFAULT_SINCE_H,
+        dest="window",
+        type=arguments.option("fleet_window"),
         metavar="HOURS",
-        help=f"tonight is each host's latest run in the HOURS before --at (default: {DEFAULT_SINCE_H:g})",
+        help="tonight is each host's latest run in the HOURS before --at "
+        "(default: fleet_window in [tool.perfsuite], else 24)",
     )
-    p.add_argument(
-        "--at", type=parse_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
-    )
-    p.add_argument(
-        "--nights",
-        type=arguments.count(least=1),
-        default=fleet.NIGHTS,
-        metavar="N",
-        help="pool each node's evidence over the last N nights, tonight included: the same window ending 24 h, "
-        f"48 h, ... before --at (default: {fleet.NIGHTS}); a small fleet's noise is learnt over more nights "
-        "where the history has them",
-    )
-    p.add_argument(
-        "--tolerance",
-        type=arguments.fraction(),
-        default=fleet.TOLERANCE,
-        metavar="FRACTION",
-        help="how far below its peers a node must be to be flagged (default: "
-        f"{fleet.TOLERANCE:g}: nodes of one fingerprint measured the same night need no room for drift "
-        f"between nights, as the gate's {TOLERANCE:g} against a baseline does; {fleet.TOLERANCE:g} flags a node 8%% "
-        "slower than its peers)",
-    )
-    p.add_argument(
-        "--alpha",
-        type=arguments.fraction(zero=False),
-        default=fleet.ALPHA,
-        metavar="P",
-        help="false node flags per night the whole fleet may get, on average at most (default: "
-        f"{fleet.ALPHA:g}: one night in {round(1 / fleet.ALPHA)} flags a healthy node, "
-        "whatever the fleet's size)",
-    )
+    shared.add_at(p)
+    shared.add_rule(p, nights=True)
     p.add_argument(
         "--cutoff",
         type=arguments.above_zero(),
@@ -638,7 +510,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="a key's figure is an outlier when its |modified z-score| in its group is above Z: the per-key "
         f"evidence's flag (default: {fleet.CUTOFF:g}, Iglewicz and Hoaglin's)",
     )
-    p.add_argument("--fingerprint", metavar="ID", help=f"only this hardware ({NO_FINGERPRINT}: none recorded)")
+    shared.add_fingerprint(p)
     p.add_argument(
         "--key", action="append", metavar="PATTERN", help="only keys matching this fnmatch pattern; repeatable"
     )

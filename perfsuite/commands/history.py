@@ -1,8 +1,6 @@
 """``python -m perfsuite history runs|trend|changes|fleet|site|import``: read the results history and back-fill it.
 
-Exit codes: 0 done; 1 the history or a file cannot be used (unreachable, locked, newer
-schema, missing, not a results file); 2 bad command-line arguments. Errors are one
-``error:`` line. SQLAlchemy and Otava are imported only when a command runs.
+Errors are one ``error:`` line. SQLAlchemy and Otava are imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -17,43 +15,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet, site, write_plot
+from perfsuite.commands import Failure, UsageError, fleet, shared, site, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
-from perfsuite.config import arguments, project
-from perfsuite.config.options import OptionError
+from perfsuite.config import arguments
 from perfsuite.history import spool
-from perfsuite.history.url import HistoryError, normalise, shown
+from perfsuite.history.url import HistoryError, shown
 
 DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
-NO_FINGERPRINT = "-"  # how a series without a recorded fingerprint is named, and chosen with --fingerprint
 NO_NODE = "-"  # how a run without a recorded node is shown
-HISTORY_HELP = (
-    "a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
-    "(default: perf_history in [tool.perfsuite] of ./pyproject.toml)"
+EXIT_CODES = (
+    shared.DONE,
+    (1, "the history or a file cannot be used (unreachable, locked, newer schema, missing, not a results file)"),
+    shared.BAD_ARGUMENTS,
 )
-NEEDS_URL = "needs --history URL (or perf_history in [tool.perfsuite] of pyproject.toml)"
-INSTALL = 'pip install -e ".[history]"'
-
-
-# --- the history's URL -----------------------------------------------------------
-
-
-def history_url(given: str | None, cwd: Path) -> str:
-    """``--history``, else ``perf_history`` of ``cwd``'s pyproject.toml (relative to that file's folder)."""
-    if given is not None:
-        try:
-            return normalise(given, cwd)
-        except HistoryError as exc:
-            raise UsageError(f"--history: {exc}") from None
-    try:
-        url = project.load(cwd).perf_history
-    except OptionError as exc:
-        raise Failure(str(exc)) from None
-    if url is None:
-        raise UsageError(NEEDS_URL)
-    return url
+_fp = shared.fp
 
 
 @contextmanager
@@ -72,6 +49,7 @@ def _history(url: str, *, create: bool = False) -> Iterator[Any]:
 
 
 def _when(date: str | None) -> str:
+    """A run's stored date, as the tables show it."""
     return str(date or "?")[:16].replace("T", " ")
 
 
@@ -87,10 +65,6 @@ def _pairs(mapping: Any, sep: str) -> str:
 
 def _p(p_value: float) -> str:
     return f"{p_value:.1g}"
-
-
-def _fp(fingerprint: str | None) -> str:
-    return NO_FINGERPRINT if fingerprint is None else fingerprint
 
 
 def _node(node: str | None) -> str:
@@ -252,6 +226,41 @@ def _nearest(key: str, keys: set[str]) -> str:
 
 
 def _trend(args: argparse.Namespace, url: str) -> int:
+    fingerprint, node, named, points = _trend_series(args, url)
+    cps = _change_points(points)
+    plotted = _plot(args.plot, args.key, fingerprint, named, points, cps) if args.plot else None
+    if args.json:
+        marks = {cp.index for cp in cps}
+        _dump(
+            {
+                "history": shown(url),
+                "key": args.key,
+                "fingerprint": None if fingerprint == shared.NO_FINGERPRINT else fingerprint,
+                "node": None if node == NO_NODE else node,
+                "runs": [
+                    {
+                        "run_id": p.run_id,
+                        "date": p.date,
+                        "git_commit": p.meta.get("git_commit"),
+                        "images_per_sec": p.images_per_sec,
+                        "ci_low": p.ci_low,
+                        "ci_high": p.ci_high,
+                        "change_point": i in marks,
+                    }
+                    for i, p in enumerate(points)
+                ],
+                "change_points": [_cp_dict(cp, points) for cp in cps],
+                "plot": plotted,
+            }
+        )
+    else:
+        _trend_text(args.key, fingerprint, named, points, cps, shown(url), plotted)
+    return 0
+
+
+def _trend_series(args: argparse.Namespace, url: str) -> tuple[str, str, str | None, list]:
+    """(fingerprint, node, the node as the trend names it (None: a history of one node), the
+    finite points) of ``trend KEY``'s one series; which one, where several, the arguments say."""
     from perfsuite.history import db
 
     with _history(url) as engine:
@@ -287,38 +296,19 @@ def _trend(args: argparse.Namespace, url: str) -> int:
         )
     ((node, points),) = by_node.items()
     named = node if args.node is not None or len(ran_on) > 1 else None  # a history of one node reads as before
-    points = _finite(points)
-    cps = _change_points(points)
-    marks = {cp.index: cp for cp in cps}
-    plotted = _plot(args.plot, args.key, fingerprint, named, points, cps) if args.plot else None
-    if args.json:
-        _dump(
-            {
-                "history": shown(url),
-                "key": args.key,
-                "fingerprint": None if fingerprint == NO_FINGERPRINT else fingerprint,
-                "node": None if node == NO_NODE else node,
-                "runs": [
-                    {
-                        "run_id": p.run_id,
-                        "date": p.date,
-                        "git_commit": p.meta.get("git_commit"),
-                        "images_per_sec": p.images_per_sec,
-                        "ci_low": p.ci_low,
-                        "ci_high": p.ci_high,
-                        "change_point": i in marks,
-                    }
-                    for i, p in enumerate(points)
-                ],
-                "change_points": [_cp_dict(cp, points) for cp in cps],
-                "plot": plotted,
-            }
-        )
-        return 0
+    return fingerprint, node, named, _finite(points)
+
+
+def _trend_text(
+    key: str, fingerprint: str, named: str | None, points: list, cps: list, where: str, plotted: str | None
+) -> None:
+    from perfsuite.analysis.changes import MIN_POINTS
+
     n = len(points)
     on_node = "" if named is None else f", node {named}"
-    print(f"{args.key} on fingerprint {fingerprint}{on_node}: {n} run{'s' if n != 1 else ''} in {shown(url)}")
+    print(f"{key} on fingerprint {fingerprint}{on_node}: {n} run{'s' if n != 1 else ''} in {where}")
     header = ("run", "date", "commit", "img/s", "95% CI", "")
+    marks = {cp.index: cp for cp in cps}
     rows = []
     for i, p in enumerate(points):
         ci = f"{fixed(p.ci_low)}-{fixed(p.ci_high)}" if p.ci_low is not None and p.ci_high is not None else "-"
@@ -330,8 +320,6 @@ def _trend(args: argparse.Namespace, url: str) -> int:
     print()
     for line in columns(header, rows, left=(1, 2, 5)):
         print(line)
-    from perfsuite.analysis.changes import MIN_POINTS
-
     print()
     if cps:
         print(
@@ -342,7 +330,6 @@ def _trend(args: argparse.Namespace, url: str) -> int:
         print("no change points" + (f" (a series needs {MIN_POINTS} runs)" if n < MIN_POINTS else ""))
     if plotted:
         print(f"plot: {plotted}")
-    return 0
 
 
 def _plot(where: str, key: str, fingerprint: str, node: str | None, points: list, cps: list) -> str:
@@ -363,11 +350,45 @@ def _plot(where: str, key: str, fingerprint: str, node: str | None, points: list
 
 
 def _changes(args: argparse.Namespace, url: str) -> int:
-    from perfsuite.analysis.bisect_hint import bisect_command
     from perfsuite.analysis.changes import MIN_POINTS
-    from perfsuite.history import db, document
 
+    found = _all_series(args, url)
     patterns = args.key or []
+    chosen = {
+        series: points
+        for series, points in found.items()
+        if (args.fingerprint is None or _fp(series[0]) == args.fingerprint)
+        and (not patterns or any(fnmatch.fnmatchcase(series[1], p) for p in patterns))
+    }
+    changes, short = _change_list(chosen)
+    total = len(changes)
+    if args.limit:
+        changes = changes[: args.limit]
+    if args.json:
+        _dump(
+            {
+                "history": shown(url),
+                "node": args.node,
+                "series": len(chosen),
+                "too_short": short,
+                "min_runs": MIN_POINTS,
+                "total": total,
+                "changes": changes,
+            }
+        )
+        return 0
+    for note in _notes(args, found):
+        print(note)
+    where = f"{len(chosen)} series of " + ("" if args.node is None else f"node {args.node} in ") + shown(url)
+    several = len({node for _, _, node in found}) > 1  # name each change point's node
+    _changes_text(changes, total, short, where, several)
+    return 0
+
+
+def _all_series(args: argparse.Namespace, url: str) -> dict[tuple[Any, str, Any], list]:
+    """Each node's series of every key (of ``--node``'s only, where given)."""
+    from perfsuite.history import db
+
     with _history(url) as engine:
         # Each node's runs are a series of their own: in a shared history the nodes of one
         # fingerprint interleave, and the change points of such a mix are nobody's.
@@ -376,20 +397,28 @@ def _changes(args: argparse.Namespace, url: str) -> int:
             unknown = _unknown_node(engine, args.node, url)
             if unknown:
                 raise unknown
-    chosen = {
-        series: points
-        for series, points in found.items()
-        if (args.fingerprint is None or _fp(series[0]) == args.fingerprint)
-        and (not patterns or any(fnmatch.fnmatchcase(series[1], p) for p in patterns))
-    }
-    several = len({node for _, _, node in found}) > 1  # name each change point's node
+    return found
+
+
+def _notes(args: argparse.Namespace, found: dict[tuple[Any, str, Any], list]) -> list[str]:
+    """What a --key or --fingerprint that chooses nothing says."""
     notes = [
         f"note: --key {p!r} matches no key"
-        for p in patterns
+        for p in args.key or []
         if not any(fnmatch.fnmatchcase(key, p) for _, key, _ in found)
     ]
     if args.fingerprint is not None and not any(_fp(fp) == args.fingerprint for fp, _, _ in found):
         notes.append(f"note: no series on fingerprint {args.fingerprint}")
+    return notes
+
+
+def _change_list(chosen: dict[tuple[Any, str, Any], list]) -> tuple[list[dict[str, Any]], int]:
+    """(every change point of the series chosen, newest first, with what changed at it; the
+    series too short to tell)."""
+    from perfsuite.analysis.bisect_hint import bisect_command
+    from perfsuite.analysis.changes import MIN_POINTS
+    from perfsuite.history import document
+
     changes, short = [], 0
     for (fp, key, node), points in sorted(chosen.items(), key=lambda kv: (_fp(kv[0][0]), kv[0][1], _node(kv[0][2]))):
         points = _finite(points)
@@ -410,31 +439,18 @@ def _changes(args: argparse.Namespace, url: str) -> int:
                 }
             )
     changes.sort(key=lambda c: (document.utc(c["date"]), c["run_id"] or 0, _node(c["node"])), reverse=True)
-    total = len(changes)
-    if args.limit:
-        changes = changes[: args.limit]
-    if args.json:
-        _dump(
-            {
-                "history": shown(url),
-                "node": args.node,
-                "series": len(chosen),
-                "too_short": short,
-                "min_runs": MIN_POINTS,
-                "total": total,
-                "changes": changes,
-            }
-        )
-        return 0
-    for note in notes:
-        print(note)
-    where = f"{len(chosen)} series of " + ("" if args.node is None else f"node {args.node} in ") + shown(url)
+    return changes, short
+
+
+def _changes_text(changes: list[dict[str, Any]], total: int, short: int, where: str, several: bool) -> None:
+    from perfsuite.analysis.changes import MIN_POINTS
+
     if not total:
         print(
             f"no change points in {where}"
             + (f" ({short} with fewer than {MIN_POINTS} runs, too few to tell)" if short else "")
         )
-        return 0
+        return
     print(
         f"{total} change point{'' if total == 1 else 's'} in {where}, newest first"
         + (f" (showing {len(changes)}; --limit 0 for all)" if len(changes) < total else "")
@@ -452,7 +468,6 @@ def _changes(args: argparse.Namespace, url: str) -> int:
         print(f"  changed since run {c['previous_run_id']}: {what}" if what else "  no metadata changed")
         if c["bisect"]:
             print(f"  to find the commit: {c['bisect']}")
-    return 0
 
 
 # --- import ------------------------------------------------------------------------
@@ -507,15 +522,14 @@ def add_parser(sub: Any) -> None:
         "history",
         help="list runs, trends and change points of a results history; import files",
         description="Read the results history that --perf-history fills, or back-fill it.",
-        epilog="exit codes: 0 done, 1 the history or a file cannot be used, 2 bad arguments "
-        "(fleet: 3 with --fail-on-flagged when a host is flagged)",
+        epilog=shared.epilog(EXIT_CODES) + f" (fleet: also {fleet.FLAGGED_EXIT}, see history fleet --help)",
     )
     cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,site,import}")
 
     def command(name: str, action, **kw) -> argparse.ArgumentParser:
+        kw.setdefault("epilog", shared.epilog(EXIT_CODES))
         c = cmds.add_parser(name, **kw)
-        c.add_argument("--history", metavar="URL", help=HISTORY_HELP)
-        c.add_argument("--json", action="store_true", help="machine-readable output")
+        shared.add_history(c)
         c.set_defaults(run=run, action=action)
         return c
 
@@ -534,11 +548,7 @@ def add_parser(sub: Any) -> None:
     )
     trend = command("trend", _trend, help="one key's img/s run by run, change points marked")
     trend.add_argument("key", metavar="KEY")
-    trend.add_argument(
-        "--fingerprint",
-        metavar="ID",
-        help=f"the hardware, where the key ran on several ({NO_FINGERPRINT}: none recorded)",
-    )
+    shared.add_fingerprint(trend, "the hardware, where the key ran on several")
     trend.add_argument(
         "--node",
         metavar="NAME",
@@ -555,7 +565,7 @@ def add_parser(sub: Any) -> None:
         metavar="PATTERN",
         help="keys matching this fnmatch pattern ('*' spans '/'); repeatable",
     )
-    changes.add_argument("--fingerprint", metavar="ID", help="only series on this hardware")
+    shared.add_fingerprint(changes, "only series on this hardware")
     changes.add_argument(
         "--node",
         metavar="NAME",
@@ -584,12 +594,4 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = history_url(args.history, Path.cwd())
-    try:
-        from perfsuite.history import db
-    except ImportError as exc:
-        raise Failure(f"the history needs SQLAlchemy: {INSTALL} ({exc})") from None
-    try:
-        return args.action(args, url)
-    except db.UNAVAILABLE as exc:
-        raise Failure(db.describe_error(url, exc)) from None
+    return shared.on_history(args, args.action)

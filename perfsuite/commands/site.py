@@ -5,16 +5,16 @@ slow, and every fingerprint x key with tonight's figure, its change and its last
 line. A page per key (each node's trend, the baseline and its band, change points, what
 changed in the environment, bisect verdicts, the runs), per fingerprint's fleet and per
 incident. It works opened from disk and from any static host: no server, nothing fetched
-from outside the folder (plotly.js's cartesian bundle is copied into it).
-
-Exit codes: 0 done; 1 the history cannot be used or holds no run in the nights read; 2 bad
-arguments (DIR a file, or a folder of other files).
+from outside the folder (plotly.js's cartesian bundle is copied into it). The incidents and
+the verdicts are triage's and ``history fleet``'s own, with the fleet rule's settings of
+[tool.perfsuite] (docs/guide/fleet.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import time
@@ -22,15 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import fleet as fleet_rules
-from perfsuite.commands import Failure, UsageError
-from perfsuite.commands.fleet import parse_at
-from perfsuite.config import arguments
+from perfsuite.commands import Failure, UsageError, shared
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs
+    from perfsuite.analysis.node_verdict import FleetRule
     from perfsuite.history.fleet import Fleet
 
-DEFAULT_NIGHTS = 30
+EXIT_CODES = (
+    shared.DONE,
+    (1, "the history cannot be used or holds no run in the nights read"),
+    (2, "bad arguments (DIR a file, or a folder of other files)"),
+)
 
 
 def _baseline_dir(given: Path | None) -> Path | None:
@@ -54,17 +56,19 @@ def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.site import build, data
 
     started = time.perf_counter()
-    if args.since is not None and args.since > args.nights * 24:
-        raise UsageError(f"--since {args.since:g} reaches past the {args.nights} nights read: raise --nights")
+    shared.check_since(args)
     folder: Path = args.folder
     try:
         build.check_folder(folder)
     except build.SiteError as exc:
         raise UsageError(str(exc)) from None
-    end = args.at if args.at is not None else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-    site = data.read(url, end, args.nights, _baseline_dir(args.baseline_dir), _incidents, _verdicts, since=args.since)
+    end = shared.end(args)
+    rule, window = shared.rule(args), datetime.timedelta(hours=shared.fleet_window(args))
+    baselines = _baseline_dir(args.baseline_dir)
+    judge = functools.partial(judgements, window=window, rule=rule)
+    site = data.read(url, end, args.nights, baselines, judge, rule.tolerance, since=args.since)
     if site is None:
-        raise Failure(f"no run in the {args.nights} nights before {end:%Y-%m-%d %H:%M} UTC in {shown(url)}")
+        raise Failure(f"no run in the {args.nights} nights before {shared.when(end)} in {shown(url)}")
     try:
         if args.since is None:
             written, whole = build.write_all(site, folder), True
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace, url: str) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        how = "" if whole else f" (the pages of the {args.since:g} h before {end:%Y-%m-%d %H:%M} UTC)"
+        how = "" if whole else f" (the pages of the {args.since:g} h before {shared.when(end)})"
         print(f"{folder}: {written} pages written{how}: {build.describe(site)}")
         print(f"open {folder / 'index.html'} in a browser, or publish the folder as it is")
     return 0
@@ -96,53 +100,38 @@ def run(args: argparse.Namespace, url: str) -> int:
 # --- the judgements, the commands' own: triage's incidents and history fleet's verdicts ----------
 
 
-def _incidents(conn: Any, history: Fleet) -> dict[str, Any]:
-    """What ``perfsuite triage`` reports of the fleet read (its defaults), and the bisect verdicts."""
-    from perfsuite.analysis import incidents
-    from perfsuite.commands import triage as command
-    from perfsuite.history import triage as reads
+def judgements(
+    engine: Any, history: Fleet, window: datetime.timedelta, rule: FleetRule
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(what ``perfsuite triage`` reports of the fleet read, at its defaults, with the bisect
+    verdicts; each fingerprint's node verdicts as ``history fleet`` gives them): both from the
+    fleet as the fleet rule reads it."""
+    from perfsuite.commands import triage_report
+    from perfsuite.history.fleet import read_for_rule
 
-    fleets = command.fleets_of(history)
-    runs: dict[int, Any] = dict(history.runs)
-    found, swapped = incidents.triage(
-        fleets,
-        runs,
-        reads.gate_failures(conn, history.windows[0]),
-        min_change=fleet_rules.TOLERANCE,
-        tolerance=fleet_rules.TOLERANCE,
-        alpha=fleet_rules.ALPHA,
-        since=history.figures.shape[2],
-    )
-    ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in command.ops_candidates(i)])
-    verdicts = reads.bisect_verdicts(conn, history.windows[-1][0])
-    return {
-        "incidents": [
-            command.incident_dict(n, i, history, runs, ops, verdicts, fleets) for n, i in enumerate(found, 1)
-        ],
-        "swaps": [command.swap_dict(w, history) for w in swapped],
-        "bisect_verdicts": verdicts,
-    }
+    judged = read_for_rule(engine, history.windows[0][1], window, rule, read=history)
+    with engine.connect() as conn:
+        found, verdicts = triage_report.report(
+            conn, history, judged, rule, min_change=shared.MIN_CHANGE, since=history.figures.shape[2]
+        )
+    return {**found, "bisect_verdicts": verdicts}, _verdicts(judged, rule)
 
 
-def _verdicts(history: Fleet) -> list[dict[str, Any]]:
+def _verdicts(judged: Fleet, rule: FleetRule) -> list[dict[str, Any]]:
     """Each fingerprint's node verdicts and tonight's figures against each key's group, as
-    ``history fleet`` gives them (its defaults, over the nights it would read)."""
-    import dataclasses
-
+    ``history fleet`` gives them at its defaults."""
     import numpy as np
 
+    from perfsuite.analysis import fleet as hint
+    from perfsuite.analysis.node_verdict import NOT_JUDGED
     from perfsuite.commands import fleet as command
-    from perfsuite.site.data import nights_judged
 
-    read = nights_judged(history)
-    judged = dataclasses.replace(history, figures=history.figures[:, :, :read], runs_at=history.runs_at[:, :, :read])
     groups = command.fleet_groups(judged, lambda _: True, [])
-    found = command.verdicts(judged, groups, fleet_rules.TOLERANCE, fleet_rules.ALPHA, fleet_rules.NIGHTS)
-    missing, failed = command.absent(judged, groups, fleet_rules.NIGHTS, [])
+    missing, failed = command.absent(judged, groups, rule.nights, [])
     out = []
-    for g, group_verdicts in zip(groups, found):
+    for g, found in zip(groups, command.judge(judged, groups, rule)):
         # tonight's strips only: each key-night is judged on its own, so one night gives tonight's same figures
-        ev = command.key_evidence(judged, g, fleet_rules.TOLERANCE, fleet_rules.CUTOFF, 1)
+        ev = command.key_evidence(judged, g, rule, hint.CUTOFF, 1)
         strips = []
         for j, column in enumerate(g.keys):
             rows = np.flatnonzero(ev.has[:, j])
@@ -151,15 +140,15 @@ def _verdicts(history: Fleet) -> list[dict[str, Any]]:
             nodes = np.asarray(g.nodes)[rows]
             strips.append(  # arrays, not lists: 80,000 figures as Python floats would be megabytes
                 {
-                    "key": history.keys[column][1],
+                    "key": judged.keys[column][1],
                     "median": float(ev.tonight.median[j]),
-                    "nodes": [history.nodes[i] for i in nodes.tolist()],
+                    "nodes": [judged.nodes[i] for i in nodes.tolist()],
                     "deviation": ev.tonight.deviation[rows, j],
-                    "figure": history.figures[nodes, column, 0],
+                    "figure": judged.figures[nodes, column, 0],
                     "flagged": ev.tonight.flagged[rows, j],
                 }
             )
-        shown = [v.as_dict() for v in group_verdicts if v.status != command.NOT_JUDGED or v.keys]
+        shown = [v.as_dict() for v in found.verdicts if v.status != NOT_JUDGED or v.keys]
         out.append(
             {
                 "fingerprint": g.fingerprint,
@@ -182,25 +171,15 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         "site",
         run,
         help="write the history as a static site: incidents, flagged nodes, every key's trend",
-        description=__doc__.split("\n\n", 1)[1].split("\n\nExit codes")[0],
-        epilog="exit codes: 0 done; 1 the history cannot be used or holds no run in the nights read; 2 bad arguments",
+        description=__doc__.split("\n\n", 1)[1],
+        epilog=shared.epilog(EXIT_CODES),
     )
     p.add_argument("folder", type=Path, metavar="DIR", help="the site's folder, replaced whole unless --since")
-    p.add_argument(
-        "--at", type=parse_at, metavar="DATE", help="the end of tonight's window, ISO, UTC if no offset (default: now)"
-    )
-    p.add_argument(
-        "--nights",
-        type=arguments.count(least=8),
-        default=DEFAULT_NIGHTS,
-        metavar="N",
-        help=f"the nights shown, 24-hour windows ending at --at (default: {DEFAULT_NIGHTS})",
-    )
-    p.add_argument(
-        "--since",
-        type=arguments.above_zero("hours"),
-        metavar="HOURS",
-        help="rewrite only the pages of the series with a run in the HOURS before --at (and the front, fleet "
+    shared.add_at(p)
+    shared.add_nights_read(p, "the nights shown")
+    shared.add_since(
+        p,
+        "rewrite only the pages of the series with a run in the HOURS before --at (and the front, fleet "
         "and incident pages); the whole site where DIR holds none of this history",
     )
     p.add_argument(

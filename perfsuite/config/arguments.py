@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T", int, float)
 
@@ -61,3 +61,18 @@ def above_zero(what: str = "a number") -> Callable[[str], float]:
 def non_negative(text: str) -> float:
     """A finite number, 0 or more."""
     return _checked(text, float, "a number", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+
+
+def option(dest: str) -> Callable[[str], Any]:
+    """The option table's own check of the option ``dest`` (a PerfOptions field), for a command's
+    argument that sets the same thing (``history fleet --alpha`` and fleet-alpha): one rule, and
+    one line where a value is refused."""
+    from perfsuite.config.options import OptionError, checked
+
+    def check(text: str) -> Any:
+        try:
+            return checked(dest, text)
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check

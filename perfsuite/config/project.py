@@ -54,3 +54,12 @@ def load_some(
     except OptionError:
         table, source = {}, ""
     return partial(dict(given or {}).get, table, source, Path(folder), dests)
+
+
+def settings(folder: Path, given: Mapping[str, Any], dests: tuple[str, ...]) -> dict[str, Any]:
+    """The options ``dests`` for a command: its own arguments (``given``: a PerfOptions field -> value),
+    then ``[tool.perfsuite]`` of ``folder``'s pyproject.toml, then the table's defaults; OptionError
+    where a value is refused. The other options are not read: a command needs only these."""
+    path = Path(folder) / PYPROJECT
+    table, source = read_table(path)
+    return partial(dict(given).get, table, source, path.parent, dests, strict=True)

@@ -15,9 +15,9 @@ into the node x key x night arrays one run at a time: a figure takes the newest 
 windows that no newer run of the node has filled, so what is left is each node's latest
 figure per window, and memory holds the arrays, not the span's bursts.
 
-A small fleet gets more nights than asked for (up to ``MAX_NIGHTS_FACTOR`` times): the noise of
-each key is learnt from at least SCALE_POINTS node-nights where the history holds them; only
-the nights asked for are judged.
+The fleet rule (perfsuite.analysis.node_verdict) learns a small fleet's noise over more nights
+than it pools: ``read_for_rule`` reads as many as it needs for each fingerprint's fleet, the
+same for every caller.
 """
 
 from __future__ import annotations
@@ -27,19 +27,20 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sqlalchemy as sa
 
 from perfsuite.analysis.bisect_hint import COMMIT_LABEL
-from perfsuite.analysis.node_verdict import SCALE_POINTS
 from perfsuite.history import schema
 from perfsuite.history.document import BISECT_MODE
 from perfsuite.history.url import HistoryError
 
+if TYPE_CHECKING:
+    from perfsuite.analysis.node_verdict import FleetRule
+
 DAY = datetime.timedelta(hours=24)
-MAX_NIGHTS_FACTOR = 4  # a small fleet's noise is learnt over at most this many times the nights judged
 Span = tuple[datetime.datetime, datetime.datetime]  # (start, end]: naive UTC
 FleetKey = tuple[str | None, str]  # (fingerprint, burst key)
 
@@ -116,22 +117,65 @@ def read_fleet(
     fingerprints: Iterable[str | None] | None = None,
     labels: dict[str, str] | None = None,
     env: bool = False,
-    more_nights: bool = True,
 ) -> Fleet:
-    """Every node's latest figure of every key in the ``nights`` windows ending at ``end`` (and,
-    with ``more_nights``, the nights before them that a small fleet's noise needs), on these
-    fingerprints (None: no fingerprint recorded), of runs carrying these labels; with ``env``,
-    what each run ran with."""
+    """Every node's latest figure of every key in the ``nights`` windows ending at ``end``, on
+    these fingerprints (None: no fingerprint recorded), of runs carrying these labels; with
+    ``env``, what each run ran with."""
     prints = None if fingerprints is None else list(fingerprints)
     wanted = labels or {}
     with engine.connect() as conn:
-        read = _nights_to_read(conn, night_windows(end, since, 1)[0], nights, prints) if more_nights else nights
-        windows = night_windows(end, since, read)
+        windows = night_windows(end, since, nights)
         filling = _Filling(windows, _runs(conn, windows, wanted, env))
         for run_id, text in _burst_lists(conn, windows, prints):
             filling.add(run_id, text)
         failed = _failed(conn, windows[0], prints)
     return filling.fleet(failed)
+
+
+def fingerprint_columns(history: Fleet) -> dict[str | None, list[int]]:
+    """Each fingerprint's keys in ``history``: columns of its arrays, in order (the keys are sorted
+    by fingerprint, so a fingerprint's columns run without a gap)."""
+    columns: dict[str | None, list[int]] = {}
+    for j, (fp, _) in enumerate(history.keys):
+        columns.setdefault(fp, []).append(j)
+    return columns
+
+
+def rule_nights(history: Fleet, rule: FleetRule, node: str | None = None) -> int:
+    """The nights the fleet rule reads for the fleets of ``history`` (each fingerprint's), the most
+    of any; ``node``: the gate's own, counted among tonight's nodes though its run is not read."""
+    need = rule.nights
+    if not history.figures.shape[2]:
+        return need
+    for keys in fingerprint_columns(history).values():
+        tonight = np.flatnonzero(np.any(~np.isnan(history.figures[:, keys, 0]), axis=1)).tolist()
+        named = {history.nodes[i] for i in tonight} | ({node} if node else set())
+        need = max(need, rule.noise_nights(len(named)))
+    return need
+
+
+def read_for_rule(
+    engine: sa.Engine,
+    end: datetime.datetime,
+    window: datetime.timedelta,
+    rule: FleetRule,
+    *,
+    read: Fleet | None = None,
+    fingerprints: Iterable[str | None] | None = None,
+    labels: dict[str, str] | None = None,
+    node: str | None = None,
+) -> Fleet:
+    """The fleet as the fleet rule judges it: tonight the ``window`` before ``end``, and as many
+    nights as the rule reads for each fingerprint's fleet (``rule_nights``). ``read``: a fleet
+    already read to ``end`` (by triage or the site), used as it is where its windows are these
+    and it holds those nights."""
+    if read is not None and read.windows and read.windows[0][1] - read.windows[0][0] == window:
+        if rule_nights(read, rule, node) <= len(read.windows):
+            return read
+    prints = None if fingerprints is None else list(fingerprints)
+    found = read_fleet(engine, end, window, rule.nights, fingerprints=prints, labels=labels)
+    need = rule_nights(found, rule, node)
+    return found if need <= rule.nights else read_fleet(engine, end, window, need, fingerprints=prints, labels=labels)
 
 
 def _span(windows: Sequence[Span]) -> Any:
@@ -149,23 +193,6 @@ def _by_fingerprint(query: Any, prints: list[str | None] | None) -> Any:
             b.c.fingerprint.is_(None) if None in prints else sa.false(),
         )
     )
-
-
-def _nights_to_read(conn: sa.Connection, tonight: Span, nights: int, prints: list[str | None] | None) -> int:
-    """``nights``, or more where tonight's smallest fleet would learn its noise from fewer than
-    SCALE_POINTS node-nights."""
-    r, b = schema.runs, schema.bursts
-    query = _by_fingerprint(
-        sa.select(b.c.fingerprint, sa.func.count(sa.distinct(r.c.node)))
-        .join(r, r.c.id == b.c.run_id)
-        .where(_span([tonight]), b.c.images_per_sec > 0)
-        .group_by(b.c.fingerprint),
-        prints,
-    )
-    smallest = min((n for _, n in conn.execute(query) if n), default=0)
-    if not smallest:
-        return nights
-    return max(nights, min(MAX_NIGHTS_FACTOR * nights, math.ceil(SCALE_POINTS / smallest)))
 
 
 # What each run ran with, where ``env`` asks (the last from the run's stored object)
@@ -404,21 +431,22 @@ def _last_of_each(cells: np.ndarray) -> np.ndarray:
 
 
 def read_for_gate(
-    url: str, fingerprint: str, hours: float, nights: int, now: datetime.datetime | None = None
+    url: str, fingerprint: str, hours: float, rule: FleetRule, node: str, now: datetime.datetime | None = None
 ) -> tuple[Fleet | None, str | None]:
-    """The fleet of ``fingerprint`` as ``history fleet`` reads it, tonight the ``hours`` before
-    ``now`` (naive UTC, default now); or (None, the warning that says why not). Never raises for
-    an unusable history: the gate's peer check is skipped, said once."""
+    """The fleet of ``fingerprint`` as the fleet rule reads it (``read_for_rule``), tonight the
+    ``hours`` before ``now`` (naive UTC, default now), ``node`` the gate's own; or (None, the
+    warning that says why not). Never raises for an unusable history: the gate's peer check is
+    skipped, said once."""
     from perfsuite.history import db
 
     end = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    window = datetime.timedelta(hours=hours)
     engine = None
     try:
         engine = db.open_history(url, write=False)
-        return read_fleet(engine, end, datetime.timedelta(hours=hours), nights, fingerprints=[fingerprint]), None
+        return read_for_rule(engine, end, window, rule, fingerprints=[fingerprint], node=node), None
     except db.NoHistory:
-        first = night_windows(end, datetime.timedelta(hours=hours), nights)
-        return _Filling(first, {}).fleet([]), None  # a first night: no history yet
+        return _Filling(night_windows(end, window, rule.nights), {}).fleet([]), None  # a first night: no history yet
     except db.UNAVAILABLE as exc:
         return None, f"warning: no fleet check: perf history unusable ({db.describe_error(url, exc)})"
     finally:

@@ -233,7 +233,7 @@ class PerfGate:
             history.figures,
             figures,
             o.fleet_window,
-            o.fleet_tolerance,
+            o.fleet_rule,
             o.fleet_check,
         )
 

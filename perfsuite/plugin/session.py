@@ -182,16 +182,17 @@ class PerfSession:
 
     def fleet(self, spec: BurstSpec) -> tuple[str, Fleet] | None:
         """(fingerprint, its fleet in the history: every node's latest figures of every key, night
-        by night, tonight the last --perf-fleet-window hours); None without --perf-fleet-check or
-        when the history cannot be read (said once, in the summary). Read once per fingerprint."""
-        if self.options.fleet_check == "off" or self.options.perf_history is None:
+        by night, tonight the last --perf-fleet-window hours, as many nights as the fleet rule reads
+        with this node among tonight's); None without --perf-fleet-check or when the history cannot
+        be read (said once, in the summary). Read once per fingerprint."""
+        o = self.options
+        if o.fleet_check == "off" or o.perf_history is None:
             return None
         fingerprint = self.fingerprint(spec.device_kind).id
         if fingerprint not in self._fleet:
-            from perfsuite.analysis.node_verdict import NIGHTS
             from perfsuite.history.fleet import read_for_gate
 
-            found, warning = read_for_gate(self.options.perf_history, fingerprint, self.options.fleet_window, NIGHTS)
+            found, warning = read_for_gate(o.perf_history, fingerprint, o.fleet_window, o.fleet_rule, self.node)
             self._fleet[fingerprint] = found
             if warning and warning not in self.messages:
                 self.messages.append(warning)

@@ -1,10 +1,10 @@
 """What the history site shows, read from the history once.
 
 One ``read_fleet`` of the last ``nights`` nights (24-hour windows ending at ``at``, as
-``triage`` reads them) feeds every page: the incidents come from the same rules as
-``perfsuite triage`` (perfsuite.analysis.incidents), the node verdicts from those of
-``history fleet`` (perfsuite.analysis.node_verdict, over the nights it would read), the
-change points from perfsuite.analysis.changes. Nothing here writes HTML.
+``triage`` reads them) feeds every page: the incidents and the node verdicts are the commands'
+own (triage's and ``history fleet``'s, by the fleet rule of perfsuite.analysis.node_verdict),
+handed in by the command that builds the site; the change points come from
+perfsuite.analysis.changes. Nothing here writes HTML.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.analysis import fleet as fleet_rules
-from perfsuite.analysis.node_verdict import SCALE_POINTS
-from perfsuite.history.fleet import DAY, MAX_NIGHTS_FACTOR, Fleet, Run, read_fleet
+from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
+from perfsuite.history.fleet import DAY, Fleet, Run, read_fleet
 
-NO_FINGERPRINT = "-"
+__all__ = ["NO_FINGERPRINT", "fp_name"]
+
 # The toolchain fields whose change is marked on a key's time axis, then the project's commit.
 ENV_FIELDS = ("driver", "cuda", "cudnn", "nccl", "container", "python")
 
@@ -35,8 +35,7 @@ NODE_SCOPES = ("one node", "some nodes")
 REGRESSION, SLOW_NODE, IMPROVEMENT, OK, NO_RUN = "regression", "slow node", "improvement", "ok", "no run tonight"
 
 
-def fp_name(fingerprint: str | None) -> str:
-    return NO_FINGERPRINT if fingerprint is None else fingerprint
+fp_name = fingerprint_name  # a fingerprint as the pages name it: "-" where none was recorded
 
 
 def slug(*parts: str | None) -> str:
@@ -107,11 +106,9 @@ class SiteData:
 
 
 # The judgements the site shows are the commands' own, handed in by the command that builds it:
-# (connection, history) -> triage's {"incidents", "swaps", "bisect_verdicts"}, and history ->
-# per fingerprint {"fingerprint", "verdicts", "did_not_report", "failed", "strips"} as
-# ``history fleet`` judges them.
-Incidents = Callable[[Any, Fleet], dict[str, Any]]
-Verdicts = Callable[[Fleet], list[dict[str, Any]]]
+# (engine, history) -> (triage's {"incidents", "swaps", "bisect_verdicts", ...}, per fingerprint
+# {"fingerprint", "verdicts", "did_not_report", "failed", "strips"} as ``history fleet`` judges them).
+Judge = Callable[[Any, Fleet], tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
 def read(
@@ -119,30 +116,30 @@ def read(
     end: datetime.datetime,
     nights: int,
     baseline_dir: Path | None,
-    incidents: Incidents,
-    verdicts: Verdicts,
+    judge: Judge,
+    tolerance: float,
     since: float | None = None,
-    tolerance: float = fleet_rules.TOLERANCE,
 ) -> SiteData | None:
-    """The site's content; None where the nights read hold no run."""
+    """The site's content; None where the nights read hold no run. ``tolerance``: the fleet
+    rule's, against which a key's change is a regression or an improvement; ``since``: the
+    hours whose runs' series are the ones changed (--since)."""
     from perfsuite.analysis import changes
     from perfsuite.history import db
     from perfsuite.history.url import shown
 
     engine = db.open_history(url, write=False)
     try:
-        history = read_fleet(engine, end, DAY, nights, env=True, more_nights=False)
+        history = read_fleet(engine, end, DAY, nights, env=True)
         if not history.runs:
             return None
         changes.load()
-        with engine.connect() as conn:
-            report = incidents(conn, history)
+        report, judged = judge(engine, history)
     finally:
         engine.dispose()
     figures = history.figures[:, :, ::-1]  # oldest night first, as a time axis reads
     run_ids = history.runs_at[:, :, ::-1]
     dates = [w[1].strftime("%Y-%m-%d") for w in reversed(history.windows)]
-    fleets = _fleets(history, verdicts(history), dates)
+    fleets = _fleets(history, judged, dates)
     bisects = report["bisect_verdicts"]
     keys = [
         _key(
@@ -180,16 +177,6 @@ def _fleets(history: Fleet, judged: list[dict[str, Any]], dates: list[str]) -> l
         )
         for g in judged
     ]
-
-
-def nights_judged(history: Fleet) -> int:
-    """The nights ``history fleet`` would read: its verdict's nights, or more for a small fleet's
-    noise (perfsuite.history.fleet)."""
-    tonight = np.any(~np.isnan(history.figures[:, :, 0]), axis=1).sum()
-    want = fleet_rules.NIGHTS
-    if tonight:
-        want = max(want, min(MAX_NIGHTS_FACTOR * want, math.ceil(SCALE_POINTS / int(tonight))))
-    return min(want, history.figures.shape[2])
 
 
 # --- environment changes ---------------------------------------------------------------------------

@@ -44,6 +44,45 @@ def key_figure(k: KeyData, dates: list[str], runs: dict[int, Run], env: list[dic
                tolerance: float) -> dict[str, Any]:  # fmt: skip
     """The key's trend: each node a line, the fleet's median, the baseline and its tolerance
     band, the change points of the median and the environment's changes on the time axis."""
+    data = _node_lines(k, dates, runs)
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "fleet median",
+            "x": dates,
+            "y": [_num(x) if x is not None else None for x in k.median],
+            "line": {"width": 3, "color": "#222", "dash": "dot"},
+            "hovertemplate": "median %{x}: %{y:,.1f} img/s<extra></extra>",
+        }
+    )
+    layout = _base_layout(escape(f"{k.key} [{k.fingerprint or '-'}]"))
+    shapes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    if k.baseline is not None:
+        low, high = k.baseline * (1 - tolerance), k.baseline * (1 + tolerance)
+        shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": high,
+                       "fillcolor": "rgba(46,125,50,0.08)", "line": {"width": 0}, "layer": "below"})  # fmt: skip
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": k.baseline, "y1": k.baseline,
+                       "line": {"color": "#2e7d32", "width": 1.5}})  # fmt: skip
+        notes.append({"xref": "paper", "x": 1, "y": k.baseline, "xanchor": "right", "yanchor": "bottom",
+                      "text": f"baseline ±{tolerance:.0%}", "showarrow": False,
+                      "font": {"size": 10, "color": "#2e7d32"}})  # fmt: skip
+    for cp in k.change_points:
+        shapes.append(_vline(dates[cp["night"]], "#6a1b9a", "dash"))
+        notes.append(_vnote(dates[cp["night"]], f"change {cp['change']:+.1%}", "#6a1b9a", 1.0))
+    for n, e in enumerate(env):
+        shapes.append(_vline(e["date"], "#00838f", "dot"))
+        notes.append(_vnote(e["date"], e["text"], "#00838f", 0.9 - 0.08 * (n % 3)))
+    layout["shapes"] = shapes
+    layout["annotations"] = notes
+    layout["xaxis"] = {"type": "date", "gridcolor": "#eee", **_span(dates, k.median)}
+    return {"data": data, "layout": layout}
+
+
+def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict[str, Any]]:
+    """A line per node: each, for a few nodes; else the flagged and affected ones, and the rest
+    as one grey path behind them."""
     data: list[dict[str, Any]] = []
     special = set(k.flagged) | set(k.affected)
     each = len(k.nodes) <= EACH_NODE_UP_TO
@@ -93,39 +132,7 @@ def key_figure(k: KeyData, dates: list[str], runs: dict[int, Run], env: list[dic
                 "line": {"width": 1, "color": "rgba(120,120,120,0.25)"},
             },
         )
-    data.append(
-        {
-            "type": "scatter",
-            "mode": "lines",
-            "name": "fleet median",
-            "x": dates,
-            "y": [_num(x) if x is not None else None for x in k.median],
-            "line": {"width": 3, "color": "#222", "dash": "dot"},
-            "hovertemplate": "median %{x}: %{y:,.1f} img/s<extra></extra>",
-        }
-    )
-    layout = _base_layout(escape(f"{k.key} [{k.fingerprint or '-'}]"))
-    shapes: list[dict[str, Any]] = []
-    notes: list[dict[str, Any]] = []
-    if k.baseline is not None:
-        low, high = k.baseline * (1 - tolerance), k.baseline * (1 + tolerance)
-        shapes.append({"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "y0": low, "y1": high,
-                       "fillcolor": "rgba(46,125,50,0.08)", "line": {"width": 0}, "layer": "below"})  # fmt: skip
-        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": k.baseline, "y1": k.baseline,
-                       "line": {"color": "#2e7d32", "width": 1.5}})  # fmt: skip
-        notes.append({"xref": "paper", "x": 1, "y": k.baseline, "xanchor": "right", "yanchor": "bottom",
-                      "text": f"baseline ±{tolerance:.0%}", "showarrow": False,
-                      "font": {"size": 10, "color": "#2e7d32"}})  # fmt: skip
-    for cp in k.change_points:
-        shapes.append(_vline(dates[cp["night"]], "#6a1b9a", "dash"))
-        notes.append(_vnote(dates[cp["night"]], f"change {cp['change']:+.1%}", "#6a1b9a", 1.0))
-    for n, e in enumerate(env):
-        shapes.append(_vline(e["date"], "#00838f", "dot"))
-        notes.append(_vnote(e["date"], e["text"], "#00838f", 0.9 - 0.08 * (n % 3)))
-    layout["shapes"] = shapes
-    layout["annotations"] = notes
-    layout["xaxis"] = {"type": "date", "gridcolor": "#eee", **_span(dates, k.median)}
-    return {"data": data, "layout": layout}
+    return data
 
 
 def _span(dates: list[str], values: list[float | None]) -> dict[str, Any]:
