@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -14,6 +15,7 @@ pytest.importorskip("otava", reason="change points need Apache Otava (the histor
 
 import triage_history as th  # noqa: E402
 
+from perfsuite.commands import triage  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
 from perfsuite.history import db, document  # noqa: E402
 from perfsuite.reporting import triage as render  # noqa: E402
@@ -222,6 +224,33 @@ def test_some_nodes_that_share_a_change_and_a_label_are_named_with_them(tmp_path
     assert incident["scope"] == "some nodes" and incident["nodes"] == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert incident["shared_labels"] == {"rack": "r1"}
     assert [c["change"] for c in incident["cause"]] == ["container img:1 -> img:2"]
+
+
+def test_a_bisect_past_its_time_is_stopped_and_the_report_is_still_written(
+    tmp_path_factory, tmp_path, capsys, monkeypatch
+):
+    """--bisect: a bisect still running at its limit is stopped; the report is written all the same,
+    that incident's bisect saying it timed out (a bisect that outlived its limit used to lose the
+    whole report)."""
+    url = _history(
+        tmp_path_factory,
+        "slow-bisect",
+        factor=lambda node, key, night: 0.85 if night >= 20 and key in (2, 3) else 1.0,
+        env=lambda node, night: {"git_commit": "bbbb222" if night >= 20 else "aaaa111"},
+    )
+    never_done = tmp_path / "python"  # what --bisect starts, in place of the interpreter: a bisect that never ends
+    never_done.write_text("#!/bin/sh\nexec sleep 120\n")
+    never_done.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(never_done))
+    monkeypatch.setattr(triage, "MAX_BISECT_MINUTES", 0.02)  # 1.2 s
+    written = tmp_path / "triage.md"
+    rc = main(["triage", "--history", url, "--at", th.at(NIGHTS), "--bisect", "--json", "--markdown", str(written)])
+    out, err = capsys.readouterr()
+    assert rc == 3, err
+    (incident,) = json.loads(out)["incidents"]
+    assert incident["kind"] == "commit" and incident["bisect"]["status"] == "timed out"
+    assert incident["bisect"]["minutes"] == 0.02
+    assert "bisect: timed out" in written.read_text()
 
 
 # --- what the history holds besides the figures ------------------------------------------------

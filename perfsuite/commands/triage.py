@@ -33,6 +33,7 @@ EXIT_CODES = (
     shared.BAD_ARGUMENTS,
 )
 MAX_BISECT_MINUTES = 120
+STOP_SECONDS = 60  # a bisect past its time stops as on Ctrl-C (keeping what it measured), or is killed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,8 +115,6 @@ def _bisect(args: argparse.Namespace, url: str, report: dict[str, Any]) -> None:
     """Runs the bisect of each open commit incident without a verdict yet, for its worst key."""
     import shlex
 
-    from perfsuite.commands.triage_report import short_verdict
-
     for incident in report["incidents"]:
         command = incident["bisect_command"]
         if not command or incident["bisect"] is not None:
@@ -123,13 +122,35 @@ def _bisect(args: argparse.Namespace, url: str, report: dict[str, Any]) -> None:
         argv = [sys.executable, *shlex.split(command)[1:], "--repo", str(args.repo), "--json"]
         argv += ["--perf-history", url, *args.bisect_args]
         print(f"triage: incident {incident['id']}: {shlex.join(argv[1:])}", file=sys.stderr, flush=True)
-        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, timeout=MAX_BISECT_MINUTES * 60)
+        incident["bisect"] = _run_bisect(argv, MAX_BISECT_MINUTES)
+
+
+def _run_bisect(argv: list[str], minutes: float) -> dict[str, Any]:
+    """One bisect's verdict, as an incident shows it; one that runs past ``minutes`` is stopped as on
+    Ctrl-C (it keeps what it measured: ``bisect --resume`` goes on from there), and its incident
+    says it timed out. Whatever a bisect does, the report is written."""
+    from perfsuite.commands.triage_report import short_verdict
+
+    try:
+        bisect = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    except OSError as exc:
+        return {"status": "error", "error": str(exc.strerror or exc)}
+    with bisect:
         try:
-            verdict = json.loads(done.stdout)
-        except ValueError:
-            incident["bisect"] = {"status": "error", "exit_code": done.returncode}
-            continue
-        incident["bisect"] = short_verdict(verdict)
+            out, _ = bisect.communicate(timeout=minutes * 60)
+        except subprocess.TimeoutExpired:
+            bisect.terminate()
+            try:
+                bisect.communicate(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                bisect.kill()
+                bisect.communicate()
+            print(f"triage: the bisect ran past {minutes:g} minutes: stopped", file=sys.stderr, flush=True)
+            return {"status": "timed out", "minutes": minutes}
+    try:
+        return short_verdict(json.loads(out))
+    except ValueError:
+        return {"status": "error", "exit_code": bisect.returncode}
 
 
 # --- arguments ------------------------------------------------------------------------------------
@@ -176,7 +197,8 @@ def add_parser(sub: Any) -> None:
         "--bisect",
         action="store_true",
         help="run the bisect of each commit incident without a verdict in the history, for its worst key, "
-        "and record its verdict there",
+        f"and record its verdict there; a bisect still running after {MAX_BISECT_MINUTES} minutes is stopped "
+        "and its incident says so",
     )
     p.add_argument(
         "--repo", type=Path, default=Path("."), metavar="DIR", help="the repository --bisect bisects (default: .)"
