@@ -49,9 +49,9 @@ class FleetCheck:
     cutoff: float
     policy: str  # warn | fail
     judgement: Judgement | None  # this key tonight; None: fewer than the fleet's minimum with this node
-    verdict: NodeVerdict | None = None  # the node's, pooled; None: not judged
-    nodes: int = 0  # nodes of the fingerprint judged, over which false flags are corrected
-    alpha: float = 0.01
+    verdict: NodeVerdict | None  # the node's, pooled; None: not judged
+    nodes: int  # nodes of the fingerprint judged, over which false flags are corrected
+    alpha: float  # the fleet rule's
     message: str | None = None  # the sentence that reported a slow node
 
     @property

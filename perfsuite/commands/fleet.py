@@ -313,7 +313,7 @@ def run(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history.url import shown
 
     rule, end = shared.rule(args), shared.end(args)
-    args.since = shared.fleet_window(args)
+    args.since = shared.fleet_window(args)  # tonight's hours: --since, else [tool.perfsuite]'s fleet_window
     patterns = args.key or []
     kept: dict[str, bool] = {}
 
