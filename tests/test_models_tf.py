@@ -33,6 +33,7 @@ PUBLISHED_PARAMS = {
     "vgg16": (138_357_544, "total"),  # keras.applications.VGG16
 }
 NAMES = sorted(PUBLISHED_PARAMS)
+TRANSFORMERS = ["bert", "gpt2", "llama", "vit_b16"]  # tests/test_transformers_tf.py
 
 
 @pytest.fixture(scope="module", params=NAMES)
@@ -57,7 +58,7 @@ def test_registry_lists_the_same_zoo_as_torch():
     def zoo(framework):  # other tests of this process may have registered their own models
         return sorted(m.name for m in registry.all_models(framework) if m.builder.startswith("perfsuite."))
 
-    assert zoo("tf") == NAMES == zoo("torch")
+    assert zoo("tf") == sorted([*NAMES, *TRANSFORMERS]) == zoo("torch")
 
 
 def test_param_count(built):
@@ -167,7 +168,7 @@ def test_model_modules_import_without_tensorflow():
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip().split(",") == NAMES
+    assert out.stdout.strip().split(",") == sorted([*NAMES, *TRANSFORMERS])
 
 
 def test_a_gpu_profile_without_a_kernel_is_an_error_not_a_profile():

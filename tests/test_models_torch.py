@@ -28,6 +28,7 @@ PUBLISHED_PARAMS = {
     "vgg16": 138_357_544,
 }
 NAMES = sorted(PUBLISHED_PARAMS)
+TRANSFORMERS = ["bert", "gpt2", "llama", "vit_b16"]  # tests/test_transformers_torch.py
 TRAIN_STEP_MODELS = ("cifar10", "alexnet", "resnet50")
 
 
@@ -45,7 +46,7 @@ def built(request):
 
 
 def test_registry_lists_the_zoo():
-    assert registry.model_names("torch") == NAMES
+    assert registry.model_names("torch") == sorted([*NAMES, *TRANSFORMERS])
 
 
 def test_param_count(built):
@@ -103,4 +104,4 @@ def test_model_modules_import_without_torch():
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip().split(",") == NAMES
+    assert out.stdout.strip().split(",") == sorted([*NAMES, *TRANSFORMERS])

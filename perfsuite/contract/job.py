@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.spec import BurstSpec
 
-JOB_VERSION = 1
+JOB_VERSION = 2  # 2: the model's workload kind, optimizer and token figures
 # The launcher's pid: every burst process dies with it (perfsuite.worker.lifeline).
 PARENT_ENV = "PERFSUITE_PARENT_PID"
 

@@ -1,8 +1,9 @@
 """The model registry: metadata of every model, importable without torch or tensorflow.
 
-A model is a builder function registered with ``@register_model``. The decorator only
-records metadata and where the builder lives; the builder itself imports its framework
-when called, inside a burst worker, so listing or validating models stays light.
+A model is a builder function registered with ``@register_model`` (an image model) or
+``@register_token_model`` (a token model). The decorator only records metadata and where
+the builder lives; the builder itself imports its framework when called, inside a burst
+worker, so listing or validating models stays light.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.model_info import OBJECTIVES, OPTIMIZERS, ModelInfo
 
 FRAMEWORKS = ("torch", "tf")
 
@@ -29,6 +30,10 @@ _BUILTIN_MODULES = {
         "perfsuite.models.torch.inception4",
         "perfsuite.models.torch.resnet",
         "perfsuite.models.torch.vgg",
+        "perfsuite.models.torch.vit",
+        "perfsuite.models.torch.gpt2",
+        "perfsuite.models.torch.bert",
+        "perfsuite.models.torch.llama",
     ),
     "tf": (
         "perfsuite.models.tf.cifar10",
@@ -38,6 +43,10 @@ _BUILTIN_MODULES = {
         "perfsuite.models.tf.inception4",
         "perfsuite.models.tf.resnet",
         "perfsuite.models.tf.vgg",
+        "perfsuite.models.tf.vit",
+        "perfsuite.models.tf.gpt2",
+        "perfsuite.models.tf.bert",
+        "perfsuite.models.tf.llama",
     ),
 }
 
@@ -60,40 +69,29 @@ def register_model(
     flops: float | None = None,
     num_classes: int = 1000,
     cpu_batch_size: int | None = None,
+    optimizer: str = "sgd",
     description: str = "",
 ) -> Callable:
-    """Register a model builder: ``@register_model("resnet50", framework="torch", ...)``.
+    """Register an image model builder: ``@register_model("resnet50", framework="torch", ...)``.
 
     The builder takes ``num_classes`` (a TensorFlow builder may also take ``image_size``)
-    and returns an untrained model of the framework. ``params`` and ``flops`` (forward FLOPs
-    per image) may be left out: the burst worker then counts and measures them.
-    Registering the same (framework, name) from the same builder again is a no-op, so a
-    module may be imported twice (conftest and worker) without complaint.
+    and returns an untrained model of the framework, from images to logits. ``params`` and
+    ``flops`` (forward FLOPs per image) may be left out: the burst worker then counts and
+    measures them. ``optimizer`` is what a burst trains it with: "sgd" (the CNNs) or
+    "adamw" (ViT). Registering the same (framework, name) from the same builder again is a
+    no-op, so a module may be imported twice (conftest and worker) without complaint.
     """
-    if framework not in FRAMEWORKS:
-        raise ModelError(f"framework must be one of {', '.join(FRAMEWORKS)}, not {framework!r}")
-    for what, value in (
-        ("image_size", image_size),
-        ("batch_size", batch_size),
-        ("params", params),
-        ("flops", flops),
-        ("num_classes", num_classes),
-        ("cpu_batch_size", cpu_batch_size),
-    ):
-        if value is None and what in ("params", "flops", "cpu_batch_size"):
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ModelError(f"model {name!r}: {what} must be a positive number, got {value!r}")
+    _check_framework(framework)
+    _check_positive(
+        name,
+        required={"image_size": image_size, "batch_size": batch_size, "num_classes": num_classes},
+        optional={"params": params, "flops": flops, "cpu_batch_size": cpu_batch_size},
+    )
+    _check_choice(name, "optimizer", optimizer, OPTIMIZERS)
 
     def decorate(fn: Callable) -> Callable:
-        module = fn.__module__
-        source = None
-        if module == "__main__" or not module.startswith("perfsuite."):
-            try:
-                source = str(Path(inspect.getfile(fn)).resolve())
-            except (TypeError, OSError):
-                source = None
-        info = ModelInfo(
+        return _register(
+            fn,
             name=name,
             framework=framework,
             image_size=image_size,
@@ -102,17 +100,135 @@ def register_model(
             params=params,
             flops=flops,
             num_classes=num_classes,
-            builder=f"{module}:{fn.__qualname__}",
-            source=source,
-            description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+            optimizer=optimizer,
+            description=description,
         )
-        old = _REGISTRY.get((framework, name))
-        if old is not None and old.builder != info.builder:
-            raise ModelError(f"model {name!r} for {framework} is already registered by {old.builder}")
-        _REGISTRY[(framework, name)] = info
-        return fn
 
     return decorate
+
+
+def register_token_model(
+    name: str,
+    *,
+    framework: str,
+    seq_len: int,
+    vocab_size: int,
+    batch_size: int,
+    objective: str,
+    layers: int,
+    heads: int,
+    head_dim: int,
+    embedding_params: int,
+    params: int | None = None,
+    cpu_batch_size: int | None = None,
+    cpu_seq_len: int | None = None,
+    optimizer: str = "adamw",
+    description: str = "",
+) -> Callable:
+    """Register a token model builder: ``@register_token_model("gpt2", framework="torch", ...)``.
+
+    The builder is called as ``builder(vocab_size=..., seq_len=...)`` and returns an
+    untrained model of the framework. In torch, an ``nn.Module`` whose forward takes int64
+    ids ``[batch, seq]`` and returns float logits ``[batch, seq, vocab]``; in TensorFlow,
+    a Keras model from int32 ids ``[batch, seq]`` to logits ``[batch, seq, vocab]``.
+
+    A burst trains it on the cross-entropy of the logits against targets, positions whose
+    target is -100 ignored. ``objective="causal"`` (a decoder): the targets are the ids
+    shifted by one, each position predicting the next token (the model masks the future
+    itself). ``objective="masked"`` (a masked LM): the targets are the original ids at the
+    masked positions and -100 elsewhere.
+
+    ``seq_len`` is the default sequence length on an accelerator, ``cpu_seq_len`` per CPU
+    worker (default: the smaller of ``seq_len`` and 128). ``layers``, ``heads`` (query
+    heads), ``head_dim`` and ``embedding_params`` give the FLOPs per token,
+    ``6 * (params - embedding_params) + 12 * layers * heads * head_dim * seq_len``
+    (``ModelInfo.train_flops_per_item`` says which embeddings to leave out). ``params``
+    may be left out: the burst worker then counts it.
+    """
+    _check_framework(framework)
+    _check_positive(
+        name,
+        required={
+            "seq_len": seq_len,
+            "vocab_size": vocab_size,
+            "batch_size": batch_size,
+            "layers": layers,
+            "heads": heads,
+            "head_dim": head_dim,
+        },
+        optional={"params": params, "cpu_batch_size": cpu_batch_size, "cpu_seq_len": cpu_seq_len},
+        integers=True,
+    )
+    _check_choice(name, "objective", objective, OBJECTIVES)
+    _check_choice(name, "optimizer", optimizer, OPTIMIZERS)
+    if isinstance(embedding_params, bool) or not isinstance(embedding_params, int) or embedding_params < 0:
+        raise ModelError(f"model {name!r}: embedding_params must be a whole number >= 0, got {embedding_params!r}")
+    if params is not None and embedding_params >= params:
+        raise ModelError(f"model {name!r}: embedding_params ({embedding_params}) must be below params ({params})")
+
+    def decorate(fn: Callable) -> Callable:
+        return _register(
+            fn,
+            name=name,
+            framework=framework,
+            image_size=None,
+            batch_size=batch_size,
+            cpu_batch_size=cpu_batch_size or max(1, batch_size // 16),
+            params=params,
+            flops=None,
+            num_classes=vocab_size,
+            optimizer=optimizer,
+            description=description,
+            workload="token",
+            seq_len=seq_len,
+            cpu_seq_len=cpu_seq_len or min(seq_len, 128),
+            vocab_size=vocab_size,
+            objective=objective,
+            layers=layers,
+            heads=heads,
+            head_dim=head_dim,
+            embedding_params=embedding_params,
+        )
+
+    return decorate
+
+
+def _check_framework(framework: str) -> None:
+    if framework not in FRAMEWORKS:
+        raise ModelError(f"framework must be one of {', '.join(FRAMEWORKS)}, not {framework!r}")
+
+
+def _check_positive(name: str, required: dict, optional: dict, integers: bool = False) -> None:
+    """Each figure a positive number (a whole one where ``integers``); an optional one may be None."""
+    kinds = (int,) if integers else (int, float)
+    for what, value in (*required.items(), *optional.items()):
+        if value is None and what in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+            article = "a positive whole number" if integers else "a positive number"
+            raise ModelError(f"model {name!r}: {what} must be {article}, got {value!r}")
+
+
+def _check_choice(name: str, what: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ModelError(f"model {name!r}: {what} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def _register(fn: Callable, **fields: Any) -> Callable:
+    module = fn.__module__
+    source = None
+    if module == "__main__" or not module.startswith("perfsuite."):
+        try:
+            source = str(Path(inspect.getfile(fn)).resolve())
+        except (TypeError, OSError):
+            source = None
+    fields["description"] = fields["description"] or (inspect.getdoc(fn) or "").split("\n")[0]
+    info = ModelInfo(builder=f"{module}:{fn.__qualname__}", source=source, **fields)
+    old = _REGISTRY.get((info.framework, info.name))
+    if old is not None and old.builder != info.builder:
+        raise ModelError(f"model {info.name!r} for {info.framework} is already registered by {old.builder}")
+    _REGISTRY[(info.framework, info.name)] = info
+    return fn
 
 
 def _load_builtins() -> None:

@@ -1,0 +1,75 @@
+"""A Llama-style decoder: Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat
+Models", at GPT-2 small's depth and width.
+
+RMSNorm before each sublayer, SwiGLU, rotary position embeddings, grouped-query attention
+(12 query heads, 4 key/value heads), no biases, no dropout, and an output layer apart from
+the token embedding: 124,668,672 parameters. The configuration is ``catalog.LlamaConfig``,
+shared with the Keras model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from perfsuite.models.catalog import LLAMA_SMALL, TOKEN_SHAPES, LlamaConfig, flops_structure
+from perfsuite.models.registry import register_token_model
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["LlamaConfig", "build", "llama"]
+
+
+def build(config: LlamaConfig, max_len: int = TOKEN_SHAPES["llama"]["seq_len"]) -> torch.nn.Module:
+    """The model, with rotary angles for sequences of up to ``max_len`` tokens."""
+    from torch import nn
+
+    from perfsuite.models.torch.transformer_layers import (
+        PreNormBlock,
+        Rotary,
+        SelfAttention,
+        SwiGLU,
+        init_normal,
+        residual_std,
+    )
+
+    c = config
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(c.vocab_size, c.d_model)
+            rotary = Rotary(c.head_dim, max_len, c.rope_theta)  # one table, every layer's
+            self.blocks = nn.ModuleList(
+                PreNormBlock(
+                    SelfAttention(c.d_model, c.heads, c.kv_heads, bias=False, causal=True, rotary=rotary),
+                    SwiGLU(c.d_model, c.d_ff),
+                    nn.RMSNorm(c.d_model, eps=c.eps),
+                    nn.RMSNorm(c.d_model, eps=c.eps),
+                )
+                for _ in range(c.layers)
+            )
+            self.norm = nn.RMSNorm(c.d_model, eps=c.eps)
+            self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            x = self.tok_embeddings(ids)
+            for block in self.blocks:
+                x = block(x)
+            return self.output(self.norm(x))
+
+    return init_normal(Llama(), c.init_std, residual_std(c.init_std, c.layers))
+
+
+@register_token_model(
+    "llama",
+    framework="torch",
+    **TOKEN_SHAPES["llama"],
+    objective="causal",
+    **flops_structure(LLAMA_SMALL),
+    params=124_668_672,
+)
+def llama(vocab_size: int = LLAMA_SMALL.vocab_size, seq_len: int = TOKEN_SHAPES["llama"]["seq_len"]) -> torch.nn.Module:
+    """Llama-style decoder, 124.7M: 12 layers, d 768, 12 heads, 4 KV heads, SwiGLU 2048, vocabulary 32,000."""
+    return build(dataclasses.replace(LLAMA_SMALL, vocab_size=vocab_size), max_len=seq_len)

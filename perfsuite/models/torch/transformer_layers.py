@@ -1,0 +1,167 @@
+"""Shared building blocks of the torch transformers (imported only inside builders).
+
+Attention goes through ``F.scaled_dot_product_attention``, so a GPU runs its fused kernels
+(flash, memory-efficient, cuDNN) and a CPU its flash kernel. A model keeps its blocks in an
+``nn.ModuleList`` named ``blocks``: sharding (FSDP2's ``fully_shard``) and activation
+checkpointing wrap one block at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention, grouped-query where ``kv_heads < heads``.
+
+    One fused projection makes the queries, keys and values (GPT-2's ``c_attn``; BERT's
+    three projections have the same parameters), ``proj`` mixes the heads back. Key/value
+    heads are repeated up to the query heads before the kernel, as the Llama reference and
+    torchtitan do, so every fused kernel accepts them.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        causal: bool = False,
+        rotary: Rotary | None = None,
+    ):
+        super().__init__()
+        self.heads, self.kv_heads = heads, kv_heads or heads
+        self.head_dim = d_model // heads
+        self.qkv = nn.Linear(d_model, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=bias)
+        self.proj = nn.Linear(heads * self.head_dim, d_model, bias=bias)
+        self.dropout, self.causal, self.rotary = dropout, causal, rotary
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+        )
+        q = q.view(batch, seq, self.heads, self.head_dim).transpose(1, 2)  # [batch, heads, seq, head_dim]
+        k = k.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        if self.kv_heads != self.heads:
+            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
+            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
+        )
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """The position-wise feed-forward layer: ``fc``, an activation, ``proj``."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff)
+        self.activation = activation
+        self.proj = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.activation(self.fc(x)))
+
+
+class SwiGLU(nn.Module):
+    """Shazeer 2020's SwiGLU feed-forward, without biases: ``proj(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=False)
+        self.up = nn.Linear(d_model, d_ff, bias=False)
+        self.proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.silu(self.gate(x)) * self.up(x))
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's GELU, the tanh approximation."""
+    return F.gelu(x, approximate="tanh")
+
+
+class PreNormBlock(nn.Module):
+    """``x + attn(norm1(x))``, then ``x + mlp(norm2(x))``: GPT-2, ViT, Llama.
+
+    Dropout on each residual branch (GPT-2's ``resid_pdrop``) when ``dropout`` > 0.
+    """
+
+    def __init__(self, attn: nn.Module, mlp: nn.Module, norm1: nn.Module, norm2: nn.Module, dropout: float = 0.0):
+        super().__init__()
+        self.norm1, self.attn, self.norm2, self.mlp = norm1, attn, norm2, mlp
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x)))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class PostNormBlock(nn.Module):
+    """``norm1(x + attn(x))``, then ``norm2(x + mlp(x))``: BERT (and the original Transformer)."""
+
+    def __init__(self, attn: nn.Module, mlp: nn.Module, norm1: nn.Module, norm2: nn.Module, dropout: float = 0.0):
+        super().__init__()
+        self.attn, self.norm1, self.mlp, self.norm2 = attn, norm1, mlp, norm2
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.drop(self.attn(x)))
+        return self.norm2(x + self.drop(self.mlp(x)))
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings (Su et al. 2021), the rotate-half form of Hugging Face's
+    Llama: the first and second halves of a head's features are rotated as pairs. One
+    instance, shared by every layer, holds the angles for up to ``max_len`` positions."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, max_len: int, theta: float = 10_000.0):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq).repeat(1, 2)
+        # Not parameters, and not saved: rebuilt from the config.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: [batch, heads, seq, head_dim]."""
+        seq = x.shape[-2]
+        cos, sin = self.cos[:seq].to(x.dtype), self.sin[:seq].to(x.dtype)
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def init_normal(model: nn.Module, std: float, residual_std: float | None = None) -> nn.Module:
+    """GPT-2's and BERT's initialisation: linear and embedding weights normal(0, ``std``),
+    biases zero, norms one; with ``residual_std``, the projections that end a residual
+    branch (each block's ``attn.proj`` and ``mlp.proj``) get that instead, so the residual
+    stream's variance does not grow with depth (GPT-2: ``std / sqrt(2 x layers)``)."""
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            ends_branch = name.startswith("blocks.") and name.endswith(".proj")
+            nn.init.normal_(m.weight, 0.0, residual_std if residual_std is not None and ends_branch else std)
+        elif isinstance(m, (nn.LayerNorm, nn.RMSNorm)) and m.weight is not None:
+            nn.init.ones_(m.weight)
+        bias = getattr(m, "bias", None)
+        if isinstance(bias, torch.Tensor) and isinstance(m, (nn.Linear, nn.LayerNorm)):
+            nn.init.zeros_(bias)
+    return model
+
+
+def residual_std(std: float, layers: int) -> float:
+    """GPT-2's scaled initialisation of the residual projections: two per block."""
+    return std / math.sqrt(2 * layers)

@@ -1,0 +1,151 @@
+"""The Keras transformers: sizes against published figures (the real built models), block
+names, causal masks, ViT's FLOPs as TensorFlow counts them, and a tiny config of each
+learning a fixed batch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import token_batches
+from suite_files import needs
+
+from perfsuite.models import registry
+from perfsuite.models.catalog import BertConfig, GPT2Config, LlamaConfig
+
+# TensorFlow is imported by the tests that need it, not at collection; the group keeps them
+# on one pytest-xdist worker with the other TensorFlow tests.
+pytestmark = [needs("tensorflow"), pytest.mark.xdist_group("tensorflow")]
+
+# Hugging Face's GPT2LMHeadModel and BertForMaskedLM for GPT2Config() and BertConfig()
+# (tied weights once), timm's vit_base_patch16_224; the Llama-style decoder's own count.
+PUBLISHED_PARAMS = {"gpt2": 124_439_808, "bert": 109_514_298, "llama": 124_668_672, "vit_b16": 86_567_656}
+VOCAB = 512
+SEQ = 32
+TINY = {
+    "gpt2": GPT2Config(layers=2, d_model=64, heads=4, d_ff=256, vocab_size=VOCAB, positions=64),
+    "bert": BertConfig(layers=2, d_model=64, heads=4, d_ff=256, vocab_size=VOCAB, positions=64),
+    "llama": LlamaConfig(layers=2, d_model=64, heads=4, kv_heads=2, d_ff=172, vocab_size=VOCAB),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(PUBLISHED_PARAMS))
+def full_size(request):
+    """One full-size model at a time, built for real (a CPU sequence length: the weights are the same)."""
+    import keras
+
+    keras.backend.clear_session()
+    info = registry.get_model("tf", request.param)
+    builder = registry.resolve_builder(info)
+    if info.workload == "image":
+        return info, builder(num_classes=info.num_classes)
+    return info, builder(vocab_size=info.vocab_size, seq_len=info.cpu_seq_len)
+
+
+def _tiny(name: str, seed: int = 0):
+    import importlib
+
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return importlib.import_module(f"perfsuite.models.tf.{name}").build(TINY[name], SEQ)
+
+
+def test_param_count(full_size):
+    info, model = full_size
+    assert model.count_params() == info.params == PUBLISHED_PARAMS[info.name]
+
+
+def test_blocks_are_named(full_size):
+    _, model = full_size
+    blocks = [layer.name for layer in model.layers if layer.name.startswith("block_")]
+    assert blocks == [f"block_{i}" for i in range(12)]
+
+
+def test_outputs(full_size):
+    info, model = full_size
+    if info.workload == "image":
+        assert model.output_shape == (None, info.num_classes)
+    else:
+        assert model.input.dtype == "int32"
+        assert model.output_shape == (None, info.cpu_seq_len, info.vocab_size)
+
+
+def test_vit_flops_as_tensorflow_counts_them():
+    """The figure registered for both frameworks (torch's FlopCounterMode's) is what the Keras
+    model's traced forward pass does: TensorFlow's profiler (the burst worker's counter) for
+    the convolution and the matmuls, and the einsums of attention, which it has no formula
+    for, counted here: 2 x the product of every index's size."""
+    import math
+
+    import keras
+    import tensorflow as tf
+
+    from perfsuite.worker.backends.tf.flops import forward_flops
+
+    keras.backend.clear_session()
+    info = registry.get_model("tf", "vit_b16")
+    model = registry.resolve_builder(info)(num_classes=info.num_classes)
+    graph = tf.function(lambda x: model(x, training=False)).get_concrete_function(tf.TensorSpec([1, 224, 224, 3])).graph
+    einsums = 0
+    for op in graph.get_operations():
+        if op.type == "Einsum":
+            terms = op.get_attr("equation").decode().split("->")[0].split(",")
+            sizes = {i: n for term, t in zip(terms, op.inputs) for i, n in zip(term, t.shape)}
+            einsums += 2 * math.prod(sizes.values())
+    assert info.flops == registry.get_model("torch", "vit_b16").flops
+    assert info.flops == pytest.approx(forward_flops(model, info.image_size) + einsums, rel=0.005)
+
+
+def _ids_and_changed():
+    import numpy as np
+
+    ids = np.random.default_rng(1).integers(0, VOCAB, (2, SEQ)).astype("int32")
+    changed = ids.copy()
+    changed[:, 20] = (ids[:, 20] + 1) % VOCAB
+    return ids, changed
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_decoder_never_sees_the_future(name):
+    import numpy as np
+
+    model = _tiny(name)
+    ids, changed = _ids_and_changed()
+    before, after = np.asarray(model(ids, training=False)), np.asarray(model(changed, training=False))
+    assert before.shape == (2, SEQ, VOCAB) and before.dtype == np.float32
+    np.testing.assert_allclose(before[:, :20], after[:, :20], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(before[:, 20:], after[:, 20:])
+
+
+def test_the_masked_lm_sees_both_ways():
+    import numpy as np
+
+    model = _tiny("bert")
+    ids, changed = _ids_and_changed()
+    assert not np.allclose(np.asarray(model(ids, training=False))[:, :20], np.asarray(model(changed))[:, :20])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_a_tiny_model_learns_a_fixed_batch(name):
+    """Starts near ln(vocabulary), as the initialisation promises, and falls well below it."""
+    import keras
+    import tensorflow as tf
+
+    model = _tiny(name)
+    objective = registry.get_model("tf", name).objective
+    ids, targets = (tf.constant(a, tf.int32) for a in token_batches.batch(objective, VOCAB, seq_len=SEQ))
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=-100)
+    optimizer = keras.optimizers.AdamW(learning_rate=3e-3)
+    optimizer.build(model.trainable_variables)
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(targets, model(ids, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    step = tf.function(step, autograph=False)  # traced as the burst worker's step is: a third of the time
+    losses = [float(step()) for _ in range(40)]
+    assert losses[0] == pytest.approx(math.log(VOCAB), rel=0.1)
+    assert losses[-1] < 0.5 * math.log(VOCAB), losses
