@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings, Scaling, Throughput
+from perfsuite.analysis.measurement import figure_of
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RankEntry, WorkerRecord
@@ -13,12 +14,20 @@ from perfsuite.contract.spec import BurstSpec
 
 
 def worker_record(
-    spec: BurstSpec, samples, *, flops: float | None = None, per_rank_ips: float | None = None, **fields
+    spec: BurstSpec,
+    samples,
+    *,
+    flops: float | None = None,
+    per_rank_ips: float | None = None,
+    model_fields: dict | None = None,
+    **fields,
 ) -> WorkerRecord:
-    """A record as a worker would write it for ``spec``, with the given window samples.
+    """A record as a worker would write it for ``spec``, with the given window samples (in the
+    spec's unit: tokens/s for a token model).
 
     ``per_rank_ips`` is one device's throughput: a torch rank drives one device, a
-    TensorFlow process (one entry per node) all of its node's devices.
+    TensorFlow process (one entry per node) all of its node's devices. ``model_fields`` go into
+    the ModelInfo (a token model's structure: params, embedding_params, layers, heads, head_dim).
     """
     samples = tuple(float(x) for x in samples)
     entries, per_entry = (spec.nodes, spec.devices) if spec.framework == "tf" else (spec.world_size, 1)
@@ -36,17 +45,22 @@ def worker_record(
         )
         for i in range(entries if per_rank_ips else 0)
     )
+    kind = dict(workload="token", image_size=None, seq_len=spec.seq_len, vocab_size=256) if spec.tokens else {}
     model = ModelInfo(
-        name=spec.model,
-        framework=spec.framework,
-        image_size=fields.pop("model_image_size", spec.image_size),
-        batch_size=spec.batch_size,
-        cpu_batch_size=spec.batch_size,
-        params=None,
-        flops=flops,
-        num_classes=10,
-        builder="tests:none",
-        source=None,
+        **{
+            "name": spec.model,
+            "framework": spec.framework,
+            "image_size": fields.pop("model_image_size", spec.image_size),
+            "batch_size": spec.batch_size,
+            "cpu_batch_size": spec.batch_size,
+            "params": None,
+            "flops": flops,
+            "num_classes": 10,
+            "builder": "tests:none",
+            "source": None,
+            **kind,
+            **(model_fields or {}),
+        }
     )
     base = dict(
         spec=spec,
@@ -94,7 +108,7 @@ def judged(
     throughput = None
     figure = stats.median(baseline["samples"]) if baseline and baseline.get("samples") else None
     if figure is None and baseline:
-        figure = baseline.get("images_per_sec")
+        figure = figure_of(baseline)
     found = (verdict, baseline, memory, attribution, note)
     if any(x is not None for x in found) or diagnosis:
         throughput = Findings(

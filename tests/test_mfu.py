@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from records import worker_record
 
 from perfsuite.analysis import mfu
+from perfsuite.contract.record import CpuFacts
 from perfsuite.contract.spec import BurstSpec
 
 
@@ -135,11 +136,12 @@ def test_fields_ieee_fp32_uses_the_fp32_peak():
     assert f["mfu_precision"] == "fp32" and f["peak_tflops"] == 19.5
 
 
-def test_fields_on_cpu_report_achieved_but_no_mfu():
+def test_fields_on_cpu_without_its_facts_report_achieved_but_no_mfu():
     spec = BurstSpec(framework="torch", model="cifar10", image_size=24)
     f = mfu.fields(record("cpu", fp32_math=None, flops=3.69e7, image_size=24), spec, 500)
     assert f["achieved_tflops"] == pytest.approx(3 * 3.69e7 * 500 / 1e12)
-    assert f["peak_tflops"] is None and f["mfu"] is None and f["mfu_precision"] is None
+    assert f["peak_tflops"] is None and f["mfu"] is None and f["mfu_precision"] == "fp32"
+    assert f["mfu_note"] is None  # a record without the CPU's facts claims nothing
 
 
 def test_fields_without_evidence():
@@ -171,3 +173,154 @@ def test_mfu_is_achieved_over_world_peak(device, world, ips, precision):
         return
     assert f["mfu"] == pytest.approx(f["achieved_tflops"] / f["peak_tflops"])
     assert f["peak_tflops"] == pytest.approx(world * mfu.lookup(device).tflops[f["mfu_precision"]])
+
+
+# -- token models: FLOPs per token ----------------------------------------------------------
+
+# A small decoder: 6N + 12LHQT per token, N the parameters less the embeddings only looked up.
+DECODER = dict(params=1_000_000, embedding_params=200_000, layers=2, heads=4, head_dim=16)
+
+
+def token_spec(**changes):
+    return BurstSpec(framework="torch", model="gpt2", device_kind="cuda", seq_len=128).replace(**changes)
+
+
+def token_record(spec, **fields):
+    return worker_record(spec, [1.0] * 5, model_fields=DECODER, device_name="NVIDIA H100 80GB HBM3", **fields)
+
+
+def test_a_token_models_achieved_flops_are_its_tokens_times_6n_plus_attention():
+    spec = token_spec()
+    f = mfu.fields(token_record(spec, fp32_math="ieee"), spec, 50_000)
+    per_token = 6 * 800_000 + 12 * 2 * 4 * 16 * 128
+    assert f["achieved_tflops"] == pytest.approx(per_token * 50_000 / 1e12)
+    assert f["peak_tflops"] == 66.9 and f["mfu"] == pytest.approx(f["achieved_tflops"] / 66.9)
+
+
+def test_a_token_models_flops_follow_its_sequence_length_and_inference_counts_one_forward():
+    short, long = token_spec(seq_len=64), token_spec(seq_len=1024)
+    per_token = {s.seq_len: mfu.flops_per_item(token_record(s).model, s) for s in (short, long)}
+    assert per_token[1024] - per_token[64] == 12 * 2 * 4 * 16 * (1024 - 64)
+    infer = short.replace(mode="infer")
+    assert mfu.flops_per_item(token_record(infer).model, infer) == pytest.approx(2 * 800_000 + 4 * 2 * 4 * 16 * 64)
+
+
+def test_an_image_models_flops_are_unchanged_and_a_mismatched_kind_has_none():
+    image = gpu_spec()
+    assert mfu.flops_per_item(record("NVIDIA L4").model, image) == 3 * 4e9
+    assert mfu.flops_per_item(record("NVIDIA L4").model, image.replace(mode="infer")) == 4e9
+    # an image model's record read against a token spec (or the reverse) counts nothing
+    assert mfu.flops_per_item(record("NVIDIA L4").model, token_spec()) is None
+    assert mfu.flops_per_item(token_record(token_spec()).model, image) is None
+    # a token model registered without its structure: its FLOPs are not known
+    bare = worker_record(token_spec(), [1.0])
+    assert mfu.fields(bare, token_spec(), 1000)["achieved_tflops"] is None
+
+
+# -- CPU workers: the peak per core and cycle ------------------------------------------------
+
+
+def cpu_record(spec, cpu, dtype="float32", flops=1e9):
+    return worker_record(spec, [1.0] * 5, flops=flops, precision_dtype=dtype, cpu=cpu)
+
+
+def cpu_spec(**changes):
+    return BurstSpec(framework="torch", model="resnet50", devices=2, threads=2).replace(**changes)
+
+
+def facts(vendor="intel", family="6", isa="avx512", mhz=2000.0, cores=4, matmul=None, source="cpufreq max"):
+    return CpuFacts(vendor, family, isa, mhz, source if mhz else None, cores, matmul_isa=matmul)
+
+
+@pytest.mark.parametrize(
+    "cpu, per_cycle, entry",
+    [
+        (facts(), 64, "Intel AVX-512, two FMA units"),
+        (facts(isa="amx"), 64, "Intel AVX-512, two FMA units"),  # an AMX Xeon's fp32 runs on AVX-512
+        (facts(vendor="amd", family="25"), 32, "AMD Zen 4, AVX-512"),
+        (facts(vendor="amd", family="26"), 64, "AMD Zen 5, AVX-512"),
+    ],
+)
+def test_fp32_on_cpu_workers_is_flops_per_cycle_times_clock_and_cores(cpu, per_cycle, entry):
+    spec = cpu_spec()
+    f = mfu.fields(cpu_record(spec, cpu), spec, 100)
+    assert f["mfu_precision"] == "fp32" and f["mfu_note"] is None
+    assert f["peak_tflops"] == pytest.approx(per_cycle * 2000e6 * 4 / 1e12)
+    assert f["achieved_tflops"] == pytest.approx(3 * 1e9 * 100 / 1e12)
+    assert f["mfu"] == pytest.approx(f["achieved_tflops"] / f["peak_tflops"])
+    assert f["peak_device"] == f"{entry} at 2000 MHz (cpufreq max) x 4 cores"
+
+
+@pytest.mark.parametrize(
+    "precision, dtype, expected",
+    [("fp32", "float32", "fp32"), ("tf32", "float32", "fp32"), ("amp", "bfloat16", "bf16"), ("amp", None, "bf16"),
+     ("bf16", "bfloat16", "bf16"), ("fp16", "float16", "fp16")],
+)  # fmt: skip
+def test_the_precision_a_cpu_ran_in(precision, dtype, expected):
+    assert mfu.cpu_precision(precision, dtype) == expected
+
+
+def test_bf16_where_amx_ran_has_amxs_peak():
+    spec = cpu_spec(precision="bf16")
+    f = mfu.fields(cpu_record(spec, facts(isa="amx", matmul="amx"), dtype="bfloat16"), spec, 100)
+    assert f["mfu_precision"] == "bf16" and f["peak_device"].startswith("Intel AMX-BF16")
+    assert f["peak_tflops"] == pytest.approx(1024 * 2000e6 * 4 / 1e12) and f["mfu"] is not None
+    amp = cpu_spec(precision="amp")  # amp on a CPU autocasts to bf16
+    assert mfu.fields(cpu_record(amp, facts(isa="amx", matmul="amx"), dtype="bfloat16"), amp, 100)["mfu"] is not None
+
+
+@pytest.mark.parametrize(
+    "matmul, note",
+    [
+        ("avx512_core_bf16", "bf16 ran on avx512_core_bf16, not all AMX"),
+        ("amx, gemm:jit", "bf16 ran on amx, gemm:jit, not all AMX"),  # some kernels on AMX, some not
+        (None, "AMX use not checked"),
+    ],
+)
+def test_bf16_where_amx_did_not_run_or_was_not_seen_has_no_peak_and_says_why(matmul, note):
+    spec = cpu_spec(precision="bf16")
+    f = mfu.fields(cpu_record(spec, facts(isa="amx", matmul=matmul), dtype="bfloat16"), spec, 100)
+    assert f["peak_tflops"] is None and f["mfu"] is None and f["achieved_tflops"] is not None
+    assert f["mfu_note"] == note
+
+
+@pytest.mark.parametrize(
+    "cpu, precision, note",
+    [
+        (facts(isa=None), "fp32", "no fp32 peak for intel ISA unknown"),
+        (facts(isa="avx2"), "fp32", "no fp32 peak for intel avx2"),
+        (facts(vendor="amd", family="25", isa="avx2"), "fp32", "no fp32 peak for amd avx2"),  # Zen 3
+        (facts(vendor=None, family=None, isa=None), "fp32", "no fp32 peak for this CPU ISA unknown"),
+        (facts(isa="avx512"), "bf16", "no bf16 peak for intel avx512"),  # no AMX: bf16 is not tabled
+        (facts(mhz=None), "fp32", "clock unknown"),
+        (facts(isa="amx", matmul="amx", mhz=None), "bf16", "clock unknown"),
+    ],
+)
+def test_an_unknown_isa_or_clock_has_no_mfu_and_says_why(cpu, precision, note):
+    spec = cpu_spec(precision=precision)
+    f = mfu.fields(cpu_record(spec, cpu, dtype="bfloat16" if precision == "bf16" else "float32"), spec, 100)
+    assert f["peak_tflops"] is None and f["mfu"] is None and f["peak_device"] is None
+    assert f["mfu_note"] == note and f["achieved_tflops"] is not None
+
+
+def test_every_cpu_entry_has_a_source_and_a_dense_figure():
+    for entry in mfu.CPU_PEAKS:
+        assert entry.source and entry.flops_per_cycle > 0 and entry.precision in mfu.PRECISIONS
+        assert "Optimization" in entry.source  # the vendors' optimisation manuals
+
+
+@given(st.floats(500, 6000), st.integers(1, 256), st.integers(1, 8), st.sampled_from(["intel", "amd"]))
+def test_a_cpu_peak_is_linear_in_clock_cores_and_nodes(mhz, cores, nodes, vendor):
+    spec = cpu_spec(nodes=nodes)
+    cpu = facts(vendor=vendor, family="6" if vendor == "intel" else "25", mhz=mhz, cores=cores)
+    f = mfu.fields(cpu_record(spec, cpu), spec, 100)
+    per_cycle = 64 if vendor == "intel" else 32
+    assert f["peak_tflops"] == pytest.approx(per_cycle * mhz * 1e6 * cores * nodes / 1e12)
+
+
+def test_a_gpu_without_a_peak_says_why():
+    assert mfu.fields(record("NVIDIA Mystery"), gpu_spec(), 1000)["mfu_note"] == "GPU not in the peak table"
+    assert mfu.fields(record("NVIDIA A100-SXM4-40GB MIG 1g.5gb"), gpu_spec(), 1000)["mfu_note"] == "a MIG slice"
+    bf16 = mfu.fields(record("Tesla M40 24GB", dtype="bfloat16"), gpu_spec(precision="bf16"), 1000)
+    assert bf16["mfu_note"] == "no bf16 peak for M40"
+    assert mfu.fields(record("NVIDIA L4"), gpu_spec(), 1000)["mfu_note"] is None

@@ -1,20 +1,39 @@
 """What a burst measured, and any rerun pooled with it: immutable, so a figure once judged
 cannot change behind its verdict's back. A rerun makes a new Measurement (``pooled_with``);
 the verdicts on the old one stand on the old one.
+
+A throughput is in its burst's unit: img/s for an image model, tokens/s for a token model. The
+attribute stays ``images_per_sec`` for both; what a person or a program reads names it by its
+unit (``throughput_name``): ``images_per_sec`` or ``tokens_per_sec``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import stats
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
-from perfsuite.contract.spec import BurstSpec
+from perfsuite.contract.spec import UNITS, BurstSpec
 
 if TYPE_CHECKING:
     from perfsuite.contract.op_profile import OpProfile
+
+IMAGES_PER_SEC, TOKENS_PER_SEC = "images_per_sec", "tokens_per_sec"
+
+
+def throughput_name(unit: str) -> str:
+    """What records call a throughput in ``unit``: images_per_sec (img/s) or tokens_per_sec (tokens/s)."""
+    return TOKENS_PER_SEC if unit == UNITS[1] else IMAGES_PER_SEC
+
+
+def figure_of(data: Mapping[str, Any], prefix: str = "") -> Any:
+    """The throughput a results row or a baseline entry holds under either name (``prefix``:
+    "baseline_" for a row's baseline figure), as it is stored; None where it holds none."""
+    value = data.get(prefix + IMAGES_PER_SEC)
+    return value if value is not None else data.get(prefix + TOKENS_PER_SEC)
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,16 @@ class Measurement:
     @property
     def interval(self) -> tuple[float, float] | None:
         return stats.median_ci(self.samples) if self.samples else None
+
+    @property
+    def unit(self) -> str:
+        return self.spec.unit
+
+    @property
+    def sequences_per_sec(self) -> float | None:
+        """A token model's throughput in sequences: tokens/s over the sequence length; None for an image model."""
+        ips = self.images_per_sec
+        return ips / self.spec.seq_len if ips is not None and self.spec.tokens else None
 
     @property
     def peak_memory_bytes(self) -> int | None:

@@ -1,10 +1,17 @@
 """Model FLOPs utilisation: the training FLOP/s a burst achieved over its devices' peak.
 
-Achieved FLOP/s count the model's own arithmetic (3 x the registry's forward FLOPs per
-image: the backward pass costs about twice the forward), not what the kernels executed,
-so recomputation or padding never inflate it. The peak is the vendor's dense
-(non-sparse) figure for the precision the convolutions actually ran in, times the
-number of devices. CPU workers get achieved FLOP/s but no MFU: no peak is tabled.
+Achieved FLOP/s count the model's own arithmetic, not what the kernels executed, so
+recomputation or padding never inflate it: the throughput times the model's training FLOPs
+per item (``ModelInfo.train_flops_per_item``): 3 x the registry's forward FLOPs per image for
+an image model (the backward pass costs about twice the forward), 6N + 12LHQT per token for a
+token model; an inference burst counts one forward pass, a third of that. The peak is the
+vendor's dense (non-sparse) figure for the precision the kernels actually ran in, times the
+number of devices.
+
+On CPU workers the peak is per core and cycle (``CPU_PEAKS``, from the CPU's vendor, family
+and ISA the worker recorded), times the clock it read and the cores the burst computed on.
+Where that cannot be known (an ISA or precision with no tabled figure, bf16 whose matrix
+kernels did not run on AMX, no clock) the row has no MFU and ``mfu_note`` says why.
 """
 
 from __future__ import annotations
@@ -14,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from perfsuite.common.numbers import finite
-from perfsuite.contract.record import WorkerRecord
+from perfsuite.contract import model_info
+from perfsuite.contract.model_info import ModelInfo
+from perfsuite.contract.record import CpuFacts, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward (gradients of activations and of weights)
+TRAIN_FLOPS_PER_FORWARD = model_info.TRAIN_FLOPS_PER_FORWARD  # forward + backward
 
 
 def flops_per_forward(mode: str) -> int:
@@ -169,6 +178,23 @@ def achieved_tflops(flops_per_image: float, images_per_sec: float, mode: str = "
     return flops_per_forward(mode) * flops_per_image * images_per_sec / 1e12
 
 
+def flops_per_item(model: ModelInfo, spec: BurstSpec) -> float | None:
+    """The model FLOPs of one image or one token of ``spec``'s burst: training's, or one forward
+    pass for inference; None where they are not known.
+
+    An image model's registered FLOPs hold at its own image size only; a token model's are
+    counted at the burst's sequence length.
+    """
+    if spec.tokens != (model.workload == "token"):
+        return None  # a record of the other workload kind: its FLOPs count other items
+    if not spec.tokens and model.image_size != spec.image_size:
+        return None
+    train = model.train_flops_per_item(spec.seq_len if spec.tokens else None)
+    if not _positive(train):
+        return None
+    return train if spec.mode != "infer" else train / TRAIN_FLOPS_PER_FORWARD
+
+
 def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, GpuPeak | None, str]:
     """(dense peak of one device, its table entry, the precision that peak is for).
 
@@ -182,11 +208,121 @@ def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, 
     return entry.tflops.get(precision), entry, precision
 
 
-def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float | None) -> dict[str, Any]:
-    """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision, peak_device.
+# -- CPU workers ----------------------------------------------------------------------------
 
-    ``images_per_sec`` is the burst's throughput over all devices; the peak is one
-    device's times ``spec.world_size``.
+
+@dataclass(frozen=True)
+class CpuPeak:
+    """FLOPs per core per cycle of one precision on one kind of CPU, dense, as its vendor gives them."""
+
+    name: str
+    vendor: str  # as CpuFacts names it: "intel", "amd"
+    families: tuple[str, ...]  # CPU family numbers, as /proc/cpuinfo gives them
+    isas: tuple[str, ...]  # the widest ISA the CPU reports (an AMX CPU has AVX-512 too)
+    precision: str
+    flops_per_cycle: int  # per core: FMA units x lanes x 2
+    source: str
+
+    def matches(self, cpu: CpuFacts, precision: str) -> bool:
+        same = (cpu.vendor, precision) == (self.vendor, self.precision)
+        return same and cpu.family in self.families and cpu.isa in self.isas
+
+
+_INTEL_MANUAL = "Intel 64 and IA-32 Architectures Optimization Reference Manual"
+# A Xeon with one 512-bit FMA unit (some Bronze, Silver and Gold 5xxx parts) does half the
+# fp32 figure; cpuinfo does not tell the two apart, so its MFU would read half the truth.
+CPU_PEAKS: tuple[CpuPeak, ...] = (
+    CpuPeak(
+        "Intel AMX-BF16",
+        "intel",
+        ("6",),
+        ("amx",),
+        "bf16",
+        1024,
+        f"{_INTEL_MANUAL}, Intel AMX: 1,024 BF16 operations per cycle per core (4th Gen Xeon Scalable on)",
+    ),
+    CpuPeak(
+        "Intel AVX-512, two FMA units",
+        "intel",
+        ("6",),
+        ("amx", "avx512"),
+        "fp32",
+        64,
+        f"{_INTEL_MANUAL}, Intel AVX-512: two 512-bit FMA units, 2 x 16 fp32 multiply-adds per cycle per core",
+    ),
+    CpuPeak(
+        "AMD Zen 4, AVX-512",
+        "amd",
+        ("25",),
+        ("avx512",),
+        "fp32",
+        32,
+        "Software Optimization Guide for the AMD Zen4 Microarchitecture: AVX-512 runs on two 256-bit FMA "
+        "pipes, 2 x 8 fp32 multiply-adds per cycle per core",
+    ),
+    CpuPeak(
+        "AMD Zen 5, AVX-512",
+        "amd",
+        ("26",),
+        ("avx512",),
+        "fp32",
+        64,
+        "Software Optimization Guide for the AMD Zen5 Microarchitecture: two 512-bit FMA pipes, "
+        "2 x 16 fp32 multiply-adds per cycle per core",
+    ),
+)
+AMX = "amx"
+
+
+def cpu_precision(precision: str | None, precision_dtype: str | None) -> str:
+    """The precision a CPU burst's matrix kernels ran in: fp32 (TF32 is a GPU's), or the dtype the
+    worker recorded (amp on a CPU autocasts to bf16)."""
+    if precision in ("amp", "fp16", "bf16"):
+        dtype = {"float16": "fp16", "bfloat16": "bf16"}.get(precision_dtype or "")
+        return dtype or ("bf16" if precision == "amp" else precision)
+    return "fp32"
+
+
+def cpu_peak(cpu: CpuFacts | None, precision: str) -> tuple[CpuPeak | None, str | None]:
+    """(the table entry for this CPU and precision, None) where its peak is known, else (None, why
+    not); (None, None) for a record without the CPU's facts (a worker that did not read them)."""
+    if cpu is None:
+        return None, None
+    entry = next((p for p in CPU_PEAKS if p.matches(cpu, precision)), None)
+    if entry is None:
+        what = cpu.isa or "ISA unknown"
+        return None, f"no {precision} peak for {cpu.vendor or 'this CPU'} {what}"
+    if entry.precision == "bf16" and cpu.matmul_isa != AMX:
+        ran = cpu.matmul_isa
+        return None, "AMX use not checked" if ran is None else f"bf16 ran on {ran}, not all AMX"
+    if not _positive(cpu.clock_mhz):
+        return None, "clock unknown"
+    return entry, None
+
+
+def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any]) -> None:
+    precision = cpu_precision(spec.precision, record.precision_dtype)
+    out["mfu_precision"] = precision
+    entry, why = cpu_peak(record.cpu, precision)
+    cpu = record.cpu
+    if entry is None or cpu is None or cpu.clock_mhz is None:
+        out["mfu_note"] = why
+        return
+    cores = cpu.cores * spec.nodes  # each node's workers on the same hardware (one fingerprint)
+    out["peak_tflops"] = entry.flops_per_cycle * cpu.clock_mhz * 1e6 * cores / 1e12
+    out["peak_device"] = f"{entry.name} at {cpu.clock_mhz:.0f} MHz ({cpu.clock_source}) x {cores} cores"
+
+
+# -- a results row's MFU fields --------------------------------------------------------------
+
+
+def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float | None) -> dict[str, Any]:
+    """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision,
+    peak_device and mfu_note (why there is no peak, where there is none).
+
+    ``images_per_sec`` is the burst's throughput over all devices, in its unit (tokens/s for a
+    token model); the peak is one device's times ``spec.world_size``, or on CPU workers the
+    cores' of every node.
     """
     out: dict[str, Any] = {
         "achieved_tflops": None,
@@ -194,26 +330,35 @@ def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float |
         "mfu": None,
         "mfu_precision": None,
         "peak_device": None,
+        "mfu_note": None,
     }
     if not record:
         return out
-    flops = record.model.flops
-    # The registry's FLOPs are at the model's own image size; another size changes them.
-    same_size = record.model.image_size == spec.image_size
-    if _positive(flops) and _positive(images_per_sec) and same_size:
-        out["achieved_tflops"] = achieved_tflops(float(flops), float(images_per_sec), getattr(spec, "mode", "train"))
+    per_item = flops_per_item(record.model, spec)
+    if per_item is not None and _positive(images_per_sec):
+        out["achieved_tflops"] = per_item * float(images_per_sec) / 1e12
     if spec.device_kind != "cuda":
-        return out
+        _cpu_peak_fields(record, spec, out)
+    else:
+        _gpu_peak_fields(record, spec, out)
+    if out["achieved_tflops"] is not None and out["peak_tflops"] is not None:
+        out["mfu"] = out["achieved_tflops"] / out["peak_tflops"]
+    return out
+
+
+def _gpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any]) -> None:
     precision = compute_precision(spec.precision, record.precision_dtype, record.fp32_math)
     peak, entry, precision = peak_tflops(record.device_name, precision)
     out["mfu_precision"] = precision
-    if peak is None or entry is None:
-        return out
+    if entry is None:
+        mig = re.search(r"\bMIG\b", record.device_name or "")
+        out["mfu_note"] = "a MIG slice" if mig else "GPU not in the peak table"
+        return
+    if peak is None:
+        out["mfu_note"] = f"no {precision} peak for {entry.name}"
+        return
     out["peak_device"] = entry.name
     out["peak_tflops"] = peak * spec.world_size
-    if out["achieved_tflops"] is not None:
-        out["mfu"] = out["achieved_tflops"] / out["peak_tflops"]
-    return out
 
 
 def _positive(x: object) -> TypeGuard[float]:

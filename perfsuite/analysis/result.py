@@ -77,7 +77,7 @@ class BurstResult:
 
     @property
     def baseline_images_per_sec(self) -> float | None:
-        """The baseline figure the throughput verdict compared with."""
+        """The baseline figure the throughput verdict compared with, in the burst's unit."""
         found = self.throughput.throughput if self.throughput is not None else None
         return found.baseline if found is not None else None
 
@@ -213,6 +213,15 @@ class BurstResult:
     @property
     def images_per_sec(self) -> float | None:
         return self.measurement.images_per_sec
+
+    @property
+    def sequences_per_sec(self) -> float | None:
+        return self.measurement.sequences_per_sec
+
+    @property
+    def unit(self) -> str:
+        """The unit of its throughput figures: "img/s" or "tokens/s"."""
+        return self.measurement.unit
 
     @property
     def interval(self) -> tuple[float, float] | None:
