@@ -27,7 +27,7 @@ from perfsuite.analysis.attribution import Attribution
 from perfsuite.analysis.bisect_hint import bisect_command
 from perfsuite.analysis.changes import ChangePoint, Drift
 from perfsuite.analysis.diagnosis import Diagnosis
-from perfsuite.analysis.measurement import Measurement
+from perfsuite.analysis.measurement import Measurement, figure_of
 from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.peer_check import FleetCheck, Peers, fleet_check
 from perfsuite.common.numbers import fixed
@@ -544,9 +544,9 @@ def _attribution(m: Measurement, entry: Mapping[str, Any]) -> tuple[Attribution 
     profile = m.op_profile
     if profile is None:
         return None, None
-    images = m.spec.batch_size * m.spec.world_size
+    images = m.spec.batch_size * m.spec.world_size * m.spec.items_per_sample  # a token model's: tokens
     now_ms = 1000 * images / m.images_per_sec if m.images_per_sec else None
-    base_ips = _number(entry.get("images_per_sec"))
+    base_ips = _number(figure_of(entry))
     base_ms = 1000 * images / base_ips if base_ips else None
     return attribution.attribute(base, profile, base_ms, now_ms), None
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from perfsuite.analysis.measurement import throughput_name
 from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
@@ -75,6 +76,19 @@ def _versions(frameworks: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(frameworks.items())) or "-"
 
 
+def _units(rows: list[dict[str, Any]]) -> tuple[str, bool]:
+    """(what the throughput columns are headed by, whether each figure says its unit): the entries'
+    one unit, else "throughput" with "img/s" or "tokens/s" after every figure."""
+    units = {e["unit"] for e in rows}
+    return (units.pop(), False) if len(units) == 1 else ("throughput", True)
+
+
+def _figure(e: dict[str, Any], prefix: str, mixed: bool) -> str:
+    """The row's figure (``prefix`` "", "old_" or "new_"), with its unit where ``mixed``; "-" where none."""
+    figure = e[prefix + throughput_name(e["unit"])]
+    return _fmt(figure, ".4g") + (f" {e['unit']}" if mixed and figure is not None else "")
+
+
 def _show(args: argparse.Namespace) -> int:
     info = summarize(_load(_this_machine(args.file)))
     if args.json:
@@ -87,22 +101,24 @@ def _show(args: argparse.Namespace) -> int:
     print(f"frameworks: {_versions(info['frameworks'])}")
     if not n:
         return 0
-    header = ("key", "img/s", "95% CI", "run spread", "scaling eff", "tolerance", "saved", "history", "trend")
+    named, mixed = _units(info["entries"])
+    header = ("key", named, "95% CI", "run spread", "scaling eff", "tolerance", "saved", "history", "trend")
     rows = []
     for e in info["entries"]:
         known = e["ci_low"] is not None and e["ci_high"] is not None
         ci = f"{fixed(e['ci_low'])}-{fixed(e['ci_high'])}" if known else "-"
         when = as_date(e["date"])
+        history = e["history_" + throughput_name(e["unit"])]
         trend = "-"
-        if e["history_images_per_sec"]:
-            recent = [fixed(v) for v in e["history_images_per_sec"][-TREND_POINTS:]]
-            trend = " > ".join([*recent, _fmt(e["images_per_sec"], ".4g")])
+        if history:
+            recent = [fixed(v) for v in history[-TREND_POINTS:]]
+            trend = " > ".join([*recent, _figure(e, "", False)])
             if e["change_since_oldest"] is not None:
                 trend += f" ({e['change_since_oldest']:+.1%} since oldest)"
         rows.append(
             (
                 e["key"],
-                _fmt(e["images_per_sec"], ".4g"),
+                _figure(e, "", mixed),
                 ci,
                 _fmt(e["run_spread"], ".1%"),
                 _fmt(e["scaling_efficiency"], ".1%"),
@@ -132,10 +148,11 @@ def _diff(args: argparse.Namespace) -> int:
     if d["old_frameworks"] != d["new_frameworks"]:
         print(f"note: framework versions {_versions(d['old_frameworks'])} -> {_versions(d['new_frameworks'])}")
     if d["both"]:
+        named, mixed = _units(d["both"])
         header = (
             "key",
-            "old img/s",
-            "new img/s",
+            f"old {named}",
+            f"new {named}",
             "change",
             "old eff",
             "new eff",
@@ -145,8 +162,8 @@ def _diff(args: argparse.Namespace) -> int:
         rows = [
             (
                 e["key"],
-                _fmt(e["old_images_per_sec"], ".4g"),
-                _fmt(e["new_images_per_sec"], ".4g"),
+                _figure(e, "old_", mixed),
+                _figure(e, "new_", mixed),
                 _fmt(e["change"], "+.1%"),
                 _fmt(e["old_scaling_efficiency"], ".1%"),
                 _fmt(e["new_scaling_efficiency"], ".1%"),

@@ -3,6 +3,11 @@
 Saving must never lose data: a file that cannot be read is never overwritten, other
 entries are kept as they were, and writes are atomic under a lock shared by every
 pytest session that touches the same file.
+
+An entry's figures are in its key's unit (``perfsuite.contract.spec.unit_of_key``): an image
+model's entry holds its throughput as ``images_per_sec``, a token model's as ``tokens_per_sec``;
+``samples``, ``ci_low``, ``ci_high``, ``run_medians`` and the history's figures are in the
+same unit. ``throughput`` reads either.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.analysis import memory, stats
+from perfsuite.analysis.measurement import IMAGES_PER_SEC, TOKENS_PER_SEC, figure_of, throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import atomic_write, cache_root, shown_path
 from perfsuite.common.hardware import Fingerprint, describe_cpu
@@ -29,7 +35,8 @@ from perfsuite.common.numbers import finite
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 20
 HISTORY_FIELDS = (
-    "images_per_sec",
+    IMAGES_PER_SEC,
+    TOKENS_PER_SEC,  # a token model's entry: the one it has of the two
     "ci_low",
     "ci_high",
     "scaling_efficiency",
@@ -55,6 +62,12 @@ class BaselineFile:
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self.entries.get(key)
+
+
+def throughput(entry: dict[str, Any]) -> float | None:
+    """An entry's throughput (or a history item's), in its key's unit; None where it holds no number."""
+    value = figure_of(entry)
+    return float(value) if finite(value) else None
 
 
 def baseline_path(baseline_dir: Path, fp: Fingerprint) -> Path:
@@ -183,7 +196,7 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
     assert record is not None and interval is not None, f"{result.id} has no measurement to save"
     lo, hi = interval
     entry = {
-        "images_per_sec": result.images_per_sec,
+        throughput_name(result.unit): result.images_per_sec,
         "ci_low": lo,
         "ci_high": hi,
         "samples": result.samples,

@@ -1,5 +1,9 @@
 """What a baseline file says, read for people: one row per entry, two files compared entry by
-entry, and which entries a prune removes. ``python -m perfsuite baseline`` prints these."""
+entry, and which entries a prune removes. ``python -m perfsuite baseline`` prints these.
+
+Each row says its ``unit`` (its key's: img/s, or tokens/s for a token model) and names its
+figures by it, as the entries do: ``images_per_sec`` or ``tokens_per_sec`` (``history_…``,
+``old_…``, ``new_…``)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from perfsuite.analysis import stats
+from perfsuite.analysis.measurement import throughput_name
 from perfsuite.common import hardware
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.store import baseline
 
 
@@ -51,7 +57,7 @@ def _history_ips(entry: dict[str, Any]) -> list[float]:
     history = entry.get("history")
     if not isinstance(history, list):
         return []
-    values = (as_number(h.get("images_per_sec")) for h in history if isinstance(h, dict))
+    values = (baseline.throughput(h) for h in history if isinstance(h, dict))
     return [v for v in values if v is not None]
 
 
@@ -61,14 +67,17 @@ def summarize(bf: baseline.BaselineFile) -> dict[str, Any]:
     rows = []
     for key in sorted(bf.entries):
         entry = bf.entries[key]
-        ips = as_number(entry.get("images_per_sec"))
+        ips = baseline.throughput(entry)
         medians = _numbers(entry.get("run_medians"))
         history = _history_ips(entry)
         oldest = history[0] if history else None
+        unit = unit_of_key(key)
+        name = throughput_name(unit)
         rows.append(
             {
                 "key": key,
-                "images_per_sec": ips,
+                "unit": unit,
+                name: ips,
                 "ci_low": as_number(entry.get("ci_low")),
                 "ci_high": as_number(entry.get("ci_high")),
                 "run_spread": stats.run_spread(medians) if len(medians) >= 2 else None,
@@ -77,7 +86,7 @@ def summarize(bf: baseline.BaselineFile) -> dict[str, Any]:
                 "date": entry.get("date"),
                 "git_commit": entry.get("git_commit"),
                 "history_points": len(entry["history"]) if isinstance(entry.get("history"), list) else 0,
-                "history_images_per_sec": history,
+                f"history_{name}": history,
                 "change_since_oldest": ips / oldest - 1 if ips is not None and oldest else None,
             }
         )
@@ -99,7 +108,9 @@ def compare(old: baseline.BaselineFile, new: baseline.BaselineFile, threshold: f
     both = []
     for key in sorted(set(old.entries) & set(new.entries)):
         a, b = old.entries[key], new.entries[key]
-        ips_a, ips_b = as_number(a.get("images_per_sec")), as_number(b.get("images_per_sec"))
+        ips_a, ips_b = baseline.throughput(a), baseline.throughput(b)
+        unit = unit_of_key(key)
+        name = throughput_name(unit)
         eff_a, eff_b = as_number(a.get("scaling_efficiency")), as_number(b.get("scaling_efficiency"))
         change = ips_b / ips_a - 1 if ips_a and ips_b is not None else None
         points = eff_b - eff_a if eff_a is not None and eff_b is not None else None
@@ -111,8 +122,9 @@ def compare(old: baseline.BaselineFile, new: baseline.BaselineFile, threshold: f
         both.append(
             {
                 "key": key,
-                "old_images_per_sec": ips_a,
-                "new_images_per_sec": ips_b,
+                "unit": unit,
+                f"old_{name}": ips_a,
+                f"new_{name}": ips_b,
                 "change": change,
                 "old_scaling_efficiency": eff_a,
                 "new_scaling_efficiency": eff_b,
