@@ -80,6 +80,35 @@ def test_a_runs_rows_give_its_figures_and_the_fleet_checks_flag():
     assert flagged == {("n1", "gpu-x"): True}
 
 
+TOKEN_KEY = "torch/gpt2/cuda8/nodes1/device/bs8/seq1024/bf16"
+
+
+def test_a_token_models_throughput_is_its_own_metric_in_tokens_per_second(tmp_path):
+    """One unit per metric name: a token key's figure goes to perfsuite_tokens_per_second, never
+    into perfsuite_images_per_second; the ratio and the verdict have no unit and are shared."""
+    run = {"node": "n1", "fingerprints": {"gpu": {"id": "gpu-x"}}}
+    rows = [
+        {"key": TOKEN_KEY, "device_kind": "cuda", "tokens_per_sec": 250_000.0, "change": -0.2, "verdict": "regression"},
+        {"key": KEY, "device_kind": "cuda", "images_per_sec": 600.0, "change": 0.0, "verdict": "pass"},
+    ]
+    keys, _ = openmetrics.from_results(run, rows)
+    assert [k.images_per_second for k in keys] == [250_000.0, 600.0]
+    path = tmp_path / "perf.prom"
+    openmetrics.write(path, keys, {})
+    found = samples(path)
+    token, image = (labels(key=k, node="n1", fingerprint="gpu-x") for k in (TOKEN_KEY, KEY))
+    assert found["perfsuite_tokens_per_second"] == {token: 250_000.0}
+    assert found["perfsuite_images_per_second"] == {image: 600.0}
+    assert found["perfsuite_change_ratio"] == {
+        (*token, ("reference", "baseline")): pytest.approx(0.8),
+        (*image, ("reference", "baseline")): 1.0,
+    }
+    assert set(found["perfsuite_verdict"]) == {token, image}
+    # a file of image models alone has no token metric, as before token models
+    openmetrics.write(path, [KeyFigures(KEY, "n1", "gpu-x", 600.0)], {})
+    assert "tokens_per_second" not in path.read_text()
+
+
 def test_a_failure_while_writing_leaves_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "perf.prom"
     openmetrics.write(path, [KeyFigures("k", "n", "fp", 100.0)], {})

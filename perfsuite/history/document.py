@@ -2,6 +2,12 @@
 
 {"uuid": ..., "mode": "gate"|"save", "outcome": "passed"|"failed"|"interrupted"|"error",
  "source": "run" | the file imported, "run": the --perf-json run object, "results": its rows}
+
+The history keeps a burst's throughput in its ``images_per_sec`` column whatever the model:
+the figure is in the key's unit (``perfsuite.contract.spec.unit_of_key``: img/s, or tokens/s
+for a token model). A token model's --perf-json row names it ``tokens_per_sec``; its row in the
+document carries the same figure as ``images_per_sec`` too (``for_history``), which is what the
+history's column, series and fleet read.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import uuid as uuids
 from pathlib import Path
 from typing import Any
 
+from perfsuite.analysis.measurement import IMAGES_PER_SEC, TOKENS_PER_SEC
 from perfsuite.contract.spec import SHORT_KINDS
 from perfsuite.history.url import HistoryError
 
@@ -27,6 +34,14 @@ def outcome_of(exitstatus: int, interrupted: bool) -> str:
     return {0: "passed", 1: "failed", 5: "passed"}.get(int(exitstatus), "error")
 
 
+def for_history(row: dict[str, Any]) -> dict[str, Any]:
+    """A --perf-json row as the history keeps it: a token model's tokens_per_sec also under the
+    name of the history's throughput column (images_per_sec); an image model's row as it is."""
+    if TOKENS_PER_SEC in row and IMAGES_PER_SEC not in row:
+        return {**row, IMAGES_PER_SEC: row[TOKENS_PER_SEC]}
+    return row
+
+
 def live(run: dict[str, Any], rows: list[dict[str, Any]], *, save_baseline: bool, outcome: str) -> dict[str, Any]:
     return {
         "uuid": uuids.uuid4().hex,
@@ -34,7 +49,7 @@ def live(run: dict[str, Any], rows: list[dict[str, Any]], *, save_baseline: bool
         "outcome": outcome,
         "source": "run",
         "run": run,
-        "results": rows,
+        "results": [for_history(r) for r in rows],
     }
 
 
@@ -67,10 +82,12 @@ def from_file(path: Path) -> dict[str, Any]:
         utc(run["date"])
     except HistoryError as exc:
         raise HistoryError(f"{path}: {exc}") from None
-    rows = [r for r in data["results"] if isinstance(r, dict)]
+    rows = [for_history(r) for r in data["results"] if isinstance(r, dict)]
     bad = [i for i, r in enumerate(rows) if not isinstance(r.get("key"), str) or not _number_or_none(r)]
     if bad or len(rows) != len(data["results"]):
-        raise HistoryError(f"{path}: result {bad[0] if bad else '?'} has no key or a non-numeric images_per_sec")
+        raise HistoryError(
+            f"{path}: result {bad[0] if bad else '?'} has no key or a non-numeric images_per_sec or tokens_per_sec"
+        )
     # A row's error fails its test whatever its verdict (a confirming burst that measured nothing).
     failed = any(r.get("verdict") in ("regression", "error") or r.get("error") for r in rows)
     saved = any(r.get("saved") for r in rows)
@@ -103,8 +120,8 @@ def utc(date: str) -> datetime.datetime:
 
 
 def _number_or_none(row: dict[str, Any]) -> bool:
-    value = row.get("images_per_sec")
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+    values = (row.get(IMAGES_PER_SEC), row.get(TOKENS_PER_SEC))
+    return all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
 
 
 def bisect_verdict(outcome: dict[str, Any], *, date: str, host: str) -> dict[str, Any]:

@@ -4,7 +4,9 @@
 Each burst becomes one benchmark whose rounds are the burst's timed windows (seconds
 per window, all pooled bursts); throughput, device count, peak memory, their verdicts
 and, for a profiled burst, the attribution's top mover go into ``extra_info`` (named
-as in the --junitxml properties). Nothing here imports a framework: versions come from
+as in the --junitxml properties: a token model's throughput is ``tokens_per_sec``, with
+``sequences_per_sec``, ``baseline_tokens_per_sec`` and ``tokens_per_window``, where an image
+model's is ``images_per_sec``). Nothing here imports a framework: versions come from
 package metadata.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from perfsuite.analysis.measurement import throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
 from perfsuite.plugin import record
@@ -99,20 +102,21 @@ def _fixture(result: BurstResult) -> _BurstFixture:
 
 
 def _extra_info(result: BurstResult, record: dict) -> dict:
+    name = throughput_name(result.unit)
     keep = (
-        "images_per_sec",
+        name,
+        "sequences_per_sec",
         "ci_low",
         "ci_high",
         "devices",
         "nodes",
         "world_size",
-        "images_per_window",
         "scaling_efficiency",
         "verdict",
         "change",
         "p_value",
         "scaling_verdict",
-        "baseline_images_per_sec",
+        f"baseline_{name}",
         "baseline_scaling_efficiency",
         "runs",
         "windows_run",
@@ -121,6 +125,7 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
         "precision_dtype",
         "achieved_tflops",
         "mfu",
+        "mfu_note",
         "peak_memory_bytes",
         "baseline_peak_memory_bytes",
         "memory_change",
@@ -129,14 +134,16 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
         "tests",
     )
     info = {k: record.get(k) for k in keep if k in record}
-    info["images_per_window"] = result.record.images_per_window if result.record else None
+    # The items a window trains (all ranks): images, or tokens for a token model.
+    per_window = "tokens_per_window" if result.spec.tokens else "images_per_window"
+    info[per_window] = result.record.images_per_window if result.record else None
     found = result.attribution
     if found is not None:
         info["attribution"] = found.status
         if found.movers:
             top = found.movers[0]
             info.update(top_mover=top.name, top_mover_family=top.family, top_mover_delta_ms=top.delta_ms)
-    info["unit"] = "seconds per window; throughput is extra_info.images_per_sec"
+    info["unit"] = f"seconds per window; throughput is extra_info.{name}"
     return info
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import pytest
 
 from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings
+from perfsuite.analysis.measurement import throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
 from perfsuite.common.files import shown_path
@@ -36,7 +37,9 @@ def case(session: PerfSession, item: pytest.Item, f: Findings) -> None:
 
 
 def junit_properties(f: Findings) -> list[tuple[str, object]]:
-    """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them)."""
+    """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them); a
+    token model's throughput is ``tokens_per_sec`` (with ``sequences_per_sec``) where an image
+    model's is ``images_per_sec``, and its baseline figure ``baseline_tokens_per_sec``."""
     if f.errors:
         return [("verdict", "error"), ("burst_error", f.errors[0])]
     if f.rerun_error:  # the confirming burst measured nothing: the test fails as an error would
@@ -48,11 +51,14 @@ def _judged_properties(f: Findings) -> list[tuple[str, object]]:
     if not f.judged:
         return []
     m, scaling = f.measurement, f.kind == SCALING
+    name = throughput_name(m.unit)
     props: list[tuple[str, object]] = [("burst", f.spec.key())]
     if m.images_per_sec is not None and m.interval is not None:
         lo, hi = m.interval
+        props.append((name, round(m.images_per_sec, 3)))
+        if m.sequences_per_sec is not None:
+            props.append(("sequences_per_sec", round(m.sequences_per_sec, 3)))
         props += [
-            ("images_per_sec", round(m.images_per_sec, 3)),
             ("ci_low", round(lo, 3)),
             ("ci_high", round(hi, 3)),
             ("windows", len(m.samples)),
@@ -78,7 +84,7 @@ def _judged_properties(f: Findings) -> list[tuple[str, object]]:
         if verdict.change is not None:
             props.append(("change", round(verdict.change, 4)))
     if f.throughput is not None and f.throughput.baseline is not None:
-        props.append(("baseline_images_per_sec", round(f.throughput.baseline, 3)))
+        props.append((f"baseline_{name}", round(f.throughput.baseline, 3)))
     if scaling and f.scaling is not None:
         props.append(("scaling_efficiency", round(f.scaling.efficiency, 4)))
         if f.scaling.baseline is not None:
@@ -195,6 +201,7 @@ def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
             ci_high=[p.ci_high for p in check.past] + [hi],
             change_points=[(c.index, c.change) for c in check.points],
             current=len(check.past),
+            unit=result.unit,
         )
     return out
 

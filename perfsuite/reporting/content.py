@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perfsuite.analysis.attribution import ATTRIBUTED
+from perfsuite.analysis.measurement import TOKENS_PER_SEC, figure_of
 from perfsuite.analysis.stats import (
     ERROR,
     IMPROVEMENT,
@@ -21,6 +22,7 @@ from perfsuite.analysis.stats import (
     worst,
 )
 from perfsuite.common.numbers import finite, fixed, gib
+from perfsuite.contract.spec import UNITS
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,27 @@ def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
     return f"{x:{spec}}{suffix}"
 
 
+# -- throughput: in each row's unit ------------------------------------------------------
+
+MIXED = "throughput"  # the column's name where a run has both units: each figure says its own
+
+
+def unit(rec: dict) -> str:
+    """A row's throughput unit: tokens/s where it names its throughput tokens_per_sec, else img/s."""
+    return UNITS[1] if TOKENS_PER_SEC in rec else UNITS[0]
+
+
+def throughput(rec: dict, prefix: str = ""):
+    """The row's throughput (``prefix`` "baseline_": its baseline figure), in its unit."""
+    return figure_of(rec, prefix)
+
+
+def throughput_column(records: list[dict]) -> str:
+    """The throughput column's name: the rows' one unit, else MIXED."""
+    units = {unit(r) for r in records}
+    return units.pop() if len(units) == 1 else (MIXED if units else UNITS[0])
+
+
 # -- optional columns: shown only when some record carries the figure -----------------
 
 
@@ -125,6 +148,11 @@ def _tflops(rec):
 
 def _mfu(rec):
     return rec.get("mfu")
+
+
+def _mfu_or_note(rec):
+    """An MFU, or where a row has TFLOP/s but no peak, why not: the column shows either."""
+    return _mfu(rec) if num(_mfu(rec)) else (rec.get("mfu_note") if num(_tflops(rec)) else None)
 
 
 def cpu_mean(rec):
@@ -148,15 +176,19 @@ def memory_cell(x) -> str:
     return gib(x) if num(x) and x > 0 else "-"
 
 
-def _mfu_cell(rec) -> str:
+def mfu_cell(rec, precision: bool = True) -> str:
+    """ "41.2% (bf16)"; where the row has TFLOP/s and no MFU, why ("clock unknown"); else "-"."""
     cell = fmt(_mfu(rec), ".1%")
-    precision = rec.get("mfu_precision")
-    return f"{cell} ({precision})" if cell != "-" and precision else cell
+    if cell == "-":
+        note = _mfu_or_note(rec)
+        return str(note) if isinstance(note, str) else cell
+    shown = rec.get("mfu_precision") if precision else None
+    return f"{cell} ({shown})" if shown else cell
 
 
-OPTIONAL = (  # header, getter, cell
+OPTIONAL = (  # header, getter (the column is shown where a row has it), cell
     ("TFLOP/s", _tflops, lambda r: fmt(_tflops(r), ".3g")),
-    ("MFU", _mfu, _mfu_cell),
+    ("MFU", _mfu_or_note, mfu_cell),
     ("CPU % (mean)", cpu_mean, lambda r: fmt(cpu_mean(r), ".0f", "%")),
     ("GPU util (mean)", gpu_mean, lambda r: fmt(gpu_mean(r), ".0f", "%")),
     # The timed windows' share of the burst's wall time (perfsuite.contract.phases).
@@ -174,6 +206,7 @@ VARYING = (
     ("XLA", "xla"),
     ("augment on", "augment_on"),
     ("image", "image_size"),
+    ("sequence length", "seq_len"),  # a token model's; a run of both kinds shows both columns
     ("threads", "threads_per_worker"),
     ("start", "start"),  # warm or fresh (perfsuite.plugin.warm): shown where a run has both
 )
@@ -185,14 +218,15 @@ VERDICT_COLUMNS = ("verdict", "scaling verdict", "memory verdict")  # cells high
 def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     varying = [(h, k) for h, k in VARYING if len({r.get(k) for r in records}) > 1]
     scaling = any(num(r.get("scaling_efficiency")) for r in records)
-    optional = [(h, cell) for h, get, cell in OPTIONAL if any(num(get(r)) for r in records)]
+    optional = [(h, cell) for h, get, cell in OPTIONAL if any(num(get(r)) or isinstance(get(r), str) for r in records)]
+    named = throughput_column(records)
     columns = [
         "framework",
         "model",
         "devices",
         "data location",
         *(h for h, _ in varying),
-        "img/s",
+        named,
         "95% CI",
         "baseline",
         "change",
@@ -220,12 +254,13 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             str(r.get("model")),
             _devices(r),
             str(r.get("data_location")),
-            *(str(r.get(k)) for _, k in varying),
+            *("-" if r.get(k) is None else str(r.get(k)) for _, k in varying),
         ]
+        shown = f" {unit(r)}" if named == MIXED else ""
         cells += [
-            fmt(r.get("images_per_sec")),
+            fmt(throughput(r), suffix=shown),
             _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),
-            fmt(r.get("baseline_images_per_sec")),
+            fmt(throughput(r, "baseline_"), suffix=shown),
             fmt(r.get("change"), "+.1%"),
             _verdict(r, "verdict"),
         ]
@@ -327,8 +362,8 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
             continue  # the new baseline: nothing was gated (a drift above still shows: saving hides it)
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):
             line = (
-                f"{name}: {fmt(r.get('images_per_sec'))} img/s vs baseline "
-                f"{fmt(r.get('baseline_images_per_sec'))} img/s ({fmt(r.get('change'), '+.1%')}"
+                f"{name}: {fmt(throughput(r))} {unit(r)} vs baseline "
+                f"{fmt(throughput(r, 'baseline_'))} {unit(r)} ({fmt(r.get('change'), '+.1%')}"
                 + (f", p={r['p_value']:.2g}" if num(r.get("p_value")) else "")
                 + ")"
             )

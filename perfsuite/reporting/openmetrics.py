@@ -2,12 +2,16 @@
 collector, written by ``--perf-openmetrics FILE`` (this run's bursts) and by ``history fleet
 --openmetrics FILE`` (every node's figures tonight and the fleet's node verdicts).
 
-Four gauges, each labelled by ``key`` (the burst key), ``node`` and ``fingerprint`` (the
+Five gauges, each labelled by ``key`` (the burst key), ``node`` and ``fingerprint`` (the
 hardware, ``-`` where none is recorded); none carries a label with more values than the suite
 has keys, nodes and fingerprints:
 
-- ``perfsuite_images_per_second``: the burst's throughput, images per second over the timed
-  windows, all ranks together (the median of the windows; the figure the gate judged);
+- ``perfsuite_images_per_second``: an image model's throughput, images per second over the
+  timed windows, all ranks together (the median of the windows; the figure the gate judged);
+- ``perfsuite_tokens_per_second``: a token model's, tokens per second. A metric has one unit
+  (Prometheus' naming practice: the unit in the name, never in a label), so a token model's
+  throughput is not an image model's metric with a unit label; which one a key's figure goes
+  to is its unit (``perfsuite.contract.spec.unit_of_key``);
 - ``perfsuite_change_ratio``: that figure over a reference, named by the label ``reference``:
   ``baseline`` (the gate's: this run's median over the baseline entry's) or ``peers`` (the
   fleet's: the node's figure over the median of the key's group tonight, the node included);
@@ -29,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.analysis import stats
+from perfsuite.analysis.measurement import figure_of
 from perfsuite.common.files import atomic_write
-from perfsuite.contract.spec import SHORT_KINDS
+from perfsuite.contract.spec import SHORT_KINDS, UNITS, unit_of_key
 
 NO_FINGERPRINT = "-"
 LABELS = ("key", "node", "fingerprint")
@@ -49,6 +54,8 @@ VERDICT_CODES = {
 # No quotes in the help: OpenMetrics escapes them, the text format node_exporter parses does not.
 HELP = {
     "images_per_second": "Throughput of the burst: images per second over its timed windows, all ranks together",
+    "tokens_per_second": "Throughput of a token model burst: tokens per second over its timed windows, "
+    "all ranks together",
     "change_ratio": "The throughput over a reference: baseline (the gate) or peers (the fleet, the key group median)",
     "verdict": "The gate verdict against the baseline: "
     + ", ".join(f"{code} {name}" for name, code in VERDICT_CODES.items()),
@@ -63,7 +70,7 @@ class KeyFigures:
     key: str
     node: str
     fingerprint: str | None
-    images_per_second: float | None = None
+    images_per_second: float | None = None  # the throughput, in the key's unit (tokens/s for a token model)
     change_ratio: float | None = None
     reference: str = BASELINE
     verdict: str | None = None
@@ -79,14 +86,17 @@ def render(keys: Iterable[KeyFigures], flagged: Mapping[tuple[str, str | None], 
     def gauge(name: str, labels: Sequence[str]) -> Gauge:
         return Gauge(f"perfsuite_{name}", HELP[name], labels, registry=registry)
 
-    throughput = gauge("images_per_second", LABELS)
+    keys = sorted(keys, key=lambda k: (_fp(k.fingerprint), k.key, k.node))  # a stable file: diffs read well
+    throughput = {UNITS[0]: gauge("images_per_second", LABELS)}
+    if any(unit_of_key(k.key) == UNITS[1] for k in keys):  # a file of image models alone stays as it was
+        throughput[UNITS[1]] = gauge("tokens_per_second", LABELS)
     ratio = gauge("change_ratio", (*LABELS, "reference"))
     verdict = gauge("verdict", LABELS)
     fleet = gauge("fleet_flagged", ("node", "fingerprint"))
-    for k in sorted(keys, key=lambda k: (_fp(k.fingerprint), k.key, k.node)):  # a stable file: diffs read well
+    for k in keys:
         labels = (k.key, k.node, _fp(k.fingerprint))
         if k.images_per_second is not None:
-            throughput.labels(*labels).set(k.images_per_second)
+            throughput[unit_of_key(k.key)].labels(*labels).set(k.images_per_second)
         if k.change_ratio is not None:
             ratio.labels(*labels, k.reference).set(k.change_ratio)
         if k.verdict in VERDICT_CODES:
@@ -118,7 +128,7 @@ def from_results(
                 row["key"],
                 node,
                 fp,
-                row.get("images_per_sec"),
+                figure_of(row),
                 None if change is None else 1.0 + change,
                 BASELINE,
                 _verdict(row),

@@ -10,6 +10,11 @@ Version 5 shows only what the cases found: ``scaling_efficiency`` and ``scaling_
 scaling case's (null for a burst no scaling case judged), ``baseline_images_per_sec`` and
 ``baseline_scaling_efficiency`` the figures the verdicts compared with; new, ``diagnosis``; and
 ``error`` is also a confirming burst's that measured nothing.
+Version 6 adds token models: a token model's row names its throughput ``tokens_per_sec`` (with
+``sequences_per_sec`` beside it), its baseline figure ``baseline_tokens_per_sec``, each rank's
+``tokens_per_sec``, and its ``seq_len`` in place of ``image_size``; its interval, samples,
+run medians and baseline trend are in tokens/s. An image model's row is version 5's. Every row
+has ``mfu_note``: why it has no MFU (no peak for its device, precision or clock), else null.
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ import json
 from pathlib import Path
 
 from perfsuite.analysis import mfu
+from perfsuite.analysis.measurement import figure_of, throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.contract import phases
 from perfsuite.store.run import RunInfo
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def document(run: RunInfo, rows: list[dict]) -> dict:
@@ -78,7 +84,7 @@ def _spec(result: BurstResult) -> dict:
         "threads_per_worker": s.threads if s.device_kind == "cpu" else None,
         "data_location": s.data_location,
         "batch_size": s.batch_size,
-        "image_size": s.image_size,
+        **({"seq_len": s.seq_len} if s.tokens else {"image_size": s.image_size}),
         "precision": s.precision,
         "precision_dtype": rec.precision_dtype if rec else None,
         "input_workers": rec.input_workers if rec else None,
@@ -101,8 +107,9 @@ def _spec(result: BurstResult) -> dict:
 
 
 def _figures(result: BurstResult) -> dict:
-    """What it measured, as its cases judged it; the scaling figures only where a scaling case did."""
-    rec = result.record
+    """What it measured, as its cases judged it, in its unit; the scaling figures only where a
+    scaling case did."""
+    rec, name = result.record, throughput_name(result.unit)
     lo, hi = result.interval or (None, None)
     return {
         "input_efficiency": result.input_efficiency,
@@ -110,7 +117,8 @@ def _figures(result: BurstResult) -> dict:
         "windows_run": [len(r) for r in result.run_samples],  # per pooled burst; above windows when lengthened
         "runs": result.runs,
         "run_medians": result.run_medians,
-        "images_per_sec": result.images_per_sec,
+        name: result.images_per_sec,
+        **({"sequences_per_sec": result.sequences_per_sec} if result.spec.tokens else {}),
         "ci_low": lo,
         "ci_high": hi,
         "samples": result.samples,
@@ -120,7 +128,7 @@ def _figures(result: BurstResult) -> dict:
                 "rank": r.rank,
                 "host": r.host,
                 "device": r.device,
-                "images_per_sec": r.images_per_sec,
+                name: r.images_per_sec,
                 "peak_memory_bytes": r.peak_memory_bytes,
                 "utilisation": r.utilisation,
             }
@@ -170,17 +178,17 @@ def _profile(result: BurstResult) -> dict:
 def _verdicts(result: BurstResult) -> dict:
     """The cases' verdicts, the baseline figures they compared with, and their diagnoses."""
     verdict, base = result.verdict, result.baseline or {}
+    name = throughput_name(result.unit)
     return {
         "verdict": verdict.status if verdict else ("error" if result.error else None),
         "verdict_reason": verdict.reason if verdict else result.error,
         "change": verdict.change if verdict else None,
         "p_value": verdict.p_value if verdict else None,
         "scaling_verdict": result.scaling_verdict.status if result.scaling_verdict else None,
-        "baseline_images_per_sec": result.baseline_images_per_sec,
+        f"baseline_{name}": result.baseline_images_per_sec,
         "baseline_scaling_efficiency": result.baseline_scaling_efficiency,
-        # The entry's saved img/s, oldest first, ending with the one saved last.
-        "baseline_trend": [h.get("images_per_sec") for h in base.get("history") or [] if isinstance(h, dict)]
-        + [base.get("images_per_sec")]
+        # The entry's saved throughput, oldest first, ending with the one saved last.
+        "baseline_trend": [figure_of(h) for h in base.get("history") or [] if isinstance(h, dict)] + [figure_of(base)]
         if base
         else [],
         "baseline_file": result.baseline_file,

@@ -11,7 +11,7 @@ import io
 import re
 from collections import defaultdict
 
-from perfsuite.reporting.content import IMPROVEMENT, INCONCLUSIVE, REGRESSION, Plot, label, num
+from perfsuite.reporting.content import IMPROVEMENT, INCONCLUSIVE, REGRESSION, Plot, label, num, throughput, unit
 
 RED, AMBER, GREEN, GREY = "#c62828", "#f9a825", "#2e7d32", "#555555"
 TEXT = {AMBER: "#b26a00"}  # amber words on white need a darker shade
@@ -23,6 +23,7 @@ SERIES_DIMS = (
     ("batch_size", "batch {}/device"),
     ("precision", "{}"),
     ("image_size", "image {}"),
+    ("seq_len", "sequence length {}"),
     ("threads_per_worker", "{} threads/worker"),
     ("device_kind", "{}"),
 )
@@ -30,7 +31,7 @@ SERIES_DIMS = (
 
 def render(records: list[dict]) -> list[Plot]:
     """The scaling curve of every framework x model, and its data-location bars when it has several."""
-    measured = [r for r in records if num(r.get("images_per_sec"))]
+    measured = [r for r in records if num(throughput(r))]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in measured:
         groups[(r.get("framework"), r.get("model"))].append(r)
@@ -89,8 +90,14 @@ def _common(recs: list[dict]) -> str:
     return ", ".join(words)
 
 
+def _ylabel(recs: list[dict]) -> str:
+    """The throughput axis, in the records' unit: a framework x model is one workload kind."""
+    units = sorted({unit(r) for r in recs})
+    return f"throughput ({', '.join(units).replace('img/s', 'images/s')})"
+
+
 def _err(rec: dict) -> tuple[float, float]:
-    y, lo, hi = rec["images_per_sec"], rec.get("ci_low"), rec.get("ci_high")
+    y, lo, hi = throughput(rec), rec.get("ci_low"), rec.get("ci_high")
     if not (num(lo) and num(hi)):
         return 0.0, 0.0
     return max(0.0, y - lo), max(0.0, hi - y)
@@ -181,14 +188,14 @@ def _curve(ax, color: str, pts: list[dict], top: int, efficiency: bool) -> None:
     """One curve: its points with their intervals, the ideal line from its 1-device burst, its
     baseline figures as hollow markers, each point's efficiency and verdict."""
     xs = [p.get("world_size") or 1 for p in pts]
-    ys = [p["images_per_sec"] for p in pts]
+    ys = [throughput(p) for p in pts]
     errs = list(zip(*[_err(p) for p in pts]))
     ax.errorbar(xs, ys, yerr=errs, color=color, marker="o", markersize=6, linewidth=1.8, capsize=4, zorder=3)
     first = pts[0]
     if (first.get("world_size") or 1) == 1 and len(pts) > 1:
-        ideal = [first["images_per_sec"], top * first["images_per_sec"]]
+        ideal = [throughput(first), top * throughput(first)]
         ax.plot([1, top], ideal, color=color, linestyle="--", linewidth=1.2, alpha=0.7, zorder=2)
-    base = [(x, p["baseline_images_per_sec"]) for x, p in zip(xs, pts) if num(p.get("baseline_images_per_sec"))]
+    base = [(x, throughput(p, "baseline_")) for x, p in zip(xs, pts) if num(throughput(p, "baseline_"))]
     if base:
         ax.plot(
             *zip(*base),
@@ -201,7 +208,7 @@ def _curve(ax, color: str, pts: list[dict], top: int, efficiency: bool) -> None:
             zorder=4,
         )
     for x, p in zip(xs, pts):
-        y = p["images_per_sec"]
+        y = throughput(p)
         if efficiency and num(p.get("scaling_efficiency")):
             last = x == top  # the rightmost label goes left, clear of the legend
             ax.annotate(
@@ -290,7 +297,7 @@ def _scaling_axes(ax, xs_all: list[int], recs: list[dict]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.set_xlabel(f"device count ({_unit(recs)})")
-    ax.set_ylabel("throughput (images/s)")
+    ax.set_ylabel(_ylabel(recs))
     ax.grid(True, alpha=0.3)
 
 
@@ -321,7 +328,7 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
     ax.set_xlim(-0.6, len(counts) - 0.4)
     ax.set_ylim(0, top * 1.2 if top > 0 else 1)  # room for the verdict words above the bars
     ax.set_xlabel(f"device count ({_unit(recs)})")
-    ax.set_ylabel("throughput (images/s)")
+    ax.set_ylabel(_ylabel(recs))
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     common = _common(recs)
     ax.set_title(f"{fw} {model}: throughput by data location" + (f"\n{common}" if common else ""), fontsize=11)
@@ -333,7 +340,7 @@ def data_location_plot(fw: str, model: str, recs: list[dict]) -> Plot:
 def _bar(ax, x: float, width: float, color: str, rec: dict) -> float:
     """One burst's bar, its interval, its baseline figure and its verdict; returns the height of
     what it drew."""
-    y = rec["images_per_sec"]
+    y = throughput(rec)
     lo, hi = _err(rec)
     marked = flag(rec)
     colour = marked[1] if marked else "none"
@@ -349,7 +356,7 @@ def _bar(ax, x: float, width: float, color: str, rec: dict) -> float:
     )
     ax.errorbar([x], [y], yerr=[[lo], [hi]], color="black", capsize=3, linewidth=1, zorder=3)
     above = y + hi
-    base = rec.get("baseline_images_per_sec")
+    base = throughput(rec, "baseline_")
     if num(base):
         ax.plot([x - width * 0.45, x + width * 0.45], [base, base], color="black", linewidth=2.5, zorder=4)
         above = max(above, base)

@@ -11,13 +11,15 @@ from perfsuite.common.hardware import describe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.contract import phases
-from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, peak_memory
+from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, mfu_cell, peak_memory
 from perfsuite.reporting.perf_json import row as results_row
 from perfsuite.reporting.view import RunView
 
-# CPU% / GPU%: mean host and device busy share over the timed windows (the evidence
-# behind the diagnosis lines); TFLOP/s and MFU: model arithmetic over the device peak;
-# peak mem: the fullest device's peak (its verdict joins the throughput one when it is not a pass).
+# The throughput's column is named by its unit (img/s or tokens/s); a run of both kinds names
+# it "throughput" and each figure says its unit. CPU% / GPU%: mean host and device busy share
+# over the timed windows (the evidence behind the diagnosis lines); TFLOP/s and MFU: model
+# arithmetic over the device peak (where there is no peak, why: "clock unknown"); peak mem: the
+# fullest device's peak (its verdict joins the throughput one when it is not a pass).
 HEADER = (
     "test",
     "img/s",
@@ -33,22 +35,30 @@ HEADER = (
     "verdict",
 )
 MEMORY_SHOWN = (stats.REGRESSION, stats.INCONCLUSIVE, stats.IMPROVEMENT)  # a passing peak adds nothing
+MIXED = "throughput"  # the column's name where a run has both units
+
+
+def throughput_column(view: RunView) -> str:
+    """The throughput column's name: the run's one unit, else MIXED (each figure then says its own)."""
+    units = {r.unit for r in view.results} | {r.unit for _, _, r in view.rows}
+    return units.pop() if len(units) == 1 else (MIXED if units else HEADER[1])
 
 
 def rows(view: RunView) -> list[tuple[str, ...]]:
     out = []
     gated = set()
     evidence: dict[int, tuple[str, ...]] = {}  # per result, however many tests read it
+    mixed = throughput_column(view) == MIXED
     for nodeid, kind, result in view.rows:
         gated.add(result.spec)
-        out.append(_row(_short_id(nodeid), kind, result, evidence))
+        out.append(_row(_short_id(nodeid), kind, result, evidence, mixed))
     for result in view.results:
         if result.spec not in gated:
-            out.append(_row(result.spec.key(), "burst", result, evidence))
+            out.append(_row(result.spec.key(), "burst", result, evidence, mixed))
     return out
 
 
-def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...]:
+def _row(name: str, kind: str, r: BurstResult, evidence: dict, mixed: bool = False) -> tuple[str, ...]:
     case = r.scaling_case if kind == "scaling" else r.throughput
     if not r.ok or (case is not None and (case.errors or case.rerun_error)):  # a burst of the case failed
         return (name, *["-"] * (len(HEADER) - 2), "error")
@@ -90,11 +100,12 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict) -> tuple[str, ...
     if kind != "scaling" and slow is not None and slow.flagged and slow.verdict is not None:
         v = slow.verdict
         status += f", SLOW NODE {v.deviation or 0:+.1%}, {v.slow_nights} slow night{'s' if v.slow_nights != 1 else ''}"
+    unit = f" {r.unit}" if mixed else ""
     return (
         name,
-        fixed(r.images_per_sec),
+        fixed(r.images_per_sec) + unit,
         f"{fixed(lo)}-{fixed(hi)}",
-        fmt(base),
+        fmt(base, suffix=unit),
         f"{change:+.1%}" if change is not None else "-",
         eff,
         *cells,
@@ -109,7 +120,7 @@ def _evidence(r: BurstResult) -> tuple[str, ...]:
         fmt(cpu_mean(rec), ".0f"),
         fmt(gpu_mean(rec), ".0f"),
         fmt(rec.get("achieved_tflops"), ".3g"),
-        fmt(rec.get("mfu"), ".1%"),
+        mfu_cell(rec, precision=False),
         memory_cell(peak_memory(rec)),
     )
 
@@ -119,15 +130,16 @@ def _short_id(nodeid: str) -> str:
     return f"{Path(path).stem}::{rest}" if rest else nodeid
 
 
-def table(lines: list[tuple[str, ...]]) -> list[str]:
-    return columns(HEADER, lines, left=(0, -1))
+def table(lines: list[tuple[str, ...]], throughput: str = HEADER[1]) -> list[str]:
+    """The table's lines; ``throughput`` names the throughput column (throughput_column)."""
+    return columns((HEADER[0], throughput, *HEADER[2:]), lines, left=(0, -1))
 
 
 def terminal_summary(tr, view: RunView) -> None:
     tr.write_sep("=", "perfsuite")
     lines = rows(view)
     if lines:
-        for line in table(lines):
+        for line in table(lines, throughput_column(view)):
             tr.write_line(line)
     for line in diagnosis_lines(view):
         tr.write_line(line)

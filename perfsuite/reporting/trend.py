@@ -1,4 +1,5 @@
-"""A key's throughput over the runs of its history: img/s with its interval, change points marked.
+"""A key's throughput over the runs of its history, in its unit (img/s or tokens/s) with its
+interval, change points marked.
 
 Drawn for ``python -m perfsuite history trend --plot`` and for each entry of a report
 folder whose run kept a history (--perf-history).
@@ -11,17 +12,24 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from perfsuite.contract.spec import unit_of_key
+
 
 @dataclass(frozen=True)
 class Trend:
-    title: str  # the key, and the hardware it ran on
+    title: str  # the key first, then the hardware it ran on
     runs: Sequence[str]  # each point's run, as a tick label: "2026-11-20" (with its commit in the table)
-    images_per_sec: Sequence[float]
+    images_per_sec: Sequence[float]  # the throughput, in the key's unit
     ci_low: Sequence[float | None] = ()
     ci_high: Sequence[float | None] = ()
     # (index of the first run after the change, its relative change) per change point
     change_points: Sequence[tuple[int, float]] = field(default_factory=tuple)
     current: int | None = None  # the index of the run the report is about, highlighted
+    unit: str = ""  # "img/s" or "tokens/s"; "": the unit of the key the title begins with
+
+    @property
+    def shown_unit(self) -> str:
+        return self.unit or unit_of_key(self.title.split(" ", 1)[0])
 
 
 MAX_TICKS = 12
@@ -39,7 +47,7 @@ def trend_png(trend: Trend) -> bytes:
     ax = fig.add_subplot()
     xs = list(range(n))
     ys = list(trend.images_per_sec)
-    ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color="#1f77b4", label="img/s (median)")
+    ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color="#1f77b4", label=f"{trend.shown_unit} (median)")
     known = [(x, lo, hi) for x, lo, hi in zip(xs, trend.ci_low, trend.ci_high) if lo is not None and hi is not None]
     if known:
         ax.vlines(
@@ -76,7 +84,7 @@ def trend_png(trend: Trend) -> bytes:
     step = max(1, -(-n // MAX_TICKS))
     ticks = xs[::step]
     ax.set_xticks(ticks, [str(trend.runs[t]) for t in ticks], rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("images/s")
+    ax.set_ylabel(trend.shown_unit.replace("img/s", "images/s"))
     # A long key and its fingerprint overflow a short history's narrow figure: wrapped at a space.
     ax.set_title(textwrap.fill(trend.title, int(width * DPI / TITLE_CHAR_PX)), fontsize=9)
     ax.set_ylim(bottom=0)

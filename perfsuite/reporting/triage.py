@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from perfsuite.common.numbers import fixed
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.reporting.html import CSS
 
 MARKDOWN_LIMIT = 60_000
@@ -205,8 +206,8 @@ def incident_lines(i: dict[str, Any]) -> list[str]:
     lines.append("  keys, worst first:")
     for k in i["keys"][:TEXT_KEYS]:
         lines.append(
-            f"    {k['key']}  {_pct(k['change'])}  {fixed(k['before'])} -> {fixed(k['after'])} img/s  "
-            f"({_plural(k['nodes'], 'node')}, worst {k['worst_node']})"
+            f"    {k['key']}  {_pct(k['change'])}  {fixed(k['before'])} -> {fixed(k['after'])} "
+            f"{unit_of_key(k['key'])}  ({_plural(k['nodes'], 'node')}, worst {k['worst_node']})"
         )
     if len(i["keys"]) > TEXT_KEYS:
         lines.append(f"    and {len(i['keys']) - TEXT_KEYS} more (--json, --markdown list them all)")
@@ -245,15 +246,25 @@ def markdown_incident(i: dict[str, Any], rows: int = TABLE_KEYS) -> str:
         o = i["ops"]
         out.append(f"- **Ops** that moved most ({_md(o['node'])}, `{o['key']}`, ms per step):")
         out += [f"  - {_mover(m)}" for m in o["movers"]]
-    out += ["", "| key | change | img/s before | after | nodes | worst node |", "|---|---:|---:|---:|---:|---|"]
+    shown, unit = _units(i["keys"][:rows])
+    out += ["", f"| key | change | {shown}before | after | nodes | worst node |", "|---|---:|---:|---:|---:|---|"]
     for k in i["keys"][:rows]:
         out.append(
-            f"| `{k['key']}` | {_pct(k['change'])} | {fixed(k['before'])} | {fixed(k['after'])} | {k['nodes']} | "
-            f"{_md(k['worst_node'])} |"
+            f"| `{k['key']}` | {_pct(k['change'])} | {fixed(k['before'])}{unit(k)} | {fixed(k['after'])}{unit(k)} | "
+            f"{k['nodes']} | {_md(k['worst_node'])} |"
         )
     if len(i["keys"]) > rows:
         out.append(f"\n… and {len(i['keys']) - rows} more keys (`triage --json` lists them all).")
     return "\n".join(out) + "\n"
+
+
+def _units(keys: list[dict[str, Any]]) -> tuple[str, Any]:
+    """(the before column's head: "img/s " where every key has that unit, else "", and the unit each
+    figure then says): keys of image and token models in one table say their units figure by figure."""
+    units = {unit_of_key(k["key"]) for k in keys}
+    if len(units) == 1:
+        return f"{units.pop()} ", lambda k: ""
+    return "", lambda k: f" {unit_of_key(k['key'])}"
 
 
 def markdown(report: dict[str, Any], limit: int = MARKDOWN_LIMIT) -> str:
@@ -330,7 +341,7 @@ def trend_png(i: dict[str, Any]) -> bytes:
     ax.axvline(t["onset"] - 0.5, color="#c62828", linestyle="--", linewidth=1, label="first bad night")
     step = max(1, len(xs) // 10)
     ax.set_xticks(xs[::step], [t["nights"][x][5:] for x in xs[::step]], fontsize=8)
-    ax.set_ylabel("img/s", fontsize=9)
+    ax.set_ylabel(unit_of_key(str(t["key"])), fontsize=9)
     ax.set_title(f"{t['key']}\n{t['fingerprint']}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
@@ -384,14 +395,16 @@ def _html_incident(i: dict[str, Any], plot: bool) -> str:
             data = base64.b64encode(png).decode()
             out.append(
                 f"<figure><img alt='trend of {escape(i['trend']['key'])}' src='data:image/png;base64,{data}'>"
-                f"<figcaption>{escape(i['trend']['key'])}: each affected node's nightly img/s</figcaption></figure>"
+                f"<figcaption>{escape(i['trend']['key'])}: each affected node's nightly "
+                f"{unit_of_key(str(i['trend']['key']))}</figcaption></figure>"
             )
-    out.append("<div class='scroll'><table><tr><th>key</th><th>change</th><th>img/s before</th><th>after</th>"
+    shown, unit = _units(i["keys"][:TABLE_KEYS])
+    out.append(f"<div class='scroll'><table><tr><th>key</th><th>change</th><th>{shown}before</th><th>after</th>"
                "<th>nodes</th><th>worst node</th></tr>")  # fmt: skip
     for k in i["keys"][:TABLE_KEYS]:
         out.append(
             f"<tr class='regression'><td><code>{escape(k['key'])}</code></td><td class='n'>{_pct(k['change'])}</td>"
-            f"<td class='n'>{fixed(k['before'])}</td><td class='n'>{fixed(k['after'])}</td>"
+            f"<td class='n'>{fixed(k['before'])}{unit(k)}</td><td class='n'>{fixed(k['after'])}{unit(k)}</td>"
             f"<td class='n'>{k['nodes']}</td><td>{escape(k['worst_node'])}</td></tr>"
         )
     out.append("</table></div>")
