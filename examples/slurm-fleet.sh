@@ -136,7 +136,7 @@ for node in "${nodes[@]}"; do
     fi
     cmd=("$PYTHON" -m pytest tests_perf -rs "${devices[@]}" --perf-history "$HISTORY" --perf-node "$node"
         --perf-report "$LOG_DIR/$node" --junitxml "$LOG_DIR/$node/junit.xml" "$@")
-    flush=("$PYTHON" -m perfsuite history import --history "$HISTORY")
+    flush=("$PYTHON" -m perfsuite history import --history "$HISTORY" --retry 0)  # the loop below waits
     # The job's script, written here: every value is known at submission. A run the history
     # could not take (the database restarting) waits in the node's spool; the job writes it
     # once the history is back, within FLUSH_MINUTES, so the fleet check sees it tonight.

@@ -98,8 +98,9 @@ class _Runner:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
+def postgres_server(settings: dict[str, str] | None = None) -> Iterator[str]:
     """Start a private PostgreSQL server on 127.0.0.1 and yield its URL; stop and delete it on exit.
+    ``settings``: postgresql.conf's, over SERVER_SETTINGS (e.g. {"max_connections": "5"}).
 
     Skips where the server binaries or, for root, the `postgres` user are missing; fails, with
     the server's log, where the server does not start.
@@ -118,9 +119,9 @@ def postgres_server() -> Iterator[str]:
         init = run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "-N")
         if init.returncode != 0:
             pytest.fail(f"initdb failed ({init.returncode}):\n{init.stdout}{init.stderr}", pytrace=False)
-        settings = {**SERVER_SETTINGS, "unix_socket_directories": f"'{workdir}'"}
+        conf_settings = {**SERVER_SETTINGS, "unix_socket_directories": f"'{workdir}'", **(settings or {})}
         with (data / "postgresql.conf").open("a") as conf:
-            conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+            conf.writelines(f"{name} = {value}\n" for name, value in conf_settings.items())
         port = _start(run, data, log)
         _RUNNING[port] = (run, data, log)
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"

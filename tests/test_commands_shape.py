@@ -82,7 +82,15 @@ def test_modules_and_functions_are_short(path: Path):
 
 # --- exit codes -----------------------------------------------------------------------------------
 
-COMMANDS = ("history fleet", "history site", "triage", "history runs", "history trend", "history changes")
+COMMANDS = (
+    "history fleet",
+    "history site",
+    "triage",
+    "history runs",
+    "history trend",
+    "history changes",
+    "history import",
+)
 
 
 def _epilog_codes(command: str) -> dict[int, str]:

@@ -281,6 +281,8 @@ def test_an_unusable_history_skips_the_check_and_says_so(faked, tmp_path, monkey
         *FAKE_ARGS,
         "--perf-history",
         "postgresql://perf@127.0.0.1:1/nightly",  # nothing listens on port 1
+        "--perf-history-retry",  # the run's write spools at once
+        "0",
         "--perf-fleet-check",
         "fail",
         "--perf-missing-baseline",

@@ -555,7 +555,9 @@ def test_unknown_key_exit_1_one_line_without_traceback(history, tmp_path):
 
 
 def test_unreachable_server_exit_1_one_line_without_traceback(tmp_path):
-    nowhere = _cli("runs", "--history", "postgresql://postgres@127.0.0.1:1/x", cwd=tmp_path)  # nothing on port 1
+    nowhere = _cli(
+        "runs", "--history", "postgresql://postgres@127.0.0.1:1/x", "--retry", "0", cwd=tmp_path
+    )  # nothing on port 1
     assert nowhere.returncode == 1 and nowhere.stdout == "" and nowhere.stderr.count("\n") == 1
     assert nowhere.stderr.startswith("error: postgresql://postgres@127.0.0.1:1/x: ")
     assert "Traceback" not in nowhere.stderr

@@ -101,7 +101,9 @@ def test_labels_need_a_history_and_a_form(faked):
 def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
     url = "postgresql://perf:secret@127.0.0.1:1/nightly"  # nothing listens on port 1
-    result = faked.runpytest_inprocess(*FAKE, "--perf-history", url, "--perf-missing-baseline", "pass")
+    result = faked.runpytest_inprocess(
+        *FAKE, "--perf-history", url, "--perf-history-retry", "0", "--perf-missing-baseline", "pass"
+    )
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()

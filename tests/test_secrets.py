@@ -56,6 +56,8 @@ def test_no_file_a_run_writes_holds_the_password(pytester, monkeypatch, tmp_path
         "pass",
         "--perf-history",
         url,
+        "--perf-history-retry",  # spooled at once
+        "0",
         "--perf-label",
         "pool=a",
         "--perf-json",

@@ -322,7 +322,7 @@ def run(args: argparse.Namespace, url: str) -> int:
             kept[key] = not patterns or any(fnmatch.fnmatchcase(key, p) for p in patterns)
         return kept[key]
 
-    engine = db.open_history(url, write=False)
+    engine = db.open_history(url, write=False, retry=shared.retry(args))
     try:
         history, found = _read(engine, args, end, rule, key_filter)
         gated = gate_verdicts(engine, history) if args.openmetrics else {}

@@ -12,15 +12,14 @@ import json
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet, shared, site, write_plot
+from perfsuite.commands import Failure, UsageError, fleet, history_import, shared, site, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments
 from perfsuite.history import spool
-from perfsuite.history.url import HistoryError, shown
+from perfsuite.history.url import shown
 
 DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
@@ -34,11 +33,12 @@ _fp = shared.fp
 
 
 @contextmanager
-def _history(url: str, *, create: bool = False) -> Iterator[Any]:
-    """An engine on the history; reading creates nothing and takes no write lock."""
+def _history(url: str, args: argparse.Namespace) -> Iterator[Any]:
+    """An engine on the history, to read: it creates nothing and takes no write lock, and waits
+    out what PostgreSQL refuses for now (``--retry``)."""
     from perfsuite.history import db
 
-    engine = db.open_history(url, write=create)
+    engine = db.open_history(url, write=False, retry=shared.retry(args))
     try:
         yield engine
     finally:
@@ -157,7 +157,7 @@ def _cp_dict(cp, points: list) -> dict[str, Any]:
 def _runs(args: argparse.Namespace, url: str) -> int:
     from perfsuite.history import db
 
-    with _history(url) as engine:
+    with _history(url, args) as engine:
         found = db.runs(engine, limit=args.limit or None, node=args.node)
         if not found and args.node is not None:
             unknown = _unknown_node(engine, args.node, url)
@@ -263,7 +263,7 @@ def _trend_series(args: argparse.Namespace, url: str) -> tuple[str, str, str | N
     finite points) of ``trend KEY``'s one series; which one, where several, the arguments say."""
     from perfsuite.history import db
 
-    with _history(url) as engine:
+    with _history(url, args) as engine:
         # One key's series of every node: the nodes that ran it are named when one must be chosen.
         found = db.all_series(engine, key=args.key, by_node=True)
         if not found:
@@ -389,7 +389,7 @@ def _all_series(args: argparse.Namespace, url: str) -> dict[tuple[Any, str, Any]
     """Each node's series of every key (of ``--node``'s only, where given)."""
     from perfsuite.history import db
 
-    with _history(url) as engine:
+    with _history(url, args) as engine:
         # Each node's runs are a series of their own: in a shared history the nodes of one
         # fingerprint interleave, and the change points of such a mix are nobody's.
         found = db.all_series(engine, node=args.node, by_node=True)
@@ -470,45 +470,6 @@ def _changes_text(changes: list[dict[str, Any]], total: int, short: int, where: 
             print(f"  to find the commit: {c['bisect']}")
 
 
-# --- import ------------------------------------------------------------------------
-
-
-def _import(args: argparse.Namespace, url: str) -> int:
-    from perfsuite.history import db, document, recorder
-
-    docs = []
-    for path in args.files:
-        try:
-            doc = document.from_file(path)
-        except HistoryError as exc:
-            text = str(exc)
-            raise Failure(text if text.startswith(str(path)) else f"{path}: {text}") from None
-        docs.append((path, doc))
-    report: dict[str, Any] = {"history": shown(url), "spooled": 0, "files": []}
-    with _history(url, create=True) as engine:
-        report["spooled"], notes = recorder.flush(engine, url)
-        if not args.json:
-            for note in notes:
-                print(note)
-            if report["spooled"]:
-                print(f"wrote {report['spooled']} spooled run{'s' if report['spooled'] != 1 else ''} to {shown(url)}")
-        for path, doc in docs:
-            run_id = db.write_run(engine, doc)
-            bursts = len(doc["results"])
-            report["files"].append(
-                {"file": str(path), "run_id": run_id, "bursts": bursts, "already_there": run_id is None}
-            )
-            if not args.json:
-                print(
-                    f"{path}: already in the history"
-                    if run_id is None
-                    else f"imported {path} as run {run_id} ({bursts} burst{'s' if bursts != 1 else ''})"
-                )
-    if args.json:
-        _dump(report)
-    return 0
-
-
 # --- wiring ------------------------------------------------------------------------
 
 
@@ -522,7 +483,9 @@ def add_parser(sub: Any) -> None:
         "history",
         help="list runs, trends and change points of a results history; import files",
         description="Read the results history that --perf-history fills, or back-fill it.",
-        epilog=shared.epilog(EXIT_CODES) + f" (fleet: also {fleet.FLAGGED_EXIT}, see history fleet --help)",
+        epilog=shared.epilog(EXIT_CODES)
+        + f" (fleet: also {fleet.FLAGGED_EXIT}, see history fleet --help; import: also {shared.SPOOLED[0]}, "
+        "see history import --help)",
     )
     cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,site,import}")
 
@@ -579,16 +542,7 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)",
     )
-    imp = command(
-        "import",
-        _import,
-        help="back-fill runs from --perf-json or report results.json files",
-        description="Write each file's run, with its own date, commit and hardware, in a transaction "
-        "of its own; all files are read and checked first. A file already imported is "
-        "skipped. Runs spooled while the history was unreachable are written first; with no FILE, "
-        "only they are (a job writes its run as soon as the history is back).",
-    )
-    imp.add_argument("files", nargs="*", type=Path, metavar="FILE")
+    history_import.add_parser(command)
     fleet.add_parser(command)
     site.add_parser(command)
 

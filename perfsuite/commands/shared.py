@@ -1,8 +1,9 @@
-"""What the history's commands share, defined once: the history they read (``--history``), the
-arguments that mean the same in each (``--at``, ``--since``, ``--nights``, ``--fingerprint``, the
-fleet rule's ``--tolerance``, ``--alpha``, ...), how a time and a fingerprint are shown, and
-their exit codes' epilog. ``history``, ``history fleet``, ``history site`` and ``triage``
-import this module; it imports none of them.
+"""What the history's commands share, defined once: the history they read (``--history``) and
+how long they wait while it refuses for now (``--retry``), the arguments that mean the same in
+each (``--at``, ``--since``, ``--nights``, ``--fingerprint``, the fleet rule's ``--tolerance``,
+``--alpha``, ...), how a time and a fingerprint are shown, and their exit codes' epilog.
+``history``, ``history fleet``, ``history site`` and ``triage`` import this module; it imports
+none of them.
 
 The fleet rule's arguments take their defaults, and their checks, from the option table
 (perfsuite.config.table): an argument not given is ``[tool.perfsuite]``'s value of
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,7 @@ from perfsuite.config.options import FLEET_RULE, OptionError, default
 
 if TYPE_CHECKING:
     from perfsuite.analysis.node_verdict import FleetRule
+    from perfsuite.history.retry import Retry
 
 HISTORY_HELP = (
     "a SQLite file (a path or sqlite:///PATH) or postgresql://USER@HOST[:PORT]/DB "
@@ -40,6 +43,11 @@ MIN_CHANGE = 0.05  # the smallest drop of a key's level that triage (and the sit
 DONE = (0, "done")
 UNUSABLE = (1, "the history cannot be used")
 BAD_ARGUMENTS = (2, "bad arguments")
+# sysexits.h's EX_TEMPFAIL: a scheduler's job learns that its run is safe, not yet written
+SPOOLED = (
+    75,
+    "the history refused for longer than --retry: the runs are spooled, and a later run or import writes them",
+)
 
 fp = fingerprint_name  # a fingerprint as shown: "-" where none was recorded
 
@@ -90,7 +98,36 @@ def on_history(args: argparse.Namespace, action: Callable[[argparse.Namespace, s
 
 def add_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="URL", help=HISTORY_HELP)
+    p.add_argument(
+        "--retry",
+        type=arguments.option("perf_history_retry"),
+        metavar="SECONDS",
+        help="how long to wait while PostgreSQL refuses for now (too many clients, a refused connection, a "
+        "restart), trying again with jittered exponential backoff; a permanent error is not retried "
+        f"(default: {_from_table('perf_history_retry')}; 0: try once)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def retry(args: argparse.Namespace) -> Retry:
+    """The history's retry bound: ``--retry``, else perf_history_retry of [tool.perfsuite], else
+    the table's; the first refusal is a note on stderr, so that a wait is never silent."""
+    from perfsuite.history.retry import Retry
+
+    bound = float(
+        _settings({"perf_history_retry": getattr(args, "retry", None)}, ("perf_history_retry",))["perf_history_retry"]
+    )
+
+    def note(exc: BaseException, bound: float) -> None:
+        from perfsuite.common.text import redact
+        from perfsuite.history.retry import detail
+
+        print(
+            f"note: the history refuses for now ({redact(detail(exc))}); trying again for up to {bound:g} s",
+            file=sys.stderr,
+        )
+
+    return Retry(bound, on_wait=note)
 
 
 # --- tonight and the nights before it ------------------------------------------------------------

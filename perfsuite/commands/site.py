@@ -66,7 +66,9 @@ def run(args: argparse.Namespace, url: str) -> int:
     rule, window = shared.rule(args), datetime.timedelta(hours=shared.fleet_window(args))
     baselines = _baseline_dir(args.baseline_dir)
     judge = functools.partial(judgements, window=window, rule=rule)
-    site = data.read(url, end, args.nights, baselines, judge, rule.tolerance, since=args.since)
+    site = data.read(
+        url, end, args.nights, baselines, judge, rule.tolerance, since=args.since, retry=shared.retry(args)
+    )
     if site is None:
         raise Failure(f"no run in the {args.nights} nights before {shared.when(end)} in {shown(url)}")
     try:

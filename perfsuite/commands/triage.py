@@ -74,7 +74,7 @@ def _triage(args: argparse.Namespace, url: str) -> dict[str, Any]:
     rule, window, end = shared.rule(args), shared.fleet_window(args), shared.end(args)
     loading = _in_background(changes.load)  # the database's wait and Otava's import side by side
     prints = shared.fingerprints(args)
-    engine = db.open_history(url, write=False)
+    engine = db.open_history(url, write=False, retry=shared.retry(args))
     try:
         history = read_fleet(engine, end, DAY, args.nights, fingerprints=prints, env=True)
         if not history.runs:

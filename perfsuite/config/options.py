@@ -74,6 +74,7 @@ class PerfOptions:
     perf_report: Path | None
     perf_openmetrics: Path | None
     perf_history: str | None  # a full URL: a bare path has become sqlite:///ABSOLUTE
+    perf_history_retry: float  # seconds the history's write waits out refusals for now
     perf_label: tuple[tuple[str, str], ...]
     drift_window: int
     drift: str

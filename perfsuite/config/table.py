@@ -383,6 +383,19 @@ OPTIONS: tuple[Option, ...] = (
         metavar="URL",
     ),
     Option(
+        "perf-history-retry",
+        "with --perf-history: how long the run's write waits while PostgreSQL refuses it for now (too many "
+        "clients, a refused connection, a server starting or stopping), trying again with jittered exponential "
+        "backoff, before the run is spooled; a permanent error (a wrong password, a missing database) is not "
+        "retried; 0: spool at once. `history import --retry` and the history's commands read it too",
+        "float",
+        minimum=0,
+        # A fleet's nodes end their sessions together: a burst of writers at 02:00 is normal, and a minute
+        # of waiting is nothing to a session of hours, where a spooled night waits for the next run.
+        default=60.0,
+        metavar="SECONDS",
+    ),
+    Option(
         "perf-label",
         "a KEY=VALUE the history keeps with this run (e.g. image=ngc-24.05); repeatable",
         "label",

@@ -2,7 +2,15 @@
 
 SQLite: writes take the lock when their transaction begins (BEGIN IMMEDIATE) and wait
 for it up to ``BUSY_TIMEOUT_S``, so nodes or processes writing at once queue instead of
-failing; WAL lets readers go on meanwhile. PostgreSQL handles concurrent writers itself.
+failing; WAL lets readers go on meanwhile. PostgreSQL handles concurrent writers itself;
+what it refuses for now (too many clients, a restart) is retried where the caller gives a
+``Retry`` (perfsuite.history.retry), and a run written twice is written once (its uuid).
+
+PostgreSQL is used as a connection pooler in transaction mode (PgBouncer) allows: no session
+state, and no server-side prepared statements (psycopg's ``prepare_threshold`` is None: a
+pooler hands each transaction whichever server connection is free, and a statement prepared
+on one is missing, or already there, on the next). The history's queries are few and not
+hot, so nothing is lost by not preparing them, directly or through a pooler.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import sqlalchemy as sa
 from perfsuite.common.text import redact
 from perfsuite.history import schema
 from perfsuite.history.document import row_fingerprint, utc
+from perfsuite.history.retry import Retry, StillRefused, permanent
 from perfsuite.history.url import HistoryError, engine_url, shown, sqlite_path
 
 BUSY_TIMEOUT_S = 60
@@ -31,9 +40,11 @@ class NoHistory(HistoryError):
     """Reading a history that has not been written yet."""
 
 
-def open_history(url: str, write: bool = True) -> sa.Engine:
+def open_history(url: str, write: bool = True, retry: Retry | None = None) -> sa.Engine:
     """An engine on ``url``. To write: the database is brought to the current schema (created
-    if new). To read: nothing is created or migrated, and SQLite takes no write lock."""
+    if new). To read: nothing is created or migrated, and SQLite takes no write lock.
+    ``retry``: every connection the engine opens, and the schema's check, are tried again
+    while PostgreSQL refuses for now (None: once)."""
     path = sqlite_path(url)
     if path is not None:
         if path.is_dir():
@@ -47,19 +58,44 @@ def open_history(url: str, write: bool = True) -> sa.Engine:
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
         sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql(begin))
     else:
-        engine = sa.create_engine(
-            engine_url(url), connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, poolclass=sa.pool.NullPool
-        )
-    try:
+        engine = sa.create_engine(engine_url(url), connect_args=CONNECT_ARGS, poolclass=sa.pool.NullPool)
+        if retry is not None:
+            sa.event.listen(engine, "do_connect", _retried(retry))
+
+    def check() -> None:
         with engine.begin() as conn:
             if write:
                 schema.migrate(conn)
             else:
                 _readable(conn, url)
+
+    try:
+        if retry is None:
+            check()
+        else:
+            retry.call(check)
     except BaseException:
         engine.dispose()
         raise
     return engine
+
+
+# psycopg's arguments: a pooler in transaction mode needs no prepared statement (the module's
+# docstring); the server's pg_stat_activity names the connections, unless the URL does.
+CONNECT_ARGS = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "prepare_threshold": None,
+    "fallback_application_name": "perfsuite",
+}
+
+
+def _retried(retry: Retry) -> Any:
+    """A do_connect handler: the driver's connect, tried again while refused for now."""
+
+    def connect(dialect: Any, _record: object, cargs: Any, cparams: Any) -> Any:
+        return retry.call(lambda: dialect.connect(*cargs, **cparams))
+
+    return connect
 
 
 def _readable(conn: sa.Connection, url: str) -> None:
@@ -106,18 +142,27 @@ def describe_error(url: str, exc: BaseException) -> str:
     """One line: what went wrong, without the driver's multi-line detail."""
     if isinstance(exc, NoHistory):
         return str(exc)  # names the history already
+    if isinstance(exc, StillRefused):
+        return f"{shown(url)}: {redact(str(exc))}"
     detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{shown(url)}: {redact(detail[0]) if detail else type(exc).__name__}"
+    line = f"{shown(url)}: {redact(detail[0]) if detail else type(exc).__name__}"
+    return f"{line} (not retried: waiting would not mend it)" if permanent(exc) else line
 
 
 # -- writing ------------------------------------------------------------------------
 
 
-def write_run(engine: sa.Engine, doc: dict[str, Any]) -> int | None:
+def write_run(engine: sa.Engine, doc: dict[str, Any], retry: Retry | None = None) -> int | None:
     """Append one run document (perfsuite.history.document) and its bursts in one transaction.
 
-    Returns the run's id, or None when a run with its uuid is already there.
+    Returns the run's id, or None when a run with its uuid is already there. ``retry``: the
+    transaction is tried again while PostgreSQL refuses it for now; one whose commit was lost
+    with its connection finds its run there and writes nothing twice.
     """
+    return _write_run(engine, doc) if retry is None else retry.call(lambda: _write_run(engine, doc))
+
+
+def _write_run(engine: sa.Engine, doc: dict[str, Any]) -> int | None:
     run = doc["run"]
     fingerprints = run.get("fingerprints") or {}
     values = {

@@ -123,7 +123,9 @@ def read_fleet(
     ``env``, what each run ran with."""
     prints = None if fingerprints is None else list(fingerprints)
     wanted = labels or {}
-    with engine.connect() as conn:
+    # One transaction for the whole read: PostgreSQL's server-side cursor lives in it, and a
+    # pooler in transaction mode (PgBouncer) keeps one server connection for it.
+    with engine.connect() as conn, conn.begin():
         windows = night_windows(end, since, nights)
         filling = _Filling(windows, _runs(conn, windows, wanted, env))
         for run_id, text in _burst_lists(conn, windows, prints):
@@ -249,7 +251,8 @@ def _burst_lists(conn: sa.Connection, windows: Sequence[Span], prints: list[str 
     """(run id, text) of each run of the span with a measured burst, the newest run first: the
     run's keys, figures, bursts pooled and (tonight) intervals, joined into one string by the
     database, to be split and parsed in C. A row per burst would be millions of Python objects;
-    this is one row per run, read as it streams (a server-side cursor on PostgreSQL)."""
+    this is one row per run, read as it streams (a server-side cursor on PostgreSQL, inside
+    the caller's transaction)."""
     r, b = schema.runs, schema.bursts
 
     def joined(value: Any, separator: str = ",") -> Any:

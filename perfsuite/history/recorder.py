@@ -4,7 +4,10 @@ itself, and the change points, need Apache Otava: without it they say so, and th
 recorded all the same).
 
 Nothing here raises for an unusable database: the gate never fails for it and no run is
-lost. Every outcome is a line for the run's summary.
+lost. Every outcome is a line for the run's summary. The write waits out what PostgreSQL
+refuses for now (too many clients at 02:00, a restart: perfsuite.history.retry) up to the
+run's bound, then spools; the reads for the checks try once, and a refused read skips its
+check, said in one line, rather than hold the session up.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from perfsuite.analysis import changes
+from perfsuite.common.text import redact
 from perfsuite.history import db, spool
 from perfsuite.history.document import row_fingerprint
+from perfsuite.history.retry import Retry, detail
 from perfsuite.history.url import shown
 
 
-def flush(engine: sa.Engine, url: str) -> tuple[int, list[str]]:
+def flush(engine: sa.Engine, url: str, retry: Retry | None = None) -> tuple[int, list[str]]:
     """Write every spooled run of ``url``; (runs written, lines about unreadable spool files)."""
     written, notes = 0, []
     for path in spool.pending(url):
@@ -29,31 +34,47 @@ def flush(engine: sa.Engine, url: str) -> tuple[int, list[str]]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             notes.append(f"perf history: spooled run {path} unreadable ({exc}); left in place")
             continue
-        if db.write_run(engine, doc) is not None:
+        if db.write_run(engine, doc, retry) is not None:
             written += 1
         path.unlink(missing_ok=True)  # written now, or by an earlier flush that died before this
     return written, notes
 
 
-def record(url: str, doc: dict[str, Any]) -> list[str]:
-    """Write ``doc`` to the history at ``url``; spool it if that fails. Lines for the summary."""
+def record(url: str, doc: dict[str, Any], retry_s: float = 0.0) -> list[str]:
+    """Write ``doc`` to the history at ``url``, waiting up to ``retry_s`` seconds while it
+    refuses for now; spool it if that fails. Lines for the summary."""
     lines: list[str] = []
     engine = None
+    retry = Retry(retry_s)
     try:
-        engine = db.open_history(url)
-        flushed, notes = flush(engine, url)
+        engine = db.open_history(url, retry=retry)
+        flushed, notes = flush(engine, url, retry)
         lines.extend(notes)
         if flushed:
             lines.append(f"perf history: wrote {flushed} spooled run{'s' if flushed != 1 else ''} to {shown(url)}")
-        run_id = db.write_run(engine, doc)
+        run_id = db.write_run(engine, doc, retry)
         n = len(doc["results"])
-        lines.append(f"perf history: run {run_id} ({n} burst{'s' if n != 1 else ''}) written to {shown(url)}")
+        if run_id is None:  # written by an earlier try whose answer was lost, or spooled and flushed
+            lines.append(f"perf history: this run is in {shown(url)} already" + _waited(retry))
+        else:
+            lines.append(
+                f"perf history: run {run_id} ({n} burst{'s' if n != 1 else ''}) written to {shown(url)}"
+                + _waited(retry)
+            )
     except db.UNAVAILABLE as exc:
         lines.append(_spool(url, doc, db.describe_error(url, exc)))
     finally:
         if engine is not None:
             engine.dispose()
     return lines
+
+
+def _waited(retry: Retry) -> str:
+    """What the write waited for, where it did: the operator sizes the database by it."""
+    if retry.last is None:
+        return ""
+    times = f"{retry.refused} time{'s' if retry.refused != 1 else ''}"
+    return f", refused {times} first over {retry.waited:.1f} s ({redact(detail(retry.last))})"
 
 
 def _spool(url: str, doc: dict[str, Any], why: str) -> str:

@@ -379,4 +379,4 @@ def _write_history(session: PerfSession, shown: Sequence[BurstResult], command: 
         save_baseline=o.save_baseline,
         outcome=document.outcome_of(status, session.interrupted),
     )
-    session.messages.extend(recorder.record(o.perf_history, doc))
+    session.messages.extend(recorder.record(o.perf_history, doc, o.perf_history_retry))

@@ -24,6 +24,7 @@ import numpy as np
 
 from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
 from perfsuite.history.fleet import DAY, Fleet, Run, read_fleet
+from perfsuite.history.retry import Retry
 
 __all__ = ["NO_FINGERPRINT", "fp_name"]
 
@@ -119,15 +120,17 @@ def read(
     judge: Judge,
     tolerance: float,
     since: float | None = None,
+    retry: Retry | None = None,
 ) -> SiteData | None:
     """The site's content; None where the nights read hold no run. ``tolerance``: the fleet
     rule's, against which a key's change is a regression or an improvement; ``since``: the
-    hours whose runs' series are the ones changed (--since)."""
+    hours whose runs' series are the ones changed (--since); ``retry``: how the read waits out
+    what the database refuses for now (None: it tries once)."""
     from perfsuite.analysis import changes
     from perfsuite.history import db
     from perfsuite.history.url import shown
 
-    engine = db.open_history(url, write=False)
+    engine = db.open_history(url, write=False, retry=retry)
     try:
         history = read_fleet(engine, end, DAY, nights, env=True)
         if not history.runs:
