@@ -161,12 +161,33 @@ def test_a_job_carries_a_token_model():
     assert back == info and back.train_flops_per_item(None) == info.train_flops_per_item(None)
 
 
-def test_the_suite_runs_no_token_model_before_the_worker_feeds_tokens(pytester):
-    """Every registered model is in the suite's default matrix, but a burst feeds images only:
-    token models stay out of it (an image size they lack would also stop the GPU cases' collection)."""
+def test_the_suite_sweeps_token_models_over_their_sequence_lengths(pytester):
+    """Every registered model is in the suite's default matrix, token models beside image ones;
+    --perf-seq-len sweeps a token model's sequence length as --perf-batch-size sweeps the batch,
+    and leaves image models as they were."""
     pytester.makepyfile(test_suite="from perfsuite.suite.test_throughput import test_throughput  # noqa: F401")
     result = pytester.runpytest_inprocess("--co", "-q", "--perf-gpus", "2", "--perf-framework", "torch")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     collected = result.stdout.str()
     assert "test_throughput[torch-vit_b16-gpu1-device]" in collected
-    assert not any(name in collected for name in ("gpt2", "bert", "llama"))
+    assert "test_throughput[torch-gpt2-gpu1-device]" in collected
+    assert "test_throughput[torch-llama-cpu1-device]" in collected
+    swept = pytester.runpytest_inprocess(
+        "--co",
+        "-q",
+        "--perf-framework",
+        "torch",
+        "--perf-model",
+        "gpt2",
+        "--perf-model",
+        "resnet50",
+        "--perf-seq-len",
+        "64",
+        "--perf-seq-len",
+        "256",
+        "--perf-cpu-workers",
+        "1",
+    ).stdout.str()
+    assert "test_throughput[torch-gpt2-cpu1-device-seq64]" in swept
+    assert "test_throughput[torch-gpt2-cpu1-device-seq256]" in swept
+    assert "test_throughput[torch-resnet50-cpu1-device]" in swept and "resnet50-cpu1-device-seq" not in swept

@@ -42,6 +42,7 @@ class PerfOptions:
     data_location: tuple[str, ...]
     variable_update: tuple[str, ...]
     batch_size: tuple[int, ...]
+    seq_len: tuple[int, ...]
     augment_on: tuple[str, ...]
     min_input_efficiency: float | None
     compile: bool

@@ -185,6 +185,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="N",
     ),
     Option(
+        "seq-len",
+        "a token model's sequence length, the tokens of one sample; repeatable, swept like the batch "
+        "size; image models ignore it (default: the model's)",
+        "int",
+        repeat=True,
+        minimum=1,
+        metavar="N",
+    ),
+    Option(
         "precision",
         "numeric precision; repeatable: fp32 (IEEE), tf32, fp16 (with loss scaling), bf16, amp "
         "(bf16 where the device has it, else fp16)",
@@ -519,6 +528,7 @@ PLURALS = {
     "data_location": "data_locations",
     "variable_update": "variable_updates",
     "batch_size": "batch_sizes",
+    "seq_len": "seq_lens",
     "precision": "precisions",
     "perf_label": "perf_labels",
     "memory_format": "memory_formats",

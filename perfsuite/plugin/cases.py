@@ -8,10 +8,11 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD, flops_per_forward
+from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
 from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
+from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.spec import BurstSpec, default_memory_format, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.plugin import framework_gpus
@@ -26,6 +27,7 @@ DIMENSIONS = (
     "variable_update",
     "precision",
     "batch_size",
+    "seq_len",
     "memory_format",
     "mode",
     "augment_on",
@@ -61,6 +63,7 @@ class Case:
     memory_format: str = ""  # "": the framework's default layout for the case
     mode: str = "train"
     augment_on: str = "cpu"  # only the `real` data location has a place to augment
+    seq_len: int | None = None  # a token model's; None: the model's default for the device kind
 
     @property
     def id(self) -> str:
@@ -74,6 +77,8 @@ class Case:
             parts.append(self.precision)
         if self.batch_size is not None:
             parts.append(f"bs{self.batch_size}")
+        if self.seq_len is not None:
+            parts.append(f"seq{self.seq_len}")
         if self.data_location == "real" and self.augment_on != "cpu":
             parts.append(f"augment-{self.augment_on}")
         if self.memory_format and self.memory_format != self.default_layout:
@@ -97,9 +102,19 @@ def is_slow(case: Case) -> bool:
     if case.device_kind != "cpu":
         return False
     info = get_model(case.framework, case.model_name)
-    if info.flops is None:
-        return False  # not known before the worker measures it
-    return TRAIN_FLOPS_PER_FORWARD * info.flops * (case.batch_size or info.cpu_batch_size) > SLOW_CPU_STEP_FLOPS
+    flops = step_flops(info, case.batch_size or info.cpu_batch_size, case.seq_len or info.cpu_seq_len, case.mode)
+    return flops is not None and flops > SLOW_CPU_STEP_FLOPS  # None: not known before the worker counts it
+
+
+def step_flops(info: ModelInfo, batch: int, seq_len: int | None, mode: str) -> float | None:
+    """One device's model FLOPs a step: training or inference FLOPs per image or token, times the
+    items of a batch; None where the model's FLOPs are not known before a burst."""
+    per_item = info.train_flops_per_item(seq_len)
+    if per_item is None:
+        return None
+    if mode == "infer":
+        per_item /= TRAIN_FLOPS_PER_FORWARD
+    return per_item * batch * (seq_len if info.workload == "token" and seq_len else 1)
 
 
 def framework_installed(framework: str) -> bool:
@@ -110,8 +125,7 @@ def selected_models(options: PerfOptions) -> list[tuple[str, str]]:
     frameworks = options.framework or FRAMEWORKS
     pairs: list[tuple[str, str]] = []
     for fw in frameworks:
-        # Token models wait for the burst worker to feed them token ids: no case runs one yet.
-        names = [m.name for m in all_models(fw) if m.workload == "image"]
+        names = [m.name for m in all_models(fw)]
         chosen = [n for n in options.model if n in names] if options.model else names
         pairs.extend((fw, n) for n in chosen)
     return pairs
@@ -125,13 +139,14 @@ def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
 def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
     cases = []
     seen = set()
-    for (fw, model), (kind, n), loc, vu, prec, bs, layout, mode, augment in itertools.product(
+    for (fw, model), (kind, n), loc, vu, prec, bs, seq, layout, mode, augment in itertools.product(
         selected_models(options),
         device_slots(options, gpu_count),
         options.data_location,
         options.variable_update,
         options.precision,
         options.batch_size or (None,),
+        options.seq_len or (None,),
         options.memory_format or ("",),
         options.mode,
         options.augment_on,
@@ -143,6 +158,9 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             continue  # one device has no variable update to vary
         if loc != "real" and augment != options.augment_on[0]:
             continue  # only `real` augments
+        token_model = get_model(fw, model).workload == "token"
+        if not token_model and seq != (options.seq_len or (None,))[0]:
+            continue  # an image model has no sequence length to vary
         case = Case(
             fw,
             model,
@@ -156,6 +174,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size or 0) else layout,
             mode,
             augment if loc == "real" else "cpu",
+            seq if token_model else None,
         )
         if case not in seen:  # a layout asked for by name may be the default one
             seen.add(case)
@@ -242,10 +261,12 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
     info = get_model(values["framework"], values["model_name"])
     kind = values["device_kind"]
     batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
-    step_flops = (
-        flops_per_forward(values.get("mode") or "train") * info.flops * batch if info.flops is not None else None
+    seq_len = 0
+    if info.workload == "token":
+        seq_len = values.get("seq_len") or (info.cpu_seq_len if kind == "cpu" else info.seq_len) or 0
+    warm, steps, windows = burst_length(
+        options, kind, step_flops(info, batch, seq_len or None, values.get("mode") or "train")
     )
-    warm, steps, windows = burst_length(options, kind, step_flops)
     return BurstSpec(
         framework=values["framework"],
         model=values["model_name"],
@@ -255,6 +276,7 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
         data_location=values["data_location"],
         batch_size=batch,
         image_size=info.image_size or BurstSpec.image_size,  # a token model's spec keeps the default
+        seq_len=seq_len,
         precision=values["precision"],
         variable_update=values["variable_update"],
         warmup_steps=warm,

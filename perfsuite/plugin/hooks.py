@@ -174,6 +174,13 @@ def batch_size(request: pytest.FixtureRequest) -> int | None:
 
 
 @pytest.fixture
+def seq_len(request: pytest.FixtureRequest) -> int | None:
+    """A token model's sequence length; None: the model's default (image models have none)."""
+    lengths = _session(request.config).options.seq_len
+    return lengths[0] if lengths else None
+
+
+@pytest.fixture
 def memory_format(request: pytest.FixtureRequest) -> str:
     """ "" : the framework's default layout for the case."""
     return (_session(request.config).options.memory_format or ("",))[0]
@@ -200,6 +207,7 @@ def burst_spec(
     variable_update,
     precision,
     batch_size,
+    seq_len,
     memory_format,
     mode,
     augment_on,
@@ -216,6 +224,7 @@ def burst_spec(
         "variable_update": variable_update,
         "precision": precision,
         "batch_size": batch_size,
+        "seq_len": seq_len,
         "memory_format": memory_format,
         "mode": mode,
         "augment_on": augment_on,

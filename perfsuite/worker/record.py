@@ -14,21 +14,30 @@ from perfsuite.analysis.utilisation import merge_ranks, rank_share, summary
 from perfsuite.contract.job import Job
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.phases import RECORDED
-from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.contract.record import CpuFacts, RankEntry, WorkerRecord
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.worker import phases
 from perfsuite.worker.measure import WindowTimings, combine_ranks
 
 
 def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], float]) -> ModelInfo:
     """``info`` with the parameter count and forward FLOPs its registration left out, counted
-    by the framework (``params()``, ``flops()``) before the burst: never inside a window."""
-    if info.params is not None and info.flops is not None:
+    by the framework (``params()``, ``flops()``) before the burst: never inside a window. A token
+    model's FLOPs per token come from its structure (ModelInfo.train_flops_per_item): only its
+    parameters may need counting."""
+    image = info.workload == "image"
+    if info.params is not None and (info.flops is not None or not image):
         return info
     return dataclasses.replace(
         info,
         params=int(params()) if info.params is None else info.params,
-        flops=float(flops()) if info.flops is None else info.flops,
+        flops=float(flops()) if info.flops is None and image else info.flops,
     )
+
+
+def items_per_window(spec: BurstSpec) -> int:
+    """What one rank trains in a window, in the burst's unit: images, or tokens."""
+    return spec.batch_size * spec.items_per_sample * spec.steps_per_window
 
 
 # TF32 units arrived with Ampere: below it, fp32 runs as IEEE fp32 whatever is allowed.
@@ -77,6 +86,7 @@ def build_record(
     profile_seconds: float | None = None,
     profile_error: str | None = None,
     compile_seconds: float | None = None,
+    cpu: CpuFacts | None = None,
 ) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
@@ -109,5 +119,6 @@ def build_record(
         profile_seconds=profile_seconds,
         profile_error=profile_error,
         compile_seconds=compile_seconds,
+        cpu=cpu,
         phase_marks=phases.marks(),
     )

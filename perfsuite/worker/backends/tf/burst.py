@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.contract.job import Job
+from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
 from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.worker import host_memory, phases
 
 if TYPE_CHECKING:
@@ -61,7 +63,8 @@ def rank(job: Job) -> int:
 
 def run(job: Job) -> WorkerRecord | None:
     global _strategy
-    from perfsuite.worker.record import build_record, completed, rank_entry
+    from perfsuite.worker import cpu_facts
+    from perfsuite.worker.record import build_record, completed, items_per_window, rank_entry
 
     spec, info = job.spec, job.model
     build = _builder(job)  # a missing builder fails before the slow TensorFlow import
@@ -71,7 +74,6 @@ def run(job: Job) -> WorkerRecord | None:
 
     from perfsuite.models.tf.layers import image_data_format
     from perfsuite.worker.backends.tf.cluster import sync_local_devices
-    from perfsuite.worker.backends.tf.data import feed as make_feed
     from perfsuite.worker.backends.tf.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.worker.backends.tf.profile import run_profiled_steps
@@ -93,15 +95,17 @@ def run(job: Job) -> WorkerRecord | None:
     keras.utils.set_random_seed(spec.seed)
     with strategy.scope(), image_data_format(spec.layout):
         model = build()
-        _check_layout(spec, model)
+        if not spec.tokens:
+            _check_layout(spec, model)
         info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
-        optimizer = make_optimizer()
+        optimizer = make_optimizer(info.optimizer)
         optimizer.build(model.trainable_variables)
         loss_scale = DynamicLossScale() if precision.loss_scaling else None
     phases.mark(BUILT)
-    data = make_feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
+    data = _feed(spec, strategy, info)
     step = make_step(spec, strategy, model, optimizer, data, loss_scale)
     phases.mark(FED)
+    step, matmul = _watching_matrix_kernels(spec, step) if leader else (step, lambda: None)
 
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
@@ -113,8 +117,8 @@ def run(job: Job) -> WorkerRecord | None:
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
     )
-    images_per_window = spec.batch_size * len(devices) * spec.steps_per_window
-    mine = rank_entry(worker_index, device.name, timings, images_per_window, device.peak)
+    per_window = items_per_window(spec) * len(devices)
+    mine = rank_entry(worker_index, device.name, timings, per_window, device.peak)
     ranks = _gathered(spec, strategy, mine)
     if not leader:
         return None
@@ -123,7 +127,7 @@ def run(job: Job) -> WorkerRecord | None:
         info,
         timings,
         ranks,
-        images_per_window,
+        per_window,
         framework_version=tf.__version__,
         device_name=device.name,
         precision_dtype=precision.dtype,
@@ -132,6 +136,7 @@ def run(job: Job) -> WorkerRecord | None:
         fp32_matmul=device.fp32_math,
         compute_capability=device.compute_capability,
         compile_seconds=timings.compile_seconds,
+        cpu=cpu_facts.facts(spec.threads * len(devices), matmul()) if not gpus else None,
         **profiled.fields(),
     )
 
@@ -141,10 +146,47 @@ def _builder(job: Job) -> Callable[[], Any]:
     from perfsuite.models.registry import resolve_builder
 
     builder = resolve_builder(job.model)
+    if job.model.workload == "token":
+        return lambda: builder(vocab_size=job.model.vocab_size, seq_len=job.spec.seq_len)
     kwargs = {"num_classes": job.model.num_classes}
     if "image_size" in inspect.signature(builder).parameters:
         kwargs["image_size"] = job.spec.image_size
     return lambda: builder(**kwargs)
+
+
+def _feed(spec: BurstSpec, strategy, info: ModelInfo):
+    """The data location's feed: images and labels, or a token model's ids and targets."""
+    if info.workload == "token":
+        from perfsuite.worker.backends.tf import tokens
+
+        return tokens.feed(spec, strategy, info, seed=spec.seed + 1000)
+    from perfsuite.worker.backends.tf.data import feed
+
+    return feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
+
+
+def _watching_matrix_kernels(spec: BurstSpec, step) -> tuple[Callable, Callable[[], str | None]]:
+    """bf16 on a CPU with AMX: ``step`` with its first call's standard output read for oneDNN's
+    lines, and what they say of the matrix kernels' ISA (perfsuite.worker.cpu_facts). TensorFlow
+    reads ONEDNN_VERBOSE once, when oneDNN is first used, and offers no switch after: creation
+    lines only ("profile_create"), which its primitive cache makes rare after the first steps."""
+    from perfsuite.worker import cpu_facts
+
+    found: list[str | None] = []
+    if not cpu_facts.checks_amx(spec.device_kind, spec.precision, cpu_facts.facts(0).isa):
+        return step, lambda: None
+    os.environ["ONEDNN_VERBOSE"] = "profile_create"
+
+    def watched():
+        if found:
+            return step()
+        with cpu_facts.capture_stdout() as printed:
+            loss = step()
+            loss.numpy()  # the step has run, and its kernels were made
+        found.append(cpu_facts.matmul_isa(printed()))
+        return loss
+
+    return watched, lambda: found[0] if found else None
 
 
 def _timed_windows(
@@ -174,7 +216,8 @@ def _timed_windows(
             windows=spec.windows,
             steps_per_window=spec.steps_per_window,
             on_step=progress_writer(
-                job.progress_file if leader else None, global_batch * spec.nodes * spec.steps_per_window
+                job.progress_file if leader else None,
+                global_batch * spec.items_per_sample * spec.nodes * spec.steps_per_window,
             ),
             # Workers of a multi-node run must step in lockstep, so only a lone process adapts.
             max_windows=spec.max_windows if spec.nodes == 1 else 0,

@@ -9,15 +9,53 @@ import tensorflow as tf
 
 from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.data.tokens import IGNORE
 from perfsuite.worker.backends.tf.feed import Feed
 from perfsuite.worker.backends.tf.precision import DynamicLossScale
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
+# AdamW as the torch bursts take it (perfsuite.worker.backends.torch.train).
+ADAMW_LR = 3e-4
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_WEIGHT_DECAY = 0.1
+ADAMW_EPSILON = 1e-8  # torch's; Keras's default is 1e-7
 
 
-def make_optimizer() -> keras.optimizers.Optimizer:
+INDEPENDENT_SGD_ONLY = (
+    "independent replicas in TensorFlow update with SGD only (each replica's own momentum); this model "
+    "trains with AdamW: use replicated"
+)
+
+
+def make_optimizer(name: str = "sgd") -> keras.optimizers.Optimizer:
+    """SGD with momentum (the CNNs) or AdamW (the transformers)."""
+    if name == "adamw":
+        return keras.optimizers.AdamW(
+            learning_rate=ADAMW_LR,
+            beta_1=ADAMW_BETAS[0],
+            beta_2=ADAMW_BETAS[1],
+            weight_decay=ADAMW_WEIGHT_DECAY,
+            epsilon=ADAMW_EPSILON,
+        )
+    if name != "sgd":
+        raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {name!r}")
     return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+
+
+def replica_loss(labels: tf.Tensor, logits: tf.Tensor, global_batch: int, replicas: int) -> tf.Tensor:
+    """This replica's share of the step's loss, so that summing the replicas' gives its mean.
+
+    An image model: cross-entropy per image over the global batch. A token model ([batch, seq,
+    vocabulary] logits): the mean over this replica's targets, IGNORE left out, over the
+    replicas; as torch's data parallelism averages its ranks' means."""
+    logits = tf.cast(logits, tf.float32)
+    if logits.shape.rank == 2:
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+    kept = tf.cast(labels != IGNORE, tf.float32)
+    per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.maximum(labels, 0), logits)
+    return tf.reduce_sum(per_token * kept) / tf.maximum(tf.reduce_sum(kept), 1.0) / replicas
 
 
 def to_model_layout(spec: BurstSpec, images: tf.Tensor) -> tf.Tensor:
@@ -81,6 +119,8 @@ def make_step(
             "independent replicas in TensorFlow run without loss scaling, which fp16 needs "
             f"(--perf-precision {spec.precision}): use fp32, or bf16 on GPUs of compute capability 8.0 or later"
         )
+    if independent and not isinstance(optimizer, keras.optimizers.SGD):
+        raise Unsupported(INDEPENDENT_SGD_ONLY)
     if spec.mode == "infer":
         return _infer_step(spec, strategy, model, feed, global_batch)
 
@@ -88,10 +128,7 @@ def make_step(
         with tf.GradientTape() as tape:
             tape.watch(weights)
             logits, state = model.stateless_call(weights, state, images, training=True)
-            per_example = keras.losses.sparse_categorical_crossentropy(
-                labels, tf.cast(logits, tf.float32), from_logits=True
-            )
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            loss = replica_loss(labels, logits, global_batch, strategy.num_replicas_in_sync)
             target = loss * scale if loss_scale is not None else loss
         return loss, tape.gradient(target, weights), state
 
@@ -154,10 +191,7 @@ def _infer_step(
 
     def forward(images, labels, weights, state):
         logits, _ = model.stateless_call(weights, state, images, training=False)
-        per_example = keras.losses.sparse_categorical_crossentropy(
-            labels, tf.cast(logits, tf.float32), from_logits=True
-        )
-        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        return replica_loss(labels, logits, global_batch, strategy.num_replicas_in_sync)
 
     if spec.xla:
         forward = tf.function(forward, jit_compile=True, autograph=False)

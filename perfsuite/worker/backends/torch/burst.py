@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from perfsuite.contract.job import Job
+from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.phases import BUILT, DISTRIBUTED, FED, IMPORTED, STEPPED
-from perfsuite.contract.record import RankEntry, WorkerRecord
+from perfsuite.contract.record import CpuFacts, RankEntry, WorkerRecord
+from perfsuite.contract.spec import BurstSpec
 from perfsuite.worker import host_memory, phases
 
 if TYPE_CHECKING:
@@ -38,13 +40,11 @@ def rank(job: Job) -> int:
 def run(job: Job) -> WorkerRecord | None:
     import torch
 
-    from perfsuite.models.registry import resolve_builder
-    from perfsuite.worker.backends.torch.data import batches, input_workers
-    from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
+    from perfsuite.worker.backends.torch.data import input_workers
     from perfsuite.worker.backends.torch.profile import run_profiled_steps
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
     from perfsuite.worker.profiling import after_windows
-    from perfsuite.worker.record import build_record, completed, rank_entry
+    from perfsuite.worker.record import build_record, items_per_window, rank_entry
 
     phases.mark(IMPORTED)
     host_memory.start()  # the burst's own peak: a fresh process's imports are behind it
@@ -61,12 +61,11 @@ def run(job: Job) -> WorkerRecord | None:
 
     # Same initial weights on every rank; distinct batches per rank.
     torch.manual_seed(spec.seed)
-    model = resolve_builder(info)(num_classes=info.num_classes).to(device)
-    info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
+    model, info = _model(info, spec, device)
     model.train()
     phases.mark(BUILT)
-    data = batches(spec, info.num_classes, device, seed=spec.seed + 1000 * global_rank)
-    step = make_step(spec, model, data, device)
+    data = _batches(spec, info, device, seed=spec.seed + 1000 * global_rank)
+    step = make_step(spec, model, data, device, optimizer=info.optimizer)
     phases.mark(FED)
 
     sync = _synchronizer(device)
@@ -74,11 +73,12 @@ def run(job: Job) -> WorkerRecord | None:
     phases.mark(STEPPED)
     peak, device_name = _peak_memory(device)
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
+    cpu = _cpu_facts(spec, step, sync) if leader and device.type == "cpu" else None
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
     )
-    images_per_window = spec.batch_size * spec.steps_per_window
-    ranks = _gathered(dist, rank_entry(global_rank, device_name, timings, images_per_window, peak))
+    per_window = items_per_window(spec)
+    ranks = _gathered(dist, rank_entry(global_rank, device_name, timings, per_window, peak))
     if not leader:
         return None
     return build_record(
@@ -86,7 +86,7 @@ def run(job: Job) -> WorkerRecord | None:
         info,
         timings,
         ranks,
-        images_per_window,
+        per_window,
         framework_version=torch.__version__,
         device_name=device_name,
         precision_dtype=precision_policy(spec, device).dtype,
@@ -94,8 +94,53 @@ def run(job: Job) -> WorkerRecord | None:
         libraries=_libraries(),
         **_fp32_facts(device),
         compile_seconds=timings.compile_seconds,
+        cpu=cpu,
         **profiled.fields(),
     )
+
+
+def _model(info: ModelInfo, spec: BurstSpec, device):
+    """The registered model, built on ``device``, and ``info`` with what its registration left out."""
+    from perfsuite.models.registry import resolve_builder
+    from perfsuite.worker.backends.torch.flops import forward_flops, parameter_count
+    from perfsuite.worker.record import completed
+
+    builder = resolve_builder(info)
+    if info.workload == "token":
+        model = builder(vocab_size=info.vocab_size, seq_len=spec.seq_len).to(device)
+    else:
+        model = builder(num_classes=info.num_classes).to(device)
+    return model, completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
+
+
+def _batches(spec: BurstSpec, info: ModelInfo, device, seed: int):
+    """The data location's batches: (images, labels), or a token model's (ids, targets)."""
+    if info.workload == "token":
+        from perfsuite.worker.backends.torch import tokens
+
+        return tokens.batches(spec, info, device, seed)
+    from perfsuite.worker.backends.torch.data import batches
+
+    return batches(spec, info.num_classes, device, seed)
+
+
+def _cpu_facts(spec: BurstSpec, step, sync) -> CpuFacts:
+    """The leader's CPU facts; bf16 on a CPU with AMX runs one more step (after the windows, so
+    the measurement never sees it) with oneDNN's verbose lines on, to read which ISA its matrix
+    kernels ran on."""
+    import torch
+
+    from perfsuite.worker import cpu_facts
+
+    cores = spec.threads * spec.devices
+    found = cpu_facts.facts(cores)
+    if not cpu_facts.checks_amx(spec.device_kind, spec.precision, found.isa):
+        return found
+    with cpu_facts.capture_stdout() as printed:
+        with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            step()
+            sync()
+    return cpu_facts.facts(cores, cpu_facts.matmul_isa(printed()))
 
 
 def _device(spec, local_rank: int):
@@ -131,6 +176,7 @@ def _timed_windows(job: Job, step, sync: Callable[[], None], device, dist, leade
     from perfsuite.worker.heartbeat import Heartbeat
     from perfsuite.worker.measure import run_windows
     from perfsuite.worker.progress import progress_writer
+    from perfsuite.worker.record import items_per_window
 
     spec = job.spec
     gpu = device.index if device.type == "cuda" else None
@@ -142,9 +188,7 @@ def _timed_windows(job: Job, step, sync: Callable[[], None], device, dist, leade
             warmup_steps=spec.warmup_steps,
             windows=spec.windows,
             steps_per_window=spec.steps_per_window,
-            on_step=progress_writer(
-                job.progress_file if leader else None, spec.batch_size * spec.world_size * spec.steps_per_window
-            ),
+            on_step=progress_writer(job.progress_file if leader else None, items_per_window(spec) * spec.world_size),
             max_windows=spec.max_windows,
             stable=_stability_check(spec, dist, device),
             sample_gpus=[gpu] if gpu is not None else None,  # each rank watches its own GPU

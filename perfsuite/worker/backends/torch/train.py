@@ -14,9 +14,32 @@ import torch.nn.functional as F
 
 from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.data.tokens import IGNORE
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
+# AdamW as GPT-2-sized models are trained (nanoGPT's and torchtitan's settings, without the
+# schedule: a burst is too short for one to matter to its speed).
+ADAMW_LR = 3e-4
+ADAMW_BETAS = (0.9, 0.95)
+ADAMW_WEIGHT_DECAY = 0.1
+
+
+def make_optimizer(name: str, params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    """SGD with momentum (the CNNs) or AdamW (the transformers); AdamW's fused kernel, one launch
+    for every parameter, where torch has it for the device (CUDA, and CPU since torch 2.4)."""
+    if name == "adamw":
+        fused = device.type in ("cuda", "cpu")
+        return torch.optim.AdamW(params, lr=ADAMW_LR, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY, fused=fused)
+    if name != "sgd":
+        raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {name!r}")
+    return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM)
+
+
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of an image model's [batch, classes] logits, or a token model's [batch, seq,
+    vocabulary] ones against its targets (IGNORE where there is none), over every target."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
 
 
 @dataclass
@@ -134,8 +157,10 @@ def make_step(
     model: nn.Module,
     data: Iterator,
     device: torch.device,
+    optimizer: str = "sgd",
 ) -> Callable[[], torch.Tensor]:
-    """Return ``step()``: one forward, backward and update; it returns the detached loss.
+    """Return ``step()``: one forward, backward and update with ``optimizer`` ("sgd" or "adamw");
+    it returns the detached loss.
 
     ``replicated``: DistributedDataParallel all-reduces gradients, every rank updates.
     ``parameter_server``: gradients are reduced to rank 0, only rank 0 applies the
@@ -144,7 +169,7 @@ def make_step(
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     world = dist.get_world_size() if distributed else 1
     policy = precision_policy(spec, device)
-    channels_last = spec.layout == "channels_last"
+    channels_last = spec.layout == "channels_last" and not spec.tokens
     if channels_last:
         # Module.to takes memory_format at run time; torch's overloads for it leave it out.
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -160,34 +185,34 @@ def make_step(
     params = list(model.parameters())
     # independent: every rank updates its own replica and never talks to the others.
     updates_here = not distributed or spec.variable_update != "parameter_server" or dist.get_rank() == 0
-    optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM) if updates_here else None
+    update = make_optimizer(optimizer, params, device) if updates_here else None
 
     def step() -> torch.Tensor:
         images, labels = next(data)
         if channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         with policy.autocast():
-            loss = F.cross_entropy(net(images), labels)
+            loss = loss_of(net(images), labels)
         if policy.scaler is not None:
             policy.scaler.scale(loss).backward()
         else:
             loss.backward()
         if distributed and spec.variable_update == "parameter_server":
             _average_gradients_to_root(params, world)
-        if optimizer is not None:
+        if update is not None:
             if policy.scaler is not None:
-                policy.scaler.step(optimizer)
+                policy.scaler.step(update)
                 policy.scaler.update()
             else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+                update.step()
+            update.zero_grad(set_to_none=True)
         else:
             for p in params:
                 p.grad = None
         if distributed and spec.variable_update == "parameter_server":
             _broadcast_state(model)
             if policy.scaler is not None:
-                _share_scale(policy.scaler, device, is_root=optimizer is not None)
+                _share_scale(policy.scaler, device, is_root=update is not None)
         return loss.detach()
 
     return step
@@ -203,6 +228,6 @@ def _infer_step(net: nn.Module, data: Iterator, policy: Precision, channels_last
         if channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.inference_mode(), policy.autocast():
-            return F.cross_entropy(net(images), labels).detach()
+            return loss_of(net(images), labels).detach()
 
     return step
