@@ -10,8 +10,10 @@ number of devices.
 
 On CPU workers the peak is per core and cycle (``CPU_PEAKS``, from the CPU's vendor, family
 and ISA the worker recorded), times the clock it read and the cores the burst computed on.
-Where that cannot be known (an ISA or precision with no tabled figure, bf16 whose matrix
-kernels did not run on AMX, no clock) the row has no MFU and ``mfu_note`` says why.
+Where that cannot be known (an ISA or precision with no tabled figure, no clock) the row has
+no MFU and ``mfu_note`` says why. bf16 on a CPU with AMX is held to AMX's peak, the CPU's own
+for that precision, whatever the kernels ran on: where some did not run on AMX (oneDNN picks
+a kernel per shape), the MFU is low for that reason, and ``mfu_note`` names what they ran on.
 """
 
 from __future__ import annotations
@@ -284,19 +286,20 @@ def cpu_precision(precision: str | None, precision_dtype: str | None) -> str:
 
 
 def cpu_peak(cpu: CpuFacts | None, precision: str) -> tuple[CpuPeak | None, str | None]:
-    """(the table entry for this CPU and precision, None) where its peak is known, else (None, why
-    not); (None, None) for a record without the CPU's facts (a worker that did not read them)."""
+    """(the table entry for this CPU and precision, a note) where its peak is known (the note says
+    where bf16's kernels did not all run on AMX, else None), else (None, why not); (None, None)
+    for a record without the CPU's facts (a worker that did not read them)."""
     if cpu is None:
         return None, None
     entry = next((p for p in CPU_PEAKS if p.matches(cpu, precision)), None)
     if entry is None:
         what = cpu.isa or "ISA unknown"
         return None, f"no {precision} peak for {cpu.vendor or 'this CPU'} {what}"
-    if entry.precision == "bf16" and cpu.matmul_isa != AMX:
-        ran = cpu.matmul_isa
-        return None, "AMX use not checked" if ran is None else f"bf16 ran on {ran}, not all AMX"
     if not _positive(cpu.clock_mhz):
         return None, "clock unknown"
+    if entry.precision == "bf16" and cpu.matmul_isa != AMX:
+        ran = cpu.matmul_isa
+        return entry, "AMX use not checked" if ran is None else f"bf16 matrix kernels ran on {ran}, not all on AMX"
     return entry, None
 
 
@@ -305,8 +308,8 @@ def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any])
     out["mfu_precision"] = precision
     entry, why = cpu_peak(record.cpu, precision)
     cpu = record.cpu
+    out["mfu_note"] = why
     if entry is None or cpu is None or cpu.clock_mhz is None:
-        out["mfu_note"] = why
         return
     cores = cpu.cores * spec.nodes  # each node's workers on the same hardware (one fingerprint)
     out["peak_tflops"] = entry.flops_per_cycle * cpu.clock_mhz * 1e6 * cores / 1e12
