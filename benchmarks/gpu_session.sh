@@ -18,11 +18,14 @@
 #     tests: perfsuite's own tests that touch the CUDA path;
 #  3. suite-core: resnet50 and cifar10 in fp32 on 1 GPU, saving baselines into
 #     $OUT/baselines (op profiles and peak memory with them), 2 bursts an entry;
-#  4. gate: resnet50 gated against its entry, profiled and attributed;
-#  5. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
+#  4. transformers: gpt2 and llama in bf16 at sequence length 1,024, saved beside them, with
+#     what torchtitan reports of each (tokens/s per device, MFU, peak memory) in
+#     $OUT/transformers-summary.log;
+#  5. gate: resnet50 gated against its entry, profiled and attributed;
+#  6. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
 #     duty cycle against the warm-started ones above);
-#  6. suite-rest: the other 6 models in fp32, saved beside them, 1 burst an entry;
-#  7. amp, dimensions, compile, data-locations: resnet50 in amp, over the tuned
+#  7. suite-rest: the other 6 models in fp32, saved beside them, 1 burst an entry;
+#  8. amp, dimensions, compile, data-locations: resnet50 in amp, over the tuned
 #     dimensions, with torch.compile, and over the data locations and the real pipeline,
 #     as time allows.
 # A GPU burst's windows hold 2e13 FLOPs each (perfsuite/plugin/cases.py): at 10 TFLOP/s,
@@ -65,6 +68,10 @@ run 120 tests $PY -m pytest "${PLUGIN[@]}" -q -rs tests/test_gpu_path.py tests/t
 run 150 suite-core $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 2 --perf-precision fp32 \
     --perf-model resnet50 --perf-model cifar10 --perf-report "$OUT/report" --perf-json "$OUT/results.json" \
     --junitxml "$OUT/junit.xml"
+run 150 transformers $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision bf16 \
+    --perf-model gpt2 --perf-model llama --perf-seq-len 1024 --perf-report "$OUT/report-transformers" \
+    --perf-json "$OUT/results-transformers.json"
+run 20 transformers-summary $PY benchmarks/token_summary.py "$OUT/results-transformers.json"
 # Against the entry just saved (with its op profile: kernels, NCCL, copies): the burst
 # profiled and attributed; its traces land in report-profile/traces/.
 run 90 gate $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
