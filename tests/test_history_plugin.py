@@ -116,6 +116,41 @@ def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path,
     assert doc["outcome"] == "passed" and len(doc["results"]) == 1
 
 
+def test_the_runs_write_waits_its_bound_while_the_server_is_full(faked, tmp_path, monkeypatch):
+    """--perf-history-retry reaches the write: refused while every connection of the server is
+    held, the run waits, and once they are released it is written, not spooled."""
+    import threading
+    import time
+
+    psycopg = pytest.importorskip("psycopg")
+    import postgres_server as pg
+
+    monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    with pg.postgres_server({"max_connections": "2", "superuser_reserved_connections": "0"}) as url:
+        log = pg._server(url)[2]
+        held = [psycopg.connect(url) for _ in range(2)]
+
+        def release_after_a_refusal() -> None:
+            # The drift check reads once (refused: no drift check tonight); the next refusal is the write's.
+            while log.read_text(errors="replace").count("too many clients") < 2:
+                time.sleep(0.02)
+            for conn in held:
+                conn.close()
+
+        releasing = threading.Thread(target=release_after_a_refusal, daemon=True)
+        releasing.start()
+        args = ("--perf-history", url, "--perf-history-retry", "600", "--perf-missing-baseline", "pass")
+        result = faked.runpytest_inprocess(*FAKE, *args)
+        releasing.join(timeout=60)
+        result.assert_outcomes(passed=1)
+        out = result.stdout.str()
+        assert re.search(r"perf history: run 1 \(1 burst\) written to \S+, refused \d+ times? first", out), out
+        assert "warning: no drift check: perf history unusable (" in out and spool.pending(url) == []
+        engine = db.open_history(url, write=False)
+        assert len(db.runs(engine)) == 1
+        engine.dispose()
+
+
 # -- drift ---------------------------------------------------------------------------
 
 
@@ -285,20 +320,23 @@ def test_history_options_from_the_table(tmp_path):
             "perf_labels": {"pool": "a", "image": "ngc:24.05"},
             "drift": "fail",
             "drift_window": 20,
+            "perf_history_retry": 300,
         },
         tmp_path,
     )
     assert opts.perf_history == f"sqlite:///{tmp_path / 'nightly' / 'perf.db'}"  # relative to pyproject
     assert opts.perf_label == (("image", "ngc:24.05"), ("pool", "a"))
-    assert (opts.drift, opts.drift_window) == ("fail", 20)
+    assert (opts.drift, opts.drift_window, opts.perf_history_retry) == ("fail", 20, 300.0)
     cli = _options(
-        {"perf_history": "postgresql://perf@db/nightly", "perf_label": ["pool=b"]},
-        {"perf_history": "x.db", "perf_label": ["pool=a"]},
+        {"perf_history": "postgresql://perf@db/nightly", "perf_label": ["pool=b"], "perf_history_retry": "0"},
+        {"perf_history": "x.db", "perf_label": ["pool=a"], "perf_history_retry": 300},
         tmp_path,
     )
     assert cli.perf_history == "postgresql://perf@db/nightly" and cli.perf_label == (("pool", "b"),)
+    assert cli.perf_history_retry == 0.0
     default = _options({}, {}, tmp_path)
     assert (default.perf_history, default.perf_label, default.drift, default.drift_window) == (None, (), "warn", 14)
+    assert default.perf_history_retry == 60.0  # a burst of nodes at 02:00 waits a minute before it spools
 
 
 @pytest.mark.parametrize(
@@ -307,6 +345,8 @@ def test_history_options_from_the_table(tmp_path):
         ({"drift_window": "2"}, "--perf-drift-window: must be >= 3"),
         ({"drift": "error"}, "--perf-drift: 'error' is not one of warn, fail"),
         ({"perf_history": "sqlite://"}, "a SQLite URL needs a file"),
+        ({"perf_history_retry": "-5"}, "--perf-history-retry: must be >= 0"),
+        ({"perf_history_retry": "a minute"}, "--perf-history-retry: expected a number"),
     ],
 )
 def test_bad_history_options_are_one_line(tmp_path, cli, message):
