@@ -17,6 +17,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 from suite_files import FAKE_ARGS, FAKE_BURSTS, SUITE, faked_project  # noqa: E402
 
 from perfsuite.history import db  # noqa: E402
+from perfsuite.reporting.perf_json import SCHEMA_VERSION  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
@@ -107,7 +108,7 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     assert "in the last 24 h" in line
     assert "SLOW NODE -10.0%, 1 slow night" in out  # the table
     doc = json.loads((faked.path / "r.json").read_text())
-    assert doc["schema_version"] == 5 and doc["run"]["node"] == "node-x"
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["run"]["node"] == "node-x"
     (row,) = doc["results"]
     check = row["fleet"]
     assert check["flagged"] and check["peers"] == 6 and check["policy"] == "fail" and check["node"] == "node-x"
