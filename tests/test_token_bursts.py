@@ -23,7 +23,7 @@ MODELS = ("tiny_gpt2", "tiny_bert", "tiny_llama")
 def _run(pytester, framework: str, *extra: str) -> list[dict]:
     pytester.makeconftest(TINY_TOKENS)
     pytester.makepyfile(test_suite=SUITE)
-    args = ["--perf-framework", framework, "-m", "cpu", "--perf-cpu-workers", "1", "--perf-threads-per-worker", "1"]
+    args = ["--perf-framework", framework, "-m", "cpu", "--perf-cpu-workers", "2", "--perf-threads-per-worker", "1"]
     for model in MODELS:
         args += ["--perf-model", model]
     args += ["--perf-steps", "15", "--perf-windows", "5", "--perf-warmup-steps", "1", "--perf-max-windows", "5"]
@@ -35,6 +35,7 @@ def _run(pytester, framework: str, *extra: str) -> list[dict]:
 
 def _check_trains(rows: list[dict], framework: str) -> None:
     assert sorted(r["model"] for r in rows) == sorted(MODELS)
+    assert all(r["world_size"] == 1 for r in rows)
     for row in rows:
         name = f"{framework} {row['model']} ({row['data_location']})"
         assert row["seq_len"] == 64 and row["achieved_tflops"] > 0, name
@@ -47,18 +48,24 @@ def _check_trains(rows: list[dict], framework: str) -> None:
 
 @needs("torch")
 def test_torch_token_models_train_in_tokens_per_second(pytester):
-    rows = _run(pytester, "torch", "--perf-data-location", "device", "--perf-data-location", "real")
+    rows = _run(
+        pytester, "torch", "--perf-data-location", "device", "--perf-data-location", "real",
+        "-k", "throughput and (cpu1-device or cpu2-real)",
+    )  # fmt: skip
     device = [r for r in rows if r["data_location"] == "device"]
     _check_trains(device, "torch")
-    real = [r for r in rows if r["data_location"] == "real"]
-    assert len(real) == 3 and all(r["tokens_per_sec"] > 0 for r in real)
+    real = [r for r in rows if r["data_location"] == "real"]  # two ranks, DDP
+    assert len(real) == 3 and all(r["tokens_per_sec"] > 0 and r["world_size"] == 2 for r in real)
 
 
 @needs("tensorflow")
 @pytest.mark.xdist_group("tensorflow")
 def test_tensorflow_token_models_train_in_tokens_per_second(pytester):
-    rows = _run(pytester, "tf", "--perf-data-location", "device", "--perf-data-location", "python")
+    rows = _run(
+        pytester, "tf", "--perf-data-location", "device", "--perf-data-location", "python",
+        "-k", "throughput and (cpu1-device or cpu2-python)",
+    )  # fmt: skip
     device = [r for r in rows if r["data_location"] == "device"]
     _check_trains(device, "tf")
-    python = [r for r in rows if r["data_location"] == "python"]
-    assert len(python) == 3 and all(r["tokens_per_sec"] > 0 for r in python)
+    python = [r for r in rows if r["data_location"] == "python"]  # two replicas, MirroredStrategy
+    assert len(python) == 3 and all(r["tokens_per_sec"] > 0 and r["world_size"] == 2 for r in python)

@@ -47,17 +47,6 @@ def host_feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
     return Feed(iter(strategy.experimental_distribute_dataset(dataset)), next)
 
 
-def _taken(spec: BurstSpec):
-    """``next`` on a distributed iterator, its batches' shape made static again: a distributed
-    dataset's element spec may leave the sequence unknown, and a model's reshapes need it."""
-
-    def take(source):
-        shape = (spec.batch_size, spec.seq_len)
-        return tuple(tf.ensure_shape(t, shape) for t in next(source))
-
-    return take
-
-
 def _signature(spec: BurstSpec, batch: int) -> tuple[tf.TensorSpec, tf.TensorSpec]:
     shape = (batch, spec.seq_len)
     return tf.TensorSpec(shape, tf.int32), tf.TensorSpec(shape, tf.int32)
@@ -82,7 +71,7 @@ def python_feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
         made = tf.data.Dataset.from_generator(generate, output_signature=_signature(spec, spec.batch_size))
         return made.prefetch(tf.data.AUTOTUNE)
 
-    return Feed(iter(strategy.distribute_datasets_from_function(dataset)), _taken(spec))
+    return Feed(iter(strategy.distribute_datasets_from_function(dataset)), next)
 
 
 def real_feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
@@ -116,13 +105,12 @@ def real_feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
         records = tf.data.FixedLengthRecordDataset(str(path), record, footer_bytes=path.stat().st_size % record)
         records = records.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).repeat()
         records = records.shuffle(SHUFFLE_ROWS, seed=seed + ctx.input_pipeline_id)
-        rows = records.map(
-            lambda raw: tf.io.decode_raw(raw, kind, little_endian=True), num_parallel_calls=tf.data.AUTOTUNE
-        )
+        # A row's length made static: the models' reshapes need it, and decode_raw leaves it unknown.
+        rows = records.map(lambda raw: tf.reshape(tf.io.decode_raw(raw, kind), (width,)), num_parallel_calls=AUTO)
         batched = rows.batch(spec.batch_size, drop_remainder=True)
         return batched.map(pair, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
-    return Feed(iter(strategy.distribute_datasets_from_function(dataset)), _taken(spec))
+    return Feed(iter(strategy.distribute_datasets_from_function(dataset)), next)
 
 
 PIPELINES = {"device": device_feed, "host": host_feed, "python": python_feed, "real": real_feed}
