@@ -273,7 +273,9 @@ def test_the_models_command_lists_a_conftests_models(pytester):
     )
     assert out.returncode == 0, out.stderr
     (row,) = [line.split() for line in out.stdout.splitlines() if line.startswith("mynet")]
-    assert row[:3] == ["mynet", "torch", "-"] and row[-1] == "-"  # params and FLOPs: measured by the worker
+    assert row[:4] == ["mynet", "torch", "image", "-"] and row[-1] == "-"  # params and FLOPs: measured by the worker
+    gpt2 = next(line for line in out.stdout.splitlines() if line.startswith("gpt2"))
+    assert "token" in gpt2 and "1024 tokens (128 on a CPU worker) of 50257" in gpt2 and gpt2.endswith("/token")
     as_json = subprocess.run(
         [sys.executable, "-m", "perfsuite", "models", "--json", "--load", "conftest.py"],
         cwd=pytester.path,

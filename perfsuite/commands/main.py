@@ -33,22 +33,37 @@ def _models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([m.as_dict() for m in models], indent=1))
         return 0
-    header = ("name", "framework", "params", "image", "batch/device", "batch/cpu worker", "GFLOPs/image")
+    header = ("name", "framework", "workload", "params", "input", "batch/device", "batch/cpu worker", "training GFLOPs")
     rows = [
         (
             m.name,
             m.framework,
+            m.workload,
             f"{m.params / 1e6:.1f}M" if m.params else "-",
-            str(m.image_size),
+            _input(m),
             str(m.batch_size),
             str(m.cpu_batch_size),
-            f"{m.flops / 1e9:.2f}" if m.flops else "-",
+            _training_flops(m),
         )
         for m in models
     ]
-    for line in columns(header, rows, left=(0, 1)):
+    for line in columns(header, rows, left=(0, 1, 2, 4)):
         print(line)
     return 0
+
+
+def _input(m) -> str:
+    """'224 px', or a token model's sequence lengths and vocabulary: '1024 tokens (128 on a CPU worker) of 50257'."""
+    if m.workload == "token":
+        cpu = f" ({m.cpu_seq_len} on a CPU worker)" if m.cpu_seq_len and m.cpu_seq_len != m.seq_len else ""
+        return f"{m.seq_len} tokens{cpu} of {m.vocab_size}"
+    return f"{m.image_size} px"
+
+
+def _training_flops(m) -> str:
+    """Forward and backward GFLOPs per image, or per token at the default sequence length."""
+    per_item = m.train_flops_per_item()
+    return "-" if per_item is None else f"{per_item / 1e9:.2f}/{'token' if m.workload == 'token' else 'image'}"
 
 
 class _Parser(argparse.ArgumentParser):
