@@ -486,7 +486,7 @@ def communication_overhead(m: Measurement, independent: Measurement | None) -> O
     return Overhead(
         overhead,
         f"communication overhead {overhead:.1%} (1 - {m.spec.variable_update} {fixed(ips)} / "
-        f"independent {fixed(ceiling)} img/s)",
+        f"independent {fixed(ceiling)} {m.unit})",
     )
 
 
@@ -516,8 +516,8 @@ def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck 
     command = bisect_command(metas[first - 1], metas[last], m.spec.key(), found.change) if first else None
     message = (
         f"drift: {m.spec.label}: {found.change:+.1%} in the last {window} runs, beyond the "
-        f"{applied:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} img/s; change points: "
-        f"{steps}); this run {fixed(ips)} img/s, {tonight:+.1%} against the level before "
+        f"{applied:.0%} tolerance (levels {fixed(found.before)} -> {fixed(found.now)} {m.unit}; change points: "
+        f"{steps}); this run {fixed(ips)} {m.unit}, {tonight:+.1%} against the level before "
         f"[history of {len(values)} runs: python -m perfsuite history changes"
         + (f" --node {context.node}" if context.node else "")
         + (f"; to find the commit: {command}]" if command else "]")

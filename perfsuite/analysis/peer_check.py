@@ -28,8 +28,8 @@ class Peers:
     fingerprint: str
     nodes: tuple[str, ...]  # the history's nodes of the fingerprint, this one among them where it ran before
     keys: tuple[str, ...]  # the fingerprint's keys in the history
-    figures: Any  # numpy [node, key, night]: each node's latest img/s per night's window, night 0 tonight
-    tonight: Mapping[str, float]  # key -> this node's img/s in this run so far, this burst's included
+    figures: Any  # numpy [node, key, night]: each node's latest figure (its key's unit) per night, night 0 tonight
+    tonight: Mapping[str, float]  # key -> this node's figure in this run so far, this burst's included
     window_hours: float
     rule: FleetRule
     policy: str  # warn | fail
@@ -149,11 +149,11 @@ def _fleet_message(check: FleetCheck, m: Measurement, ips: float) -> str:
         f"(p={v.p_value:.2g}, {v.adjusted:.2g} after Holm's correction over {check.nodes} nodes; "
         f"alpha {check.alpha:g}, tolerance {check.tolerance:.0%})"
     )
-    j, n = check.judgement, check.peers
+    j, n, unit = check.judgement, check.peers, m.spec.unit
     if j is not None:
         line += (
-            f"; this burst, {m.spec.label} ({m.spec.key()}): {fixed(ips)} img/s, {j.deviation:+.1%} against the "
+            f"; this burst, {m.spec.label} ({m.spec.key()}): {fixed(ips)} {unit}, {j.deviation:+.1%} against the "
             f"median of the {n + 1} nodes tonight ({n} peer{'s' if n != 1 else ''} and this one), "
-            f"{fixed(j.median)} img/s"
+            f"{fixed(j.median)} {unit}"
         )
     return line + f" in the last {check.window_hours:g} h [python -m perfsuite history fleet]"

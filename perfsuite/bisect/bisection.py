@@ -27,6 +27,7 @@ from perfsuite.bisect.cache import Cache, StoredRound
 from perfsuite.bisect.selection import Selection
 from perfsuite.bisect.worktree import Worktrees
 from perfsuite.common.numbers import fixed
+from perfsuite.contract.spec import unit_of_key
 
 SKIPPED = procedure.SKIPPED
 
@@ -233,8 +234,8 @@ class Run:
             pairs.append((g, b))
             self.cache.add_pair(self.good, self.bad, key, fp, (g, b))
             self.say(
-                f"GOOD and BAD, pair {len(pairs)}: {fixed(stats.median(g))} and {fixed(stats.median(b))} img/s "
-                f"({decide.log_ratio(b, g):+.1%} log ratio)"
+                f"GOOD and BAD, pair {len(pairs)}: {fixed(stats.median(g))} and {fixed(stats.median(b))} "
+                f"{unit_of_key(key)} ({decide.log_ratio(b, g):+.1%} log ratio)"
             )
 
         settings = procedure.Settings(self.opts.min_change, self.opts.pairs, self.opts.max_repeats)
@@ -287,8 +288,9 @@ class Run:
                 sha, key, fp, StoredRound(list(one.burst), one.end, by_end[one.end], list(one.reference), judgement)
             )
             self.say(
-                f"{name}: round {len(rounds)}: {fixed(stats.median(one.burst))} img/s, {one.end.upper()} beside it "
-                f"{fixed(stats.median(one.reference))} (at {one.position(ends.span):.2f} of the way)"
+                f"{name}: round {len(rounds)}: {fixed(stats.median(one.burst))} {unit_of_key(key)}, "
+                f"{one.end.upper()} beside it {fixed(stats.median(one.reference))} "
+                f"(at {one.position(ends.span):.2f} of the way)"
             )
 
         try:
@@ -381,6 +383,7 @@ class StepOutcome:
     tested: Tested | None
     ends_written: bool
     ends_file: Path
+    key: str = ""  # the burst's, which names the figures' unit
 
 
 def _ends_match(found: dict, run: Run, opts: Options) -> bool:
@@ -422,9 +425,9 @@ def step(opts: Options, commit: str, ends_file: Path | None, say: Callable[[str]
             )
             written = True
         if not change.reproducible:
-            return StepOutcome("no change", sha, info, change, ends, None, written, path)
+            return StepOutcome("no change", sha, info, change, ends, None, written, path, run.ctx.key or "")
         if sha in (run.good, run.bad):
             tested = run.end_tested(ends, 0 if sha == run.good else len(run.commits) - 1)
         else:
             tested = run.judge_commit(sha, -1, sha[:10], ends)
-        return StepOutcome(tested.verdict, sha, info, change, ends, tested, written, path)
+        return StepOutcome(tested.verdict, sha, info, change, ends, tested, written, path, run.ctx.key or "")

@@ -1,4 +1,5 @@
-"""``bisect --plot FILE.png``: each tested commit's img/s with its 95% interval, in commit order.
+"""``bisect --plot FILE.png``: each tested commit's throughput (in its key's unit: img/s, or
+tokens/s for a token model) with its 95% interval, in commit order.
 
 Good commits green, bad ones red, skipped ones grey; the first bad commit is marked by a
 dashed line before it. matplotlib is imported here only, on the Agg backend.
@@ -7,6 +8,8 @@ dashed line before it. matplotlib is imported here only, on the Agg backend.
 from __future__ import annotations
 
 import io
+
+from perfsuite.contract.spec import unit_of_key
 
 COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skipped": "#9e9e9e"}
 
@@ -39,7 +42,7 @@ def bisect_png(outcome) -> bytes:
         ax.set_xticklabels([outcome.commits[i][:7] for i in ticks], rotation=60, ha="right", fontsize=7)
         ax.set_xlim(-0.8, n + 0.8)
         ax.set_xlabel("commit, in order from GOOD (0) to BAD")
-        ax.set_ylabel("img/s (median, 95% interval)")
+        ax.set_ylabel(f"{unit_of_key(outcome.key)} (median, 95% interval)")
         title = outcome.key
         if outcome.first_bad is not None and outcome.step is not None:
             title += f"\nfirst bad commit {outcome.first_bad[:10]}: {outcome.step[0]:+.1%}"

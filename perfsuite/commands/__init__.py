@@ -5,13 +5,15 @@ given; a module per command adds it to that parser (``fleet`` and ``site`` under
 that imports it back.
 
 A command that cannot do what it was asked raises one of these; ``main`` prints it as one
-``error:`` line and exits with its code. No traceback reaches the user.
+``error:`` line and exits with its code. No traceback reaches the user. ``named_by_unit`` names
+a --json row's throughput by its key's unit, as every command's --json does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perfsuite.common.files import atomic_write
 
@@ -46,3 +48,16 @@ def write_plot(where: str, render: Callable[[], bytes]) -> str:
     except OSError as exc:
         raise Failure(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
     return str(path)
+
+
+def named_by_unit(row: dict[str, Any], key: str) -> dict[str, Any]:
+    """``row`` (a --json row of ``key``) with its throughput named by the key's unit, as --perf-json
+    names it: an image key's row as it is; a token key's with ``tokens_per_sec`` in the place of
+    ``images_per_sec``, the fields in their order. Its other figures are in the key's unit already."""
+    from perfsuite.analysis.measurement import IMAGES_PER_SEC, throughput_name
+    from perfsuite.contract.spec import unit_of_key
+
+    name = throughput_name(unit_of_key(key))
+    if name == IMAGES_PER_SEC or IMAGES_PER_SEC not in row:
+        return row
+    return {(name if field == IMAGES_PER_SEC else field): value for field, value in row.items()}

@@ -31,10 +31,11 @@ from typing import Any
 
 from perfsuite.analysis.stats import TOLERANCE
 from perfsuite.bisect import MAX_REPEATS, PAIRS
-from perfsuite.commands import CommandError, Failure, UsageError
+from perfsuite.commands import CommandError, Failure, UsageError, named_by_unit
 from perfsuite.commands.bisect_report import as_json, figures, report
 from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
+from perfsuite.contract.spec import unit_of_key
 
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}
@@ -179,7 +180,9 @@ def add_parser(sub: Any) -> None:
         epilog="exit codes: 0 found, 1 no reproducible change or no single commit, 2 bad arguments, 130 interrupted",
     )
     _options(b)
-    b.add_argument("--plot", metavar="FILE.png", help="draw img/s against commit order into this PNG")
+    b.add_argument(
+        "--plot", metavar="FILE.png", help="draw each commit's throughput against commit order into this PNG"
+    )
     b.add_argument(
         "--resume",
         action="store_true",
@@ -533,9 +536,10 @@ def _step(args: argparse.Namespace) -> int:
             "ends_file": str(found.ends_file),
             "ends_written": found.ends_written,
             "change": change.as_dict(),
-            "tested": t.as_dict(found.info, found.ends.span),
+            "tested": named_by_unit(t.as_dict(found.info, found.ends.span), found.key),
         }
         print(json.dumps(out, indent=1, default=str))
     else:
-        print(f"{found.verdict}: {found.sha[:10]} {subject}: {figures(t)}, {len(t.bursts)} bursts; {why}")
+        shown = figures(t, unit_of_key(found.key))
+        print(f"{found.verdict}: {found.sha[:10]} {subject}: {shown}, {len(t.bursts)} bursts; {why}")
     return STEP_EXIT[found.verdict]

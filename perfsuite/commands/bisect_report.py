@@ -1,25 +1,32 @@
 """What ``python -m perfsuite bisect`` says of its outcome: the answer and why, its cost, the
 table of the commits measured (``report``), and the same as JSON (``as_json``, also what the
-state file and the history keep)."""
+state file and the history keep). Every figure is in the burst key's unit: img/s, or tokens/s for
+a token model, whose tested commits' JSON names it ``tokens_per_sec``."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-TABLE_HEADER = ("#", "commit", "subject", "img/s", "95% CI", "bursts", "position", "verdict")
+from perfsuite.commands import named_by_unit
+from perfsuite.contract.spec import unit_of_key
+
+
+def table_header(unit: str) -> tuple[str, ...]:
+    """The commits' table's head; ``unit``: the key's (img/s, or tokens/s for a token model)."""
+    return ("#", "commit", "subject", unit, "95% CI", "bursts", "position", "verdict")
 
 
 def _pct(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def figures(t) -> str:
-    """A commit's img/s and its interval, as a line says them."""
+def figures(t, unit: str) -> str:
+    """A commit's throughput and its interval in ``unit`` (the key's), as a line says them."""
     from perfsuite.common.numbers import fixed
 
     fig = t.figures()
-    return "-" if fig is None else f"{fixed(fig[0])} img/s (95% CI {fixed(fig[1])}-{fixed(fig[2])})"
+    return "-" if fig is None else f"{fixed(fig[0])} {unit} (95% CI {fixed(fig[1])}-{fixed(fig[2])})"
 
 
 def as_json(outcome) -> dict[str, Any]:
@@ -51,7 +58,7 @@ def as_json(outcome) -> dict[str, Any]:
         "bursts": outcome.bursts,
         "bursts_run": outcome.bursts_run,
         "seconds": round(outcome.seconds, 1),
-        "tested": [t.as_dict(info.get(t.sha), span) for t in outcome.tested_in_order()],
+        "tested": [named_by_unit(t.as_dict(info.get(t.sha), span), outcome.key) for t in outcome.tested_in_order()],
     }
 
 
@@ -101,8 +108,8 @@ def _no_change(outcome) -> list[str]:
     ratios = ", ".join(f"{math.expm1(r):+.1%}" for r in outcome.ends.ratios)
     return [
         f"no reproducible change between GOOD and BAD: {why} ({outcome.key})",
-        _distribution("GOOD", ends["GOOD"]),
-        _distribution("BAD ", ends["BAD"]),
+        _distribution("GOOD", ends["GOOD"], unit_of_key(outcome.key)),
+        _distribution("BAD ", ends["BAD"], unit_of_key(outcome.key)),
         f"  BAD against GOOD in each of the {pairs} pairs measured side by side: {ratios}",
     ]
 
@@ -119,11 +126,12 @@ def _first_bad(outcome) -> list[str]:
     step, lo, hi = outcome.step
     by_order = {t.order: t for t in outcome.tested if t.role != "check"}
     before, after = by_order[outcome.found.lo], by_order[outcome.found.hi]
+    unit = unit_of_key(outcome.key)
     lines.append(
         f"step: {_pct(step)} (95% interval {_pct(lo)} to {_pct(hi)}), GOOD to BAD in {len(outcome.ends.pairs)} "
         f"pairs measured side by side; the last good commit {before.sha[:10]} ({before.order}) "
-        f"{fixed(before.figures()[0])} img/s, the first bad {after.sha[:10]} ({after.order}) "
-        f"{fixed(after.figures()[0])} img/s"
+        f"{fixed(before.figures()[0])} {unit}, the first bad {after.sha[:10]} ({after.order}) "
+        f"{fixed(after.figures()[0])} {unit}"
     )
     return lines
 
@@ -184,17 +192,17 @@ def _table(outcome) -> list[str]:
                 verdict,
             )
         )
-    return columns(TABLE_HEADER, rows, left=(1, 2, 7))
+    return columns(table_header(unit_of_key(outcome.key)), rows, left=(1, 2, 7))
 
 
-def _distribution(name: str, t) -> str:
+def _distribution(name: str, t, unit: str) -> str:
     from perfsuite.analysis import stats
     from perfsuite.common.numbers import fixed
 
     samples = t.samples
     medians = ", ".join(fixed(stats.median(b)) for b in t.bursts)
     return (
-        f"  {name} {t.sha[:10]}: {figures(t)}, {len(t.bursts)} bursts, {len(samples)} windows, "
+        f"  {name} {t.sha[:10]}: {figures(t, unit)}, {len(t.bursts)} bursts, {len(samples)} windows, "
         f"range {fixed(min(samples))}-{fixed(max(samples))}; burst medians {medians}"
     )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.analysis import fleet
-from perfsuite.commands import Failure, shared, write_plot
+from perfsuite.commands import Failure, named_by_unit, shared, write_plot
 from perfsuite.commands.fleet_text import text
 from perfsuite.config import arguments
 
@@ -152,7 +152,8 @@ def ranked(evidence: list[KeyEvidence]) -> list[tuple[KeyEvidence, int, int]]:
 
 
 def row(history: Fleet, ev: KeyEvidence, i: int, j: int, nights: int) -> dict[str, Any]:
-    """One node's figure of one key tonight, as the table and --json show it."""
+    """One node's figure of one key tonight, as the table and --json show it: in the key's unit,
+    named by it (a token key's ``tokens_per_sec``, an image key's ``images_per_sec``)."""
     g, c = ev.group, ev.tonight
     node, (fp, key) = history.nodes[g.nodes[i]], history.keys[g.keys[j]]
     found = history.tonight(g.nodes[i], g.keys[j])
@@ -161,29 +162,32 @@ def row(history: Fleet, ev: KeyEvidence, i: int, j: int, nights: int) -> dict[st
     judged = not math.isnan(c.score[i, j])
     score = float(c.score[i, j])
     flagged = [int(k) for k in ev.flags[i, :, j].nonzero()[0]]
-    return {
-        "node": node,
-        "fingerprint": fp,
-        "key": key,
-        "group": dict(g.labels),
-        "hosts": int(ev.has[:, j].sum()),
-        "run_id": run_id,
-        "date": history.runs[run_id].date,
-        "images_per_sec": ips,
-        "ci_low": lo,
-        "ci_high": hi,
-        "median": float(c.median[j]) if judged else None,
-        "mad": float(c.mad[j]) if judged else None,
-        "deviation": float(c.deviation[i, j]) if judged else None,
-        "score": score if judged and math.isfinite(score) else None,  # infinite where MAD is 0: JSON has no inf
-        "outlier": bool(c.outlier[i, j]) if judged else None,
-        "flagged": bool(c.flagged[i, j]) if judged else False,
-        "judged": judged,
-        "nights_flagged": len(flagged),
-        "nights_judged": int(ev.judged[i, :, j].sum()),
-        "flagged_nights": flagged,  # nights ago: 0 is tonight
-        "nights": nights,
-    }
+    return named_by_unit(
+        {
+            "node": node,
+            "fingerprint": fp,
+            "key": key,
+            "group": dict(g.labels),
+            "hosts": int(ev.has[:, j].sum()),
+            "run_id": run_id,
+            "date": history.runs[run_id].date,
+            "images_per_sec": ips,
+            "ci_low": lo,
+            "ci_high": hi,
+            "median": float(c.median[j]) if judged else None,
+            "mad": float(c.mad[j]) if judged else None,
+            "deviation": float(c.deviation[i, j]) if judged else None,
+            "score": score if judged and math.isfinite(score) else None,  # infinite where MAD is 0: JSON has no inf
+            "outlier": bool(c.outlier[i, j]) if judged else None,
+            "flagged": bool(c.flagged[i, j]) if judged else False,
+            "judged": judged,
+            "nights_flagged": len(flagged),
+            "nights_judged": int(ev.judged[i, :, j].sum()),
+            "flagged_nights": flagged,  # nights ago: 0 is tonight
+            "nights": nights,
+        },
+        key,
+    )
 
 
 # --- the verdicts: each node ------------------------------------------------------------------
@@ -548,8 +552,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         "--openmetrics",
         metavar="FILE",
         help="also write the figures as Prometheus metrics, replaced atomically (OpenMetrics text for "
-        "node_exporter's textfile collector, which reads *.prom): each node's img/s of each key tonight, "
-        "its ratio to the key's group median, the gate's verdict, and each node's flag",
+        "node_exporter's textfile collector, which reads *.prom): each node's throughput of each key tonight "
+        "(images or tokens per second), its ratio to the key's group median, the gate's verdict, and each node's flag",
     )
     p.add_argument(
         "--fail-on-flagged",

@@ -1,6 +1,7 @@
 """``history fleet``'s report as a person reads it in a terminal: the slow nodes, those that did
-not report or failed, and each key's figure tonight, worst first. It prints what the report
-holds (perfsuite.commands.fleet) and judges nothing."""
+not report or failed, and each key's figure tonight, worst first, in the key's unit (img/s, or
+tokens/s for a token model; a table of both says each figure's). It prints what the report holds
+(perfsuite.commands.fleet) and judges nothing."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 from perfsuite.commands import shared
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
+from perfsuite.contract.spec import unit_of_key
 
 LISTED = 20  # keys that cannot be judged, named one by one
+MIXED = "throughput"  # the figure column's head where the rows have both units: each figure says its own
 
 
 def _interval(lo: float | None, hi: float | None) -> str:
@@ -89,8 +92,19 @@ def text(s: dict[str, Any], group_by: list[str]) -> None:
         print(f"metrics: {s['openmetrics']}")
 
 
+def _units(rows: list[dict[str, Any]]) -> tuple[str, Any]:
+    """(the figure column's head: the rows' one unit, else MIXED; the unit each figure then says)."""
+    units = {unit_of_key(r["key"]) for r in rows}
+    if len(units) == 1:
+        return units.pop(), lambda r: ""
+    return MIXED, lambda r: f" {unit_of_key(r['key'])}"
+
+
 def _table(s: dict[str, Any], group_by: list[str]) -> None:
-    header = ("host", "fingerprint", "key", *group_by, "img/s", "95% CI", "median", "deviation", "score", "key flag",
+    from perfsuite.analysis.measurement import figure_of
+
+    named, unit = _units(s["rows"])
+    header = ("host", "fingerprint", "key", *group_by, named, "95% CI", "median", "deviation", "score", "key flag",
               "nights flagged")  # fmt: skip
     table = [
         (
@@ -98,9 +112,9 @@ def _table(s: dict[str, Any], group_by: list[str]) -> None:
             shared.fp(r["fingerprint"]),
             r["key"],
             *(r["group"].get(name, "-") for name in group_by),
-            fixed(r["images_per_sec"]),
+            fixed(figure_of(r)) + unit(r),
             _interval(r["ci_low"], r["ci_high"]),
-            fixed(r["median"]) if r["judged"] else "-",
+            fixed(r["median"]) + unit(r) if r["judged"] else "-",
             f"{r['deviation']:+.1%}" if r["judged"] else "-",
             _score(r),
             "FLAGGED" if r["flagged"] else ("outlier" if r["outlier"] else ("-" if r["judged"] else "not judged")),

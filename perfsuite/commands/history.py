@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet, history_import, shared, site, write_plot
+from perfsuite.commands import Failure, UsageError, fleet, history_import, named_by_unit, shared, site, write_plot
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.history import spool
 from perfsuite.history.url import shown
 
@@ -238,15 +239,18 @@ def _trend(args: argparse.Namespace, url: str) -> int:
                 "fingerprint": None if fingerprint == shared.NO_FINGERPRINT else fingerprint,
                 "node": None if node == NO_NODE else node,
                 "runs": [
-                    {
-                        "run_id": p.run_id,
-                        "date": p.date,
-                        "git_commit": p.meta.get("git_commit"),
-                        "images_per_sec": p.images_per_sec,
-                        "ci_low": p.ci_low,
-                        "ci_high": p.ci_high,
-                        "change_point": i in marks,
-                    }
+                    named_by_unit(
+                        {
+                            "run_id": p.run_id,
+                            "date": p.date,
+                            "git_commit": p.meta.get("git_commit"),
+                            "images_per_sec": p.images_per_sec,
+                            "ci_low": p.ci_low,
+                            "ci_high": p.ci_high,
+                            "change_point": i in marks,
+                        },
+                        args.key,
+                    )
                     for i, p in enumerate(points)
                 ],
                 "change_points": [_cp_dict(cp, points) for cp in cps],
@@ -307,7 +311,7 @@ def _trend_text(
     n = len(points)
     on_node = "" if named is None else f", node {named}"
     print(f"{key} on fingerprint {fingerprint}{on_node}: {n} run{'s' if n != 1 else ''} in {where}")
-    header = ("run", "date", "commit", "img/s", "95% CI", "")
+    header = ("run", "date", "commit", unit_of_key(key), "95% CI", "")
     marks = {cp.index: cp for cp in cps}
     rows = []
     for i, p in enumerate(points):
@@ -342,6 +346,7 @@ def _plot(where: str, key: str, fingerprint: str, node: str | None, points: list
         ci_low=[p.ci_low for p in points],
         ci_high=[p.ci_high for p in points],
         change_points=[(cp.index, cp.change) for cp in cps],
+        unit=unit_of_key(key),
     )
     return write_plot(where, lambda: trend_png(trend))
 
@@ -462,7 +467,7 @@ def _changes_text(changes: list[dict[str, Any]], total: int, short: int, where: 
         print(f"\n{c['change']:+.1%}  {c['key']}  [fingerprint {_fp(c['fingerprint'])}{on_node}]")
         print(
             f"  at run {c['run_id']} ({_when(c['date'])}, commit {_commit(c['git_commit'])}): "
-            f"{fixed(c['before'])} -> {fixed(c['after'])} img/s (medians), p={_p(c['p_value'])}"
+            f"{fixed(c['before'])} -> {fixed(c['after'])} {unit_of_key(c['key'])} (medians), p={_p(c['p_value'])}"
         )
         what = "; ".join(map(_change_text, c["metadata_changes"]))
         print(f"  changed since run {c['previous_run_id']}: {what}" if what else "  no metadata changed")
@@ -509,7 +514,11 @@ def add_parser(sub: Any) -> None:
         metavar="NAME",
         help="only this node's runs (a run's node is its --perf-node, else Slurm's node name, else its host name)",
     )
-    trend = command("trend", _trend, help="one key's img/s run by run, change points marked")
+    trend = command(
+        "trend",
+        _trend,
+        help="one key's throughput run by run (img/s, or tokens/s for a token model), change points marked",
+    )
     trend.add_argument("key", metavar="KEY")
     shared.add_fingerprint(trend, "the hardware, where the key ran on several")
     trend.add_argument(

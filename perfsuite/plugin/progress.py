@@ -1,4 +1,4 @@
-"""Live progress of the running burst: "<burst label> step k/n  <img/s> img/s".
+"""Live progress of the running burst: "<burst label> step k/n  <rate> img/s" (tokens/s for a token model).
 
 On a terminal one line below pytest's own is rewritten in place and erased when the
 burst ends, leaving the cursor where pytest left it. Elsewhere (CI logs) a plain line
@@ -34,7 +34,8 @@ def display_for(config: Any) -> ProgressDisplay | None:
 
 
 def text(spec: BurstSpec, state: dict, rate: float | None, width: int | None = None) -> str:
-    """The progress line; ``rate`` is the last window's img/s (a step inside a window has none).
+    """The progress line; ``rate`` is the last window's throughput in the burst's unit (a step
+    inside a window has none).
 
     With ``width`` the label is shortened so that the step and the rate always show.
     """
@@ -42,7 +43,7 @@ def text(spec: BurstSpec, state: dict, rate: float | None, width: int | None = N
     if not steps:
         tail = ": warming up"
     else:
-        tail = f": step {state.get('step', 0)}/{steps}" + (f"  {fixed(rate)} img/s" if rate is not None else "")
+        tail = f": step {state.get('step', 0)}/{steps}" + (f"  {fixed(rate)} {spec.unit}" if rate is not None else "")
     name = spec.label
     if width is not None and len(name) + len(tail) > width:
         name = name[: max(0, width - len(tail) - 1)] + "…"
@@ -56,7 +57,7 @@ class ProgressDisplay:
         self.capture = capture
         self.tty = tty
         self._active = False  # a burst has shown something
-        self._rate: float | None = None  # the last window's img/s
+        self._rate: float | None = None  # the last window's throughput, in the burst's unit
         self._window = 0  # log: windows completed when the last line was written
         self._column = 0  # where pytest's own line stood when the burst started
         self._prefix: str | None = None  # non-tty: pytest's unfinished line, written again afterwards

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.history.fleet import DAY, Fleet, Run, read_fleet
 from perfsuite.history.retry import Retry
 
@@ -48,7 +49,8 @@ def slug(*parts: str | None) -> str:
 
 @dataclass
 class KeyData:
-    """One fingerprint x key: each node's nightly figure, oldest night first."""
+    """One fingerprint x key: each node's nightly figure, oldest night first, in the key's unit
+    (``unit``: img/s, or tokens/s for a token model)."""
 
     fingerprint: str | None
     key: str
@@ -57,7 +59,7 @@ class KeyData:
     figures: np.ndarray  # [node, night], oldest first; NaN where none
     run_ids: np.ndarray  # [node, night], -1 where none
     median: list[float | None]  # the fleet's median each night
-    baseline: float | None  # img/s of the baseline file's entry
+    baseline: float | None  # the baseline file's entry's figure
     reference: str  # what ``change`` is against
     change: float | None  # tonight's median against the reference
     status: str
@@ -70,6 +72,10 @@ class KeyData:
     @property
     def latest(self) -> float | None:
         return self.median[-1]
+
+    @property
+    def unit(self) -> str:
+        return unit_of_key(self.key)
 
 
 @dataclass
@@ -294,8 +300,9 @@ def _status(latest: float | None, change: float | None, tolerance: float, open_i
 
 
 def _baseline(folder: Path | None, fingerprint: str | None, key: str) -> float | None:
-    """The key's img/s in ``folder/<fingerprint>.json``; None where there is none or it is unusable."""
-    from perfsuite.store.baseline import BaselineError, load
+    """The key's figure in ``folder/<fingerprint>.json``, in its unit (an image entry's
+    ``images_per_sec``, a token entry's ``tokens_per_sec``); None where there is none or it is unusable."""
+    from perfsuite.store.baseline import BaselineError, load, throughput
 
     if folder is None or fingerprint is None or "/" in fingerprint:
         return None
@@ -304,8 +311,8 @@ def _baseline(folder: Path | None, fingerprint: str | None, key: str) -> float |
     except BaselineError:
         return None
     entry = found.get(key) if found is not None else None
-    value = entry.get("images_per_sec") if entry else None
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value > 0 else None
+    value = throughput(entry) if entry else None
+    return value if value is not None and value > 0 else None
 
 
 def _change_points(median: list[float | None]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from perfsuite.common.numbers import fixed
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.reporting import triage as words
 from perfsuite.site import plots
 from perfsuite.site.data import NO_RUN, REGRESSION, SLOW_NODE, FleetData, KeyData, SiteData, fp_name
@@ -61,6 +62,15 @@ def _page(title: str, body: list[str], up: str, data: dict[str, dict[str, Any]] 
     )
 
 
+def _units(keys: list[str]) -> tuple[str, Any]:
+    """(what a figure column's head says of the unit: the keys' one unit, else nothing; the unit
+    each figure then says): a table of image and token models says each figure's."""
+    units = {unit_of_key(k) for k in keys}
+    if len(units) == 1:
+        return units.pop(), lambda key: ""
+    return "", lambda key: f" {unit_of_key(key)}"
+
+
 def _table(header: list[str], rows: list[str], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
     head = "".join(f"<th{' class=n' if i in numeric else ''}>{escape(h)}</th>" for i, h in enumerate(header))
     return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
@@ -106,13 +116,11 @@ def front(site: SiteData) -> str:
         name = escape(fp_name(fp))
         link = f"<a href='{fleet_href(fleet.slug)}'>{name}</a>" if fleet else name
         body.append(f"<h3>fingerprint {link}</h3>")
-        rows = [_grid_row(k) for k in sorted(keys, key=lambda k: (SEVERITY.get(k.status, 3), k.key))]
+        named, unit = _units([k.key for k in keys])
+        median = f"{named} (median)" if named else "median"
+        rows = [_grid_row(k, unit(k.key)) for k in sorted(keys, key=lambda k: (SEVERITY.get(k.status, 3), k.key))]
         body.append(
-            _table(
-                ["status", "key", "nodes", "img/s (median)", "change", f"last {len(site.nights)} nights"],
-                rows,
-                {2, 3, 4},
-            )  # fmt: skip
+            _table(["status", "key", "nodes", median, "change", f"last {len(site.nights)} nights"], rows, {2, 3, 4})
         )
     if site.swaps:
         body.append("<h2>Node swaps</h2><p>Another machine behind the name: not regressions.</p><ul>")
@@ -170,13 +178,14 @@ def _flagged(site: SiteData, flagged: list[tuple[FleetData, dict[str, Any]]]) ->
     return out
 
 
-def _grid_row(k: KeyData) -> str:
+def _grid_row(k: KeyData, unit: str) -> str:
+    """``unit``: what follows the figure (" tokens/s" where the table has both units, else "")."""
     css = k.status.replace(" ", "-")
     spark = plots.sparkline(k.median, k.status)
     return (
         f"<tr class='key {css}' data-key='{escape(k.key)}'><td class='status {css}'>{escape(k.status)}</td>"
         f"<td><a href='{key_href(k.slug)}'><code>{escape(k.key)}</code></a></td><td class=n>{len(k.nodes)}</td>"
-        f"<td class=n>{fixed(k.latest) if k.latest is not None else '-'}</td>"
+        f"<td class=n>{fixed(k.latest) + unit if k.latest is not None else '-'}</td>"
         f"<td class=n title='against {escape(k.reference)}'>{_pct(k.change)}</td><td>{spark}</td></tr>"
     )
 
@@ -195,9 +204,9 @@ def key_page(site: SiteData, k: KeyData) -> str:
         f"<p class='crumbs'><a href='../index.html'>all keys</a> › fingerprint {fp_link}</p>",
         f"<h1><code>{escape(k.key)}</code></h1>",
         f"<p class='summary {_summary_class(k.status)}'><span class='status {css}'>{escape(k.status)}</span>: "
-        f"tonight's median {fixed(k.latest) if k.latest is not None else '-'} img/s, {_pct(k.change)} against "
+        f"tonight's median {fixed(k.latest) if k.latest is not None else '-'} {k.unit}, {_pct(k.change)} against "
         f"{escape(k.reference)}"
-        + (f" ({fixed(k.baseline)} img/s, ±{site.tolerance:.0%})" if k.baseline is not None else "")
+        + (f" ({fixed(k.baseline)} {k.unit}, ±{site.tolerance:.0%})" if k.baseline is not None else "")
         + f"; {len(k.nodes)} node{'s' if len(k.nodes) != 1 else ''}"
         + (f"; slow: {escape(', '.join(k.flagged))}" if k.flagged else "")
         + "</p>",
@@ -217,7 +226,7 @@ def key_page(site: SiteData, k: KeyData) -> str:
         for cp in k.change_points:
             body.append(
                 f"<li>{escape(site.nights[cp['night']])}: {cp['change']:+.1%} ({fixed(cp['before'])} → "
-                f"{fixed(cp['after'])} img/s), p={cp['p_value']:.1g}</li>"
+                f"{fixed(cp['after'])} {k.unit}), p={cp['p_value']:.1g}</li>"
             )
         body.append("</ul>")
     else:
@@ -280,7 +289,7 @@ def _runs_table(site: SiteData, k: KeyData) -> list[str]:
     total = int((k.run_ids >= 0).sum())
     out = [f"<h2>Runs ({total}, newest night first, the slowest first)</h2>"]
     out.append(
-        _table(["night", "node", "run", "date", "commit", "img/s", "against the night's median"], rows, {2, 5, 6})
+        _table(["night", "node", "run", "date", "commit", k.unit, "against the night's median"], rows, {2, 5, 6})
     )
     if total > len(rows):
         out.append(
@@ -364,14 +373,15 @@ def incident_page(site: SiteData, i: dict[str, Any]) -> str:
     facts.append(("ops", words.ops(i)))
     status = "open" if i["open"] else "recovered"
     slugs = {(k.fingerprint, k.key): k.slug for k in site.keys}
+    named, unit = _units([k["key"] for k in i["keys"]])
     rows = []
     for k in i["keys"]:
         target = slugs.get((k["fingerprint"], k["key"]))
         name = f"<code>{escape(k['key'])}</code>"
         rows.append(
             f"<tr class='regression'><td>{f'<a href=../{key_href(target)}>{name}</a>' if target else name}</td>"
-            f"<td class=n>{_pct(k['change'])}</td><td class=n>{fixed(k['before'])}</td>"
-            f"<td class=n>{fixed(k['after'])}</td>"
+            f"<td class=n>{_pct(k['change'])}</td><td class=n>{fixed(k['before'])}{unit(k['key'])}</td>"
+            f"<td class=n>{fixed(k['after'])}{unit(k['key'])}</td>"
             f"<td class=n>{k['nodes']}</td><td>{escape(k['worst_node'])}</td></tr>"
         )
     body = [
@@ -383,7 +393,7 @@ def incident_page(site: SiteData, i: dict[str, Any]) -> str:
         "</dl>",
         "<div id='trend' class='plot' style='height:420px'></div>",
         f"<h2>Keys ({len(i['keys'])}, worst first)</h2>",
-        _table(["key", "change", "img/s before", "after", "nodes", "worst node"], rows, {1, 2, 3, 4}),
+        _table(["key", "change", f"{named} before".lstrip(), "after", "nodes", "worst node"], rows, {1, 2, 3, 4}),
         f"<h2>Nodes ({len(i['nodes'])})</h2><p>{escape(', '.join(i['nodes']))}</p>",
     ]
     if i["also_slower"]:

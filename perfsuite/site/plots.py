@@ -12,6 +12,7 @@ import math
 from html import escape
 from typing import Any
 
+from perfsuite.contract.spec import unit_of_key
 from perfsuite.history.fleet import Run
 from perfsuite.site.data import FleetData, KeyData
 
@@ -28,7 +29,8 @@ def _num(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(f"{x:.5g}")
 
 
-def _base_layout(title: str) -> dict[str, Any]:
+def _base_layout(title: str, unit: str) -> dict[str, Any]:
+    """``unit``: the y axis's, the figures' unit (img/s or tokens/s)."""
     return {
         "title": {"text": title, "font": {"size": 13}},
         "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
@@ -36,7 +38,7 @@ def _base_layout(title: str) -> dict[str, Any]:
         "legend": {"orientation": "h", "y": -0.15},
         "plot_bgcolor": "#fff",
         "xaxis": {"gridcolor": "#eee"},
-        "yaxis": {"gridcolor": "#eee", "title": {"text": "img/s"}},
+        "yaxis": {"gridcolor": "#eee", "title": {"text": unit}},
     }
 
 
@@ -53,10 +55,10 @@ def key_figure(k: KeyData, dates: list[str], runs: dict[int, Run], env: list[dic
             "x": dates,
             "y": [_num(x) if x is not None else None for x in k.median],
             "line": {"width": 3, "color": "#222", "dash": "dot"},
-            "hovertemplate": "median %{x}: %{y:,.1f} img/s<extra></extra>",
+            "hovertemplate": f"median %{{x}}: %{{y:,.1f}} {k.unit}<extra></extra>",
         }
     )
-    layout = _base_layout(escape(f"{k.key} [{k.fingerprint or '-'}]"))
+    layout = _base_layout(escape(f"{k.key} [{k.fingerprint or '-'}]"), k.unit)
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     if k.baseline is not None:
@@ -84,6 +86,7 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
     """A line per node: each, for a few nodes; else the flagged and affected ones, and the rest
     as one grey path behind them."""
     data: list[dict[str, Any]] = []
+    unit = k.unit
     special = set(k.flagged) | set(k.affected)
     each = len(k.nodes) <= EACH_NODE_UP_TO
     background_x: list[str | None] = []
@@ -108,7 +111,7 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
                     "x": dates,
                     "y": ys,
                     "text": hover,
-                    "hovertemplate": f"<b>{escape(node)}</b><br>%{{x}}: %{{y:.4~s}} img/s<br>%{{text}}<extra></extra>",
+                    "hovertemplate": f"<b>{escape(node)}</b><br>%{{x}}: %{{y:.4~s}} {unit}<br>%{{text}}<extra></extra>",
                     "line": {"width": 2.2 if node in special else 1.2, "color": colour},
                     "marker": {"size": 4},
                     "connectgaps": False,
@@ -128,7 +131,7 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
                 "x": background_x,
                 "y": background_y,
                 "text": background_text,
-                "hovertemplate": "%{text}<br>%{x}: %{y:,.1f} img/s<extra></extra>",
+                "hovertemplate": f"%{{text}}<br>%{{x}}: %{{y:,.1f}} {unit}<extra></extra>",
                 "line": {"width": 1, "color": "rgba(120,120,120,0.25)"},
             },
         )
@@ -185,6 +188,7 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
     text: dict[bool, list[str]] = {True: [], False: []}
     boxes: dict[str, list[float]] = {"q1": [], "median": [], "q3": [], "lowerfence": [], "upperfence": []}
     for row, s in enumerate(strips):
+        unit = unit_of_key(s["key"])  # a fingerprint's keys may be of both kinds
         deviation = np.asarray(s["deviation"], dtype=float) * 100
         low = high = 0.0
         if summarised:
@@ -199,7 +203,7 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
                 continue
             xs[flag].append(round(d, 3))
             ys[flag].append(row)
-            text[flag].append(escape(f"{node}: {ips:,.1f} img/s"))
+            text[flag].append(escape(f"{node}: {ips:,.1f} {unit}"))
     data: list[dict[str, Any]] = []
     if summarised:
         data.append({"type": "box", "orientation": "h", "name": "nodes (quartiles)", "y": list(range(len(strips))),
@@ -219,7 +223,7 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
         for flag, name in ((False, "beyond the whiskers" if summarised else "nodes"), (True, "flagged tonight"))
         if xs[flag]
     ]
-    layout = _base_layout("tonight: each node's figure against its key's median")
+    layout = _base_layout("tonight: each node's figure against its key's median", "")
     layout["height"] = max(260, 60 + 22 * len(strips))
     layout["xaxis"] = {"title": {"text": "% against the key's median tonight"}, "gridcolor": "#eee", "zeroline": True}
     layout["yaxis"] = {"tickvals": list(range(len(strips))), "ticktext": [escape(s["key"]) for s in strips],
@@ -255,7 +259,7 @@ def incident_figure(i: dict[str, Any]) -> dict[str, Any]:
         data.append({"type": "scatter", "mode": "lines+markers", "name": "the other nodes (median)",
                      "x": t["nights"], "y": t["unaffected_median"],
                      "line": {"width": 3, "color": "#616161"}})  # fmt: skip
-    layout = _base_layout(escape(f"{t['key']} [{t['fingerprint']}]"))
+    layout = _base_layout(escape(f"{t['key']} [{t['fingerprint']}]"), unit_of_key(str(t["key"])))
     layout["xaxis"] = {"type": "date", "gridcolor": "#eee", **_span(t["nights"], t["affected_median"])}
     if 0 <= t["onset"] < len(t["nights"]):
         at = t["nights"][t["onset"]]
