@@ -32,9 +32,10 @@ class Unsupported(RuntimeError):
 
 
 def unsupported_reason(error: str | None) -> str | None:
-    """The reason of an Unsupported error line ("rank 0: Unsupported: ..."), else None."""
+    """The reason of an Unsupported error line ("rank 0: Unsupported: ..."), else None; the first
+    rank's, where every rank gave it ("rank 0: Unsupported: ...; rank 1: Unsupported: ...")."""
     marker = f"{Unsupported.__name__}: "
-    return error.split(marker, 1)[1] if error and marker in error else None
+    return error.split(marker, 1)[1].split("; rank ", 1)[0] if error and marker in error else None
 
 
 def error_path(out: Path, rank: int) -> Path:

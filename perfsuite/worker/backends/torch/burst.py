@@ -73,7 +73,7 @@ def run(job: Job) -> WorkerRecord | None:
     phases.mark(STEPPED)
     peak, device_name = _peak_memory(device)
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
-    cpu = _cpu_facts(spec, step, sync) if leader and device.type == "cpu" else None
+    cpu = _cpu_facts(spec, step, sync, leader) if device.type == "cpu" else None
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
     )
@@ -124,10 +124,12 @@ def _batches(spec: BurstSpec, info: ModelInfo, device, seed: int):
     return batches(spec, info.num_classes, device, seed)
 
 
-def _cpu_facts(spec: BurstSpec, step, sync) -> CpuFacts:
-    """The leader's CPU facts; bf16 on a CPU with AMX runs one more step (after the windows, so
-    the measurement never sees it) with oneDNN's verbose lines on, to read which ISA its matrix
-    kernels ran on."""
+def _cpu_facts(spec: BurstSpec, step, sync, leader: bool) -> CpuFacts | None:
+    """The leader's CPU facts (None on another rank); bf16 on a CPU with AMX runs one more step
+    (after the windows, so the measurement never sees it) with oneDNN's verbose lines on at the
+    leader, to read which ISA its matrix kernels ran on. Every rank runs that step: a step of
+    several ranks meets in collectives (DDP's all-reduce, FSDP2's gathers), and a rank stepping
+    alone would meet another's next collective instead."""
     import torch
 
     from perfsuite.worker import cpu_facts
@@ -135,7 +137,11 @@ def _cpu_facts(spec: BurstSpec, step, sync) -> CpuFacts:
     cores = spec.threads * spec.devices
     found = cpu_facts.facts(cores)
     if not cpu_facts.checks_amx(spec.device_kind, spec.precision, found.isa):
-        return found
+        return found if leader else None
+    if not leader:
+        step()
+        sync()
+        return None
     with cpu_facts.capture_stdout() as printed:
         with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
             step()
