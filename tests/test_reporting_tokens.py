@@ -81,7 +81,7 @@ def test_an_image_rows_fields_are_as_they_were():
     assert r["images_per_sec"] == 102.0 and r["baseline_images_per_sec"] == 130.0 and r["image_size"] == 24
     assert r["baseline_trend"] == [128.0, 130.0] and "images_per_sec" in r["per_rank"][0]
     assert not [k for k in r if "token" in k or "sequence" in k or k == "seq_len"]
-    assert perf_json.SCHEMA_VERSION == 6
+    assert perf_json.SCHEMA_VERSION == 7
 
 
 # -- JUnit and pytest-benchmark ----------------------------------------------------------------

@@ -14,6 +14,11 @@ Where that cannot be known (an ISA or precision with no tabled figure, no clock)
 no MFU and ``mfu_note`` says why. bf16 on a CPU with AMX is held to AMX's peak, the CPU's own
 for that precision, whatever the kernels ran on: where some did not run on AMX (oneDNN picks
 a kernel per shape), the MFU is low for that reason, and ``mfu_note`` names what they ran on.
+
+HFU (hardware FLOPs utilisation) is shown apart, for a burst with activation checkpointing: the
+FLOPs its devices executed, the model's plus one more forward of every checkpointed block (the
+record's ``recomputed_flops_per_item``), over the same peak. For a token model whose blocks hold
+nearly all of N that is about 8N + 16LHQT per token against MFU's 6N + 12LHQT.
 """
 
 from __future__ import annotations
@@ -321,7 +326,8 @@ def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any])
 
 def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float | None) -> dict[str, Any]:
     """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision,
-    peak_device and mfu_note (why there is no peak, where there is none).
+    peak_device, mfu_note (why there is no peak, where there is none) and hfu (with activation
+    checkpointing: the FLOPs executed, recomputation included, over the same peak).
 
     ``images_per_sec`` is the burst's throughput over all devices, in its unit (tokens/s for a
     token model); the peak is one device's times ``spec.world_size``, or on CPU workers the
@@ -334,6 +340,7 @@ def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float |
         "mfu_precision": None,
         "peak_device": None,
         "mfu_note": None,
+        "hfu": None,
     }
     if not record:
         return out
@@ -346,7 +353,16 @@ def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float |
         _gpu_peak_fields(record, spec, out)
     if out["achieved_tflops"] is not None and out["peak_tflops"] is not None:
         out["mfu"] = out["achieved_tflops"] / out["peak_tflops"]
+        out["hfu"] = hfu(out["mfu"], per_item, record.recomputed_flops_per_item, spec)
     return out
+
+
+def hfu(model_fu: float, per_item: float | None, recomputed: float | None, spec: BurstSpec) -> float | None:
+    """Hardware FLOPs utilisation: ``model_fu`` (the MFU) scaled by the FLOPs executed per item over
+    the model's, where a training step recomputed ``recomputed`` FLOPs per item; else None."""
+    if per_item is None or not _positive(recomputed) or spec.mode == "infer":
+        return None
+    return model_fu * (per_item + recomputed) / per_item
 
 
 def _gpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any]) -> None:

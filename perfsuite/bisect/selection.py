@@ -96,6 +96,8 @@ def key_args(key: str, given: list[str]) -> list[str]:
         args.append("--perf-xla")
     if f["compile"] == "yes":
         args.append("--perf-compile")
+    if f["activation_checkpointing"] == "on":
+        args += ["--perf-activation-checkpointing", "on"]
     if "-m" not in given:
         args += ["-m", short]
     if "-k" not in given:

@@ -48,6 +48,7 @@ class PerfOptions:
     compile: bool
     memory_format: tuple[str, ...]
     mode: tuple[str, ...]
+    activation_checkpointing: tuple[str, ...]  # "off", "on"
     data_dir: Path | None
     xla: bool
     precision: tuple[str, ...]
@@ -322,8 +323,13 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
     # Under Slurm's srun, TensorFlow finds the nodes itself (SlurmClusterResolver).
     slurm = bool(os.environ.get("SLURM_STEP_NODELIST"))
     frameworks = set(v["framework"] or FRAMEWORKS)
-    for flag, owner in (("compile", "torch"), ("xla", "tf")):
-        if v[flag] and owner not in frameworks:
+    checkpointing = "on" in v["activation_checkpointing"]
+    for flag, owner, asked in (
+        ("compile", "torch", v["compile"]),
+        ("xla", "tf", v["xla"]),
+        ("activation_checkpointing", "torch", checkpointing),
+    ):
+        if asked and owner not in frameworks:
             raise OptionError(
                 f"{src[flag]}: applies to "
                 f"--perf-framework {owner} only, and this run measures {', '.join(sorted(frameworks))}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from perfsuite.analysis.changes import DRIFT_WINDOW
 from perfsuite.analysis.stats import ALPHA, MIN_SAMPLES, TOLERANCE
-from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECISIONS, VARIABLE_UPDATES
+from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECISIONS, SWITCHES, VARIABLE_UPDATES
 from perfsuite.models.registry import FRAMEWORKS
 
 PREFIX = "--perf-"
@@ -168,8 +168,20 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(MODES) + "}",
     ),
     Option(
+        "activation-checkpointing",
+        "torch: each block of the model's `blocks` recomputes its forward in the backward pass instead of "
+        "keeping its activations (a model without `blocks` is refused); repeatable: off, on",
+        "choice",
+        repeat=True,
+        choices=SWITCHES,
+        default=("off",),
+        metavar="{" + ",".join(SWITCHES) + "}",
+    ),
+    Option(
         "variable-update",
-        "how gradients meet across devices; repeatable",
+        "how gradients meet across devices; repeatable (sharded: torch's FSDP2, parameters, gradients and "
+        "optimizer state split across the ranks, each block of the model's `blocks` apart, a model without "
+        "them whole)",
         "choice",
         repeat=True,
         choices=VARIABLE_UPDATES,

@@ -1,8 +1,8 @@
 """What each framework backend can run, known to both sides; nothing here imports a framework.
 
 ``SUPPORTED`` says, without importing anything heavy, which data locations and variable
-updates each backend implements, and ``multinode_gap`` which multi-node shapes it cannot
-run, so the plugin can refuse or skip a case up front.
+updates each backend implements and whether it checkpoints activations, and ``multinode_gap``
+which multi-node shapes it cannot run, so the plugin can refuse or skip a case up front.
 """
 
 from typing import TypedDict
@@ -11,6 +11,7 @@ from typing import TypedDict
 class Support(TypedDict):
     data_locations: tuple[str, ...]
     variable_updates: tuple[str, ...]
+    activation_checkpointing: bool  # per block of the model's `blocks`
     backend: str  # the module a burst worker runs (perfsuite.worker.main.Backend)
     package: str  # what a machine needs installed to run it
 
@@ -18,17 +19,32 @@ class Support(TypedDict):
 SUPPORTED: dict[str, Support] = {
     "torch": {
         "data_locations": ("device", "host", "python", "real"),
-        "variable_updates": ("replicated", "parameter_server", "independent"),
+        # sharded: FSDP2 (fully_shard), each block of the model's `blocks` then the root.
+        "variable_updates": ("replicated", "parameter_server", "independent", "sharded"),
+        "activation_checkpointing": True,
         "backend": "perfsuite.worker.backends.torch.burst",
         "package": "torch",
     },
     "tf": {
         "data_locations": ("device", "host", "python", "real"),
         "variable_updates": ("replicated", "parameter_server", "independent"),
+        "activation_checkpointing": False,
         "backend": "perfsuite.worker.backends.tf.burst",
         "package": "tensorflow",
     },
 }
+
+
+# Why a sharded burst does not run in fp16, up front and in the worker alike.
+SHARDED_FP16 = (
+    "sharded fp16 is not run: loss scaling (GradScaler) would see each rank's shard of the gradients only, "
+    "and the ranks could disagree on an overflow; use bf16"
+)
+
+
+def no_blocks(model: str) -> str:
+    """Why a model cannot be checkpointed per block (the torch worker finds it building the model)."""
+    return f"activation checkpointing wraps each block of a model's `blocks` (an nn.ModuleList), and {model} has none"
 
 
 def multinode_gap(framework: str, device_kind: str, devices: int, variable_update: str) -> str | None:

@@ -103,6 +103,9 @@ class WorkerRecord:
     trace_file: str | None = None  # the profiled steps' Chrome trace, in the burst folder
     # CPU workers: what their peak is computed from (perfsuite.analysis.mfu), read by the leader.
     cpu: CpuFacts | None = None
+    # Activation checkpointing: the FLOPs per image or token that a step computes again (one more
+    # forward of every checkpointed block), for HFU beside MFU; None without it.
+    recomputed_flops_per_item: float | None = None
     version: int = field(default=RECORD_VERSION)
 
     def as_dict(self) -> dict[str, Any]:

@@ -12,13 +12,17 @@ DEVICE_KINDS = ("cuda", "cpu")
 SHORT_KINDS = {"cuda": "gpu", "cpu": "cpu"}
 DATA_LOCATIONS = ("device", "host", "python", "real")
 # independent: every device trains its own replica, no gradient exchange (the compute-only ceiling).
-VARIABLE_UPDATES = ("replicated", "parameter_server", "independent")
+# sharded: parameters, gradients and optimizer state split across the ranks (torch's FSDP2).
+VARIABLE_UPDATES = ("replicated", "parameter_server", "independent", "sharded")
 # fp32: IEEE single precision (TF32 off); tf32: fp32 with TF32 tensor cores; fp16: float16
 # with loss scaling; bf16: bfloat16; amp: bf16 where the device has it, else fp16.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 AUGMENT_PLACES = ("cpu", "device")
 MEMORY_FORMATS = ("channels_last", "channels_first")  # NHWC and NCHW
 MODES = ("train", "infer")
+# --perf-activation-checkpointing's values, and the key's part of a burst that checkpoints.
+SWITCHES = ("off", "on")
+AC = "ac"
 
 
 def default_memory_format(framework: str, device_kind: str, image_size: int) -> str:
@@ -87,6 +91,9 @@ class BurstSpec:
     compile: bool = False  # torch: torch.compile (inductor) the model
     memory_format: str = ""  # "" : the framework's default for the case (default_memory_format)
     mode: str = "train"  # infer: forward passes only, no gradients
+    # torch: each block of the model's ``blocks`` recomputes its forward in the backward pass
+    # instead of keeping its activations.
+    activation_checkpointing: bool = False
     seed: int = 0
     # Adaptive length: windows are added, up to max_windows, while the median's 95%
     # interval is wider than stable_within of it (0: fixed length).
@@ -177,6 +184,8 @@ class BurstSpec:
             extra.append(self.memory_format)
         if self.compile:
             extra.append("torch.compile")
+        if self.activation_checkpointing:
+            extra.append("activation checkpointing")
         if self.xla:
             extra.append("XLA")
         if self.mode != "train":
@@ -212,6 +221,8 @@ class BurstSpec:
             parts.append(self.memory_format)
         if self.compile:
             parts.append("compile")
+        if self.activation_checkpointing:
+            parts.append(AC)
         if self.mode != "train":
             parts.append(self.mode)
         if self.device_kind == "cpu":
@@ -236,6 +247,7 @@ class BurstSpec:
             for p in (
                 self.memory_format,
                 "compile" if self.compile else "",
+                AC if self.activation_checkpointing else "",
                 "xla" if self.xla else "",
                 "" if self.mode == "train" else self.mode,
             )
@@ -275,6 +287,7 @@ KEY_FIELDS = {
     "xla": ("XLA", "--perf-xla"),
     "memory_format": ("memory format", "--perf-memory-format"),
     "compile": ("torch.compile", "--perf-compile"),
+    "activation_checkpointing": ("activation checkpointing", "--perf-activation-checkpointing"),
     "mode": ("mode", "--perf-mode"),
     "threads": ("threads per CPU worker", "--perf-threads-per-worker"),
 }
@@ -301,6 +314,7 @@ def key_fields(key: str) -> dict[str, str]:
         "threads": "-",
         "memory_format": "default",
         "compile": "no",
+        "activation_checkpointing": "off",
         "mode": "train",
     }
     for part in parts[3:]:
@@ -319,6 +333,8 @@ def key_fields(key: str) -> dict[str, str]:
                 fields["xla"] = "yes"
             elif part == "compile":
                 fields["compile"] = "yes"
+            elif part == AC:
+                fields["activation_checkpointing"] = "on"
             elif part in MEMORY_FORMATS:
                 fields["memory_format"] = part
             elif part in MODES:

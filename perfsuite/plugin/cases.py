@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
-from perfsuite.contract.frameworks import SUPPORTED, multinode_gap
+from perfsuite.contract.frameworks import SHARDED_FP16, SUPPORTED, multinode_gap
 from perfsuite.contract.model_info import ModelInfo
-from perfsuite.contract.spec import BurstSpec, default_memory_format, device_label, short_kind
+from perfsuite.contract.spec import AC, BurstSpec, default_memory_format, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.plugin import framework_gpus
 
@@ -31,7 +31,10 @@ DIMENSIONS = (
     "memory_format",
     "mode",
     "augment_on",
+    "activation_checkpointing",
 )
+
+FRAMEWORK_NAMES = {"torch": "PyTorch", "tf": "TensorFlow"}
 
 # A CPU case is `slow` when one training step of one worker costs more than this
 # (3 x forward FLOPs x batch): several seconds a step on one core.
@@ -64,6 +67,7 @@ class Case:
     mode: str = "train"
     augment_on: str = "cpu"  # only the `real` data location has a place to augment
     seq_len: int | None = None  # a token model's; None: the model's default for the device kind
+    activation_checkpointing: bool = False
 
     @property
     def id(self) -> str:
@@ -85,6 +89,8 @@ class Case:
             parts.append(self.memory_format)
         if self.mode != "train":
             parts.append(self.mode)
+        if self.activation_checkpointing:
+            parts.append(AC)
         return "-".join(parts)
 
     @property
@@ -139,7 +145,9 @@ def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
 def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
     cases = []
     seen = set()
-    for (fw, model), (kind, n), loc, vu, prec, bs, seq, layout, mode, augment in itertools.product(
+    # A training mode with and without activation checkpointing (itertools.product is typed for ten iterables).
+    modes = [(mode, switch == "on") for mode in options.mode for switch in options.activation_checkpointing]
+    for (fw, model), (kind, n), loc, vu, prec, bs, seq, layout, (mode, ac), augment in itertools.product(
         selected_models(options),
         device_slots(options, gpu_count),
         options.data_location,
@@ -148,7 +156,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
         options.batch_size or (None,),
         options.seq_len or (None,),
         options.memory_format or ("",),
-        options.mode,
+        modes,
         options.augment_on,
     ):
         world = n * options.nnodes
@@ -175,6 +183,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             mode,
             augment if loc == "real" else "cpu",
             seq if token_model else None,
+            ac,
         )
         if case not in seen:  # a layout asked for by name may be the default one
             seen.add(case)
@@ -191,6 +200,9 @@ def skip_reason(
         return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
     if not framework_matters:
         return None
+    gap = sharding_gap(case) or checkpointing_gap(case)  # whatever the machine has
+    if gap:
+        return gap
     if not framework_installed(case.framework):
         from perfsuite.plugin.preflight import install_hint
 
@@ -218,6 +230,29 @@ def precision_gap(case: Case) -> str | None:
     found by the worker, which reads the device's compute capability)."""
     if case.precision == "tf32" and case.device_kind == "cpu":
         return "tf32 needs GPU tensor cores (compute capability 8.0 and up); CPU workers have none"
+    return None
+
+
+def sharding_gap(case: Case) -> str | None:
+    """Why the sharded variable update (torch's FSDP2) cannot run the case; a model without
+    ``blocks`` is not refused: its root module is sharded whole."""
+    if case.variable_update != "sharded" or case.device_count * case.nodes < 2:
+        return None
+    if "sharded" not in SUPPORTED[case.framework]["variable_updates"]:
+        return f"{FRAMEWORK_NAMES[case.framework]} has no sharded variable update (FSDP2's fully_shard is torch's)"
+    if case.precision == "fp16":
+        return SHARDED_FP16
+    return None
+
+
+def checkpointing_gap(case: Case) -> str | None:
+    """Why activation checkpointing cannot run the case (a model without ``blocks``: the worker says)."""
+    if not case.activation_checkpointing:
+        return None
+    if not SUPPORTED[case.framework]["activation_checkpointing"]:
+        return f"{FRAMEWORK_NAMES[case.framework]} has no activation checkpointing here: it is torch's"
+    if case.mode == "infer":
+        return "activation checkpointing saves a training step's memory: an inference burst keeps no activations"
     return None
 
 
@@ -291,6 +326,7 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
         compile=options.compile and values["framework"] == "torch",
         memory_format=values.get("memory_format") or "",
         mode=values.get("mode") or "train",
+        activation_checkpointing=bool(values.get("activation_checkpointing")),
     )
 
 
@@ -304,6 +340,8 @@ def short_id(names: list[str], case: Case) -> str:
             continue
         if name == "device_count":
             parts.append(device_label(case.device_kind, case.device_count))
+        elif name == "activation_checkpointing":
+            parts.append(AC if case.activation_checkpointing else f"no-{AC}")
         elif name == "device_kind":
             parts.append(short_kind(case.device_kind))
         else:

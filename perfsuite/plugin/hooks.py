@@ -197,6 +197,12 @@ def augment_on(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def activation_checkpointing(request: pytest.FixtureRequest) -> bool:
+    """torch: each block of the model's ``blocks`` recomputes its forward in the backward pass."""
+    return _session(request.config).options.activation_checkpointing[0] == "on"
+
+
+@pytest.fixture
 def burst_spec(
     request,
     framework,
@@ -211,6 +217,7 @@ def burst_spec(
     memory_format,
     mode,
     augment_on,
+    activation_checkpointing,
 ) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
@@ -228,6 +235,7 @@ def burst_spec(
         "memory_format": memory_format,
         "mode": mode,
         "augment_on": augment_on,
+        "activation_checkpointing": activation_checkpointing,
     }
     return cases.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 

@@ -15,6 +15,10 @@ Version 6 adds token models: a token model's row names its throughput ``tokens_p
 ``tokens_per_sec``, and its ``seq_len`` in place of ``image_size``; its interval, samples,
 run medians and baseline trend are in tokens/s. An image model's row is version 5's. Every row
 has ``mfu_note``: why it has no MFU (no peak for its device, precision or clock), else null.
+Version 7 adds ``activation_checkpointing`` (true where each block recomputed its forward in the
+backward pass) and ``hfu`` beside ``mfu``: the FLOPs the devices executed, that recomputation
+included, over the same peak (null without checkpointing or a peak); ``variable_update`` may be
+``sharded`` (torch's FSDP2).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.contract import phases
 from perfsuite.store.run import RunInfo
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def document(run: RunInfo, rows: list[dict]) -> dict:
@@ -96,6 +100,7 @@ def _spec(result: BurstResult) -> dict:
         "memory_format": s.layout,
         "mode": s.mode,
         "compile": s.compile,
+        "activation_checkpointing": s.activation_checkpointing,
         "xla": s.xla,
         "compile_seconds": rec.compile_seconds if rec else None,  # the first step, apart from the windows
         "warmup_steps": s.warmup_steps,

@@ -18,7 +18,8 @@ from perfsuite.reporting.view import RunView
 # The throughput's column is named by its unit (img/s or tokens/s); a run of both kinds names
 # it "throughput" and each figure says its unit. CPU% / GPU%: mean host and device busy share
 # over the timed windows (the evidence behind the diagnosis lines); TFLOP/s and MFU: model
-# arithmetic over the device peak (where there is no peak, why: "clock unknown"); peak mem: the
+# arithmetic over the device peak (where there is no peak, why: "clock unknown"), and beside a
+# checkpointed burst's MFU its HFU (the recomputation included); peak mem: the
 # fullest device's peak (its verdict joins the throughput one when it is not a pass).
 HEADER = (
     "test",
@@ -120,9 +121,15 @@ def _evidence(r: BurstResult) -> tuple[str, ...]:
         fmt(cpu_mean(rec), ".0f"),
         fmt(gpu_mean(rec), ".0f"),
         fmt(rec.get("achieved_tflops"), ".3g"),
-        mfu_cell(rec, precision=False),
+        _mfu_cell(rec),
         memory_cell(peak_memory(rec)),
     )
+
+
+def _mfu_cell(rec: dict) -> str:
+    """The MFU cell; with activation checkpointing, the HFU beside it: "31.0% (HFU 41.2%)"."""
+    cell = mfu_cell(rec, precision=False)
+    return cell if rec.get("hfu") is None else f"{cell} (HFU {rec['hfu']:.1%})"
 
 
 def _short_id(nodeid: str) -> str:

@@ -87,6 +87,7 @@ def build_record(
     profile_error: str | None = None,
     compile_seconds: float | None = None,
     cpu: CpuFacts | None = None,
+    recomputed_flops_per_item: float | None = None,
 ) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
@@ -120,5 +121,6 @@ def build_record(
         profile_error=profile_error,
         compile_seconds=compile_seconds,
         cpu=cpu,
+        recomputed_flops_per_item=recomputed_flops_per_item,
         phase_marks=phases.marks(),
     )

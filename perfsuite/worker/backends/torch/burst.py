@@ -41,6 +41,7 @@ def run(job: Job) -> WorkerRecord | None:
     import torch
 
     from perfsuite.worker.backends.torch.data import input_workers
+    from perfsuite.worker.backends.torch.parallel import recomputed_flops
     from perfsuite.worker.backends.torch.profile import run_profiled_steps
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
     from perfsuite.worker.profiling import after_windows
@@ -63,6 +64,8 @@ def run(job: Job) -> WorkerRecord | None:
     torch.manual_seed(spec.seed)
     model, info = _model(info, spec, device)
     model.train()
+    # Counted before checkpointing wraps the blocks; the leader alone writes the record.
+    recomputed = recomputed_flops(spec, info, model) if leader else None
     phases.mark(BUILT)
     data = _batches(spec, info, device, seed=spec.seed + 1000 * global_rank)
     step = make_step(spec, model, data, device, optimizer=info.optimizer)
@@ -95,6 +98,7 @@ def run(job: Job) -> WorkerRecord | None:
         **_fp32_facts(device),
         compile_seconds=timings.compile_seconds,
         cpu=cpu,
+        recomputed_flops_per_item=recomputed,
         **profiled.fields(),
     )
 
@@ -290,6 +294,7 @@ def preload() -> None:
     import perfsuite.models.registry
     import perfsuite.worker.backends.torch.data
     import perfsuite.worker.backends.torch.flops
+    import perfsuite.worker.backends.torch.parallel
     import perfsuite.worker.backends.torch.profile
     import perfsuite.worker.backends.torch.train
     import perfsuite.worker.heartbeat

@@ -1,11 +1,10 @@
-"""The training step: SGD with momentum, a precision policy, and a variable update."""
+"""The training step: SGD with momentum or AdamW, a precision policy, and a variable update."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.data.tokens import IGNORE
+from perfsuite.worker.backends.torch.parallel import sharded_dtype, wrap
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -165,6 +165,10 @@ def make_step(
     ``replicated``: DistributedDataParallel all-reduces gradients, every rank updates.
     ``parameter_server``: gradients are reduced to rank 0, only rank 0 applies the
     update (and holds the momentum), then the weights are broadcast back.
+    ``sharded``: FSDP2 gathers each block's parameters for its forward and backward and
+    reduce-scatters its gradients, averaged; every rank updates its own shard.
+    The model is wrapped by perfsuite.worker.backends.torch.parallel (checkpointing, the variable
+    update's wrapper, torch.compile).
     """
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     world = dist.get_world_size() if distributed else 1
@@ -174,12 +178,11 @@ def make_step(
         # Module.to takes memory_format at run time; torch's overloads for it leave it out.
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
-    net: nn.Module = model
-    if distributed and spec.variable_update == "replicated":
-        net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if spec.compile:
-        # inductor; the first (untimed) step compiles. A compiled Module is a Module (OptimizedModule).
-        net = cast(nn.Module, torch.compile(net))
+    sharded = distributed and spec.variable_update == "sharded"
+    dtype = sharded_dtype(policy.dtype) if sharded else torch.float32
+    if sharded:  # FSDP2 casts the parameters itself (its MixedPrecisionPolicy): no autocast over it
+        policy = Precision(contextlib.nullcontext, None, policy.dtype)
+    net = wrap(spec, model, device, distributed, dtype)
     if spec.mode == "infer":
         return _infer_step(net, data, policy, channels_last)
     params = list(model.parameters())
