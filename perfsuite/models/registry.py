@@ -145,52 +145,34 @@ def register_token_model(
     (``ModelInfo.train_flops_per_item`` says which embeddings to leave out). ``params``
     may be left out: the burst worker then counts it.
     """
+    figures = {"seq_len": seq_len, "vocab_size": vocab_size, "batch_size": batch_size}
+    figures |= {"layers": layers, "heads": heads, "head_dim": head_dim}
     _check_framework(framework)
-    _check_positive(
-        name,
-        required={
-            "seq_len": seq_len,
-            "vocab_size": vocab_size,
-            "batch_size": batch_size,
-            "layers": layers,
-            "heads": heads,
-            "head_dim": head_dim,
-        },
-        optional={"params": params, "cpu_batch_size": cpu_batch_size, "cpu_seq_len": cpu_seq_len},
-        integers=True,
-    )
+    optional = {"params": params, "cpu_batch_size": cpu_batch_size, "cpu_seq_len": cpu_seq_len}
+    _check_positive(name, required=figures, optional=optional, integers=True)
     _check_choice(name, "objective", objective, OBJECTIVES)
     _check_choice(name, "optimizer", optimizer, OPTIMIZERS)
     if isinstance(embedding_params, bool) or not isinstance(embedding_params, int) or embedding_params < 0:
         raise ModelError(f"model {name!r}: embedding_params must be a whole number >= 0, got {embedding_params!r}")
     if params is not None and embedding_params >= params:
         raise ModelError(f"model {name!r}: embedding_params ({embedding_params}) must be below params ({params})")
-
-    def decorate(fn: Callable) -> Callable:
-        return _register(
-            fn,
-            name=name,
-            framework=framework,
-            image_size=None,
-            batch_size=batch_size,
-            cpu_batch_size=cpu_batch_size or max(1, batch_size // 16),
-            params=params,
-            flops=None,
-            num_classes=vocab_size,
-            optimizer=optimizer,
-            description=description,
-            workload="token",
-            seq_len=seq_len,
-            cpu_seq_len=cpu_seq_len or min(seq_len, 128),
-            vocab_size=vocab_size,
-            objective=objective,
-            layers=layers,
-            heads=heads,
-            head_dim=head_dim,
-            embedding_params=embedding_params,
-        )
-
-    return decorate
+    fields = {
+        **figures,
+        "name": name,
+        "framework": framework,
+        "image_size": None,
+        "cpu_batch_size": cpu_batch_size or max(1, batch_size // 16),
+        "cpu_seq_len": cpu_seq_len or min(seq_len, 128),
+        "params": params,
+        "flops": None,  # per token, from the structure: ModelInfo.train_flops_per_item
+        "num_classes": vocab_size,
+        "optimizer": optimizer,
+        "description": description,
+        "workload": "token",
+        "objective": objective,
+        "embedding_params": embedding_params,
+    }
+    return lambda fn: _register(fn, **fields)
 
 
 def _check_framework(framework: str) -> None:

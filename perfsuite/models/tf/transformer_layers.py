@@ -1,11 +1,12 @@
 """Shared building blocks of the Keras transformers (imported only inside builders).
 
-Attention has the shape of Keras's ``MultiHeadAttention`` (``EinsumDense`` projections,
-einsum scores and sum), with rotary embeddings and grouped-query heads added. On this
-project's CPU, a training step of a small decoder took as long with it as with Keras's
-layer, and about 15% less than with a fused projection and ``tf.matmul`` or
-``keras.ops.dot_product_attention`` (which transpose the heads), as TensorFlow bursts run
-by default; under XLA those two were about 14% faster (2026-11-28).
+Attention is one fused query/key/value projection, the heads transposed before
+``tf.matmul`` (scores, causal mask, softmax in float32 at least, the weighted sum) and back
+after it, one more projection. It was the fastest of the candidates for a training step of
+a small decoder on this project's CPU (``benchmarks/tf_attention.py``), if by little:
+Keras's ``MultiHeadAttention``, an ``EinsumDense`` version of it, and the fused projection
+with ``keras.ops.dot_product_attention`` or ``tf.einsum``. TensorFlow's profiler counts
+its FLOPs (MatMul, BatchMatMulV2), which it does not for the Einsum op the others run.
 
 Each layer builds its sublayers from the input shape and gives its output shape without
 tracing its call, so a full-size model is built in seconds. Blocks are layers of their
@@ -40,10 +41,8 @@ class SelfAttention(layers.Layer):
     """Multi-head self-attention, grouped-query where ``kv_heads < heads``; rotary position
     embeddings for sequences of up to ``rotary_len`` tokens where it is set.
 
-    The shape of Keras's ``MultiHeadAttention``: each projection an ``EinsumDense`` straight
-    into [batch, seq, heads, head_dim], attention as two einsums, so no transpose is copied.
-    The query heads that share a key/value head are one axis of the einsums, so keys and
-    values are never repeated. ``std`` initialises the query, key and value projections and
+    The query heads that share a key/value head are one batch of rows in the matmuls, so
+    keys and values are never repeated. ``std`` initialises the fused projection and
     ``proj_std`` the output projection (GPT-2 scales the one that ends a residual branch).
     """
 
@@ -65,42 +64,31 @@ class SelfAttention(layers.Layer):
         self.heads, self.kv_heads = heads, kv_heads or heads
         self.head_dim = d_model // heads
         self.causal = causal
-
-        def projection(heads: int, name: str):
-            shape, bias = (None, heads, self.head_dim), "hd" if use_bias else None
-            return layers.EinsumDense("btm,mhd->bthd", shape, bias_axes=bias, kernel_initializer=normal(std), name=name)
-
-        self.query = projection(heads, "query")
-        self.key, self.value = projection(self.kv_heads, "key"), projection(self.kv_heads, "value")
-        self.proj = layers.EinsumDense(
-            "bthd,hdm->btm",
-            (None, d_model),
-            bias_axes="m" if use_bias else None,
-            kernel_initializer=normal(proj_std or std),
-            name="proj",
-        )
+        width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.qkv = layers.Dense(width, use_bias=use_bias, kernel_initializer=normal(std), name="qkv")
+        self.proj = layers.Dense(d_model, use_bias=use_bias, kernel_initializer=normal(proj_std or std), name="proj")
         self.dropout = layers.Dropout(dropout) if dropout else None
         self.rotary = rotary_angles(self.head_dim, rotary_len, rope_theta) if rotary_len else None
 
     def build(self, input_shape):
-        for projection in (self.query, self.key, self.value):
-            projection.build(input_shape)
-        self.proj.build((*input_shape[:-1], self.heads, self.head_dim))
+        self.qkv.build(input_shape)
+        self.proj.build((*input_shape[:-1], self.heads * self.head_dim))
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
     def call(self, x, training=None):
-        seq, group = x.shape[1], self.heads // self.kv_heads
-        q, k, v = self.query(x), self.key(x), self.value(x)  # [batch, seq, heads, head_dim]
+        batch, seq, group = tf.shape(x)[0], x.shape[1], self.heads // self.kv_heads
+        qkv = tf.reshape(self.qkv(x), (batch, seq, self.heads + 2 * self.kv_heads, self.head_dim))
+        q, k, v = (
+            tf.transpose(t, (0, 2, 1, 3))  # [batch, heads, seq, head_dim]
+            for t in tf.split(qkv, [self.heads, self.kv_heads, self.kv_heads], axis=2)
+        )
         if self.rotary is not None:
             q, k = rotate(q, *self.rotary, seq), rotate(k, *self.rotary, seq)
-        q = q * tf.cast(1.0 / math.sqrt(self.head_dim), q.dtype)  # scaled here: fewer values than the scores
-        if group > 1:  # query head i uses key/value head i // group
-            q = tf.reshape(q, (-1, seq, self.kv_heads, group, self.head_dim))
-            scores = tf.einsum("btkgd,bskd->bkgts", q, k)
-        else:
-            scores = tf.einsum("bthd,bshd->bhts", q, k)
+        # Query head i uses key/value head i // group: its group's rows share one matmul.
+        q = tf.reshape(q * tf.cast(1.0 / math.sqrt(self.head_dim), q.dtype), (batch, self.kv_heads, group * seq, -1))
+        scores = tf.reshape(tf.matmul(q, k, transpose_b=True), (batch, self.kv_heads, group, seq, seq))
         scores = tf.cast(scores, tf.float32) if scores.dtype in (tf.float16, tf.bfloat16) else scores
         if self.causal:
             allowed = tf.linalg.band_part(tf.ones((seq, seq), tf.bool), -1, 0)  # each position sees itself and before
@@ -108,11 +96,9 @@ class SelfAttention(layers.Layer):
         probs = tf.cast(tf.nn.softmax(scores, axis=-1), v.dtype)
         if self.dropout is not None:
             probs = self.dropout(probs, training=training)
-        if group > 1:
-            y = tf.reshape(tf.einsum("bkgts,bskd->btkgd", probs, v), (-1, seq, self.heads, self.head_dim))
-        else:
-            y = tf.einsum("bhts,bshd->bthd", probs, v)
-        return self.proj(y)
+        y = tf.matmul(tf.reshape(probs, (batch, self.kv_heads, group * seq, seq)), v)
+        y = tf.transpose(tf.reshape(y, (batch, self.heads, seq, self.head_dim)), (0, 2, 1, 3))
+        return self.proj(tf.reshape(y, (batch, seq, self.heads * self.head_dim)))
 
 
 def rotary_angles(head_dim: int, max_len: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -123,8 +109,8 @@ def rotary_angles(head_dim: int, max_len: int, theta: float) -> tuple[np.ndarray
 
 
 def rotate(x, cos: np.ndarray, sin: np.ndarray, seq: int):
-    """``x`` [batch, seq, heads, head_dim] rotated in rotate-half pairs (Hugging Face's Llama)."""
-    cos, sin = tf.constant(cos[:seq, None], x.dtype), tf.constant(sin[:seq, None], x.dtype)
+    """``x`` [batch, heads, seq, head_dim] rotated in rotate-half pairs (Hugging Face's Llama)."""
+    cos, sin = tf.constant(cos[:seq], x.dtype), tf.constant(sin[:seq], x.dtype)
     first, second = tf.split(x, 2, axis=-1)
     return x * cos + tf.concat((-second, first), axis=-1) * sin
 
