@@ -17,11 +17,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perfsuite.plugin.warm import SHARE_ENV
+
+# The tests' share, under a name perfsuite bisect passes on (see MODEL)
+TESTS_SHARE = "PERFSUITE_TESTS_WARM_SHARE"
+
 MODEL = '''"""bisectnet: a linear classifier on 8x8 images whose step sleeps STEP_S x WORK."""
 
+import os
 import time
 
 from perfsuite import register_model
+
+# perfsuite's tests only: every commit's bursts borrow the tests' warm start share, which
+# perfsuite bisect keeps from the pytest it runs (a commit's --setup may install another
+# framework). Here no commit changes what a warm start imports, nor the environment, so
+# one warm start serves them all, as it does the rest of the tests' pytest processes.
+if os.environ.get("{tests_share}"):
+    os.environ["{share}"] = os.environ["{tests_share}"]
 
 STEP_S = 0.03
 WORK = {work}
@@ -111,7 +124,9 @@ def build(path: Path, commits: int, culprit: int, broken: int | None = None) -> 
     shas = []
     for i in range(1, commits + 1):
         work = "1.3" if i >= culprit else "1.0"
-        (path / "tests_perf" / "conftest.py").write_text(MODEL.format(work=work))
+        (path / "tests_perf" / "conftest.py").write_text(
+            MODEL.format(work=work, share=SHARE_ENV, tests_share=TESTS_SHARE)
+        )
         (path / "build.sh").write_text("exit 1\n" if i == broken else "exit 0\n")
         with open(path / "NOTES", "a") as notes:
             notes.write(f"commit {i}\n")
@@ -163,7 +178,8 @@ def environment(tmp: Path, **extra: str) -> dict[str, str]:
     """A private cache and temporary folder (so what a run leaves behind can be looked for)."""
     (tmp / "cache").mkdir(parents=True, exist_ok=True)
     (tmp / "tmp").mkdir(parents=True, exist_ok=True)
-    return dict(os.environ, PERFSUITE_CACHE=str(tmp / "cache"), TMPDIR=str(tmp / "tmp"), **extra)
+    share = {TESTS_SHARE: os.environ[SHARE_ENV]} if os.environ.get(SHARE_ENV) else {}
+    return dict(os.environ, PERFSUITE_CACHE=str(tmp / "cache"), TMPDIR=str(tmp / "tmp"), **share, **extra)
 
 
 def leftovers(tmp: Path) -> list[str]:

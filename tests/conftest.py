@@ -76,6 +76,8 @@ def _check_loadgroup_works():
 def _test_environment(request, tmp_path_factory):
     """Baseline locks and generated datasets of the tests stay out of the user's cache
     (datasets are generated atomically, so workers sharing the folder is safe)."""
+    from perfsuite.plugin import warm
+
     patch = pytest.MonkeyPatch()
     cache = _run_folder(request.config, tmp_path_factory) / "perfsuite-cache"
     cache.mkdir(exist_ok=True)
@@ -86,8 +88,26 @@ def _test_environment(request, tmp_path_factory):
     # would switch itself off in them).
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         patch.delenv(name, raising=False)
+    # One warm start share per pytest-xdist worker: the bursts of the pytest processes its
+    # tests start (and of its own in-process sessions) are forked from warm starts that
+    # imported their framework once, not once per pytest process. A share serves only an
+    # environment its warm start imported in (perfsuite.plugin.warm's key), so a test that
+    # sets a variable of its own gets a warm start of its own. Tests of how a pytest
+    # process starts its own warm starts, or of its process tree, leave it (no_warm_share).
+    share = warm.Share(keep=3)
+    patch.setenv(warm.SHARE_ENV, share.env()[warm.SHARE_ENV])
     yield
+    warm.stop_all()  # this process's sessions of it
+    share.close()
     patch.undo()
+
+
+@pytest.fixture
+def no_warm_share(monkeypatch):
+    """This test's pytest processes start warm starts of their own, as without a share."""
+    from perfsuite.plugin import warm
+
+    monkeypatch.delenv(warm.SHARE_ENV, raising=False)
 
 
 # -- a real PostgreSQL server, started by the tests themselves ---------------------------------
@@ -182,8 +202,20 @@ def saved_tiny(request, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _quick_inner_sessions(request, monkeypatch):
-    """pytester clears PYTEST_ADDOPTS; the sessions it starts need no hypothesis either."""
+def _quick_inner_sessions(request, monkeypatch, tmp_path_factory):
+    """pytester clears PYTEST_ADDOPTS; the sessions it starts need no hypothesis either. It
+    also gives each test a home and a temporary root of its own, which would make each
+    test's environment a new one to the warm start share (perfsuite.plugin.warm keys a warm
+    start on the environment its imports saw): the inner sessions of every test share one
+    of each instead (the plugin keeps nothing there: its cache is PERFSUITE_CACHE, its
+    bursts' folders are in the temporary folder), so their bursts are forked from one warm
+    start."""
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
         monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
+        shared = tmp_path_factory.getbasetemp() / "pytester-shared"
+        (shared / "home").mkdir(parents=True, exist_ok=True)
+        (shared / "tmp").mkdir(exist_ok=True)
+        for name in ("HOME", "USERPROFILE"):
+            monkeypatch.setenv(name, str(shared / "home"))
+        monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", str(shared / "tmp"))

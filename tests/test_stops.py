@@ -52,7 +52,7 @@ def pytest_runtest_call(item):
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
+def project(tmp_path, monkeypatch, no_warm_share):  # the bursts' processes are pytest's own
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "20")
     for name in (
         "PERFSUITE_TINY_SLOWDOWN",

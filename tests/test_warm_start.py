@@ -23,10 +23,28 @@ pytestmark = needs("torch")
 
 
 @pytest.fixture(autouse=True)
-def _no_warm_start_left():
+def _no_warm_start_left(request, no_warm_share):
+    """These tests' bursts start the warm starts of this process, as a pytest process without
+    a share does (the tests of a share open their own). A test starts with none, but for the
+    tests that ask for ``kept``, which serve themselves from the one an earlier such test left."""
+    if "kept" in request.fixturenames:
+        yield
+        return
     warm.stop_all()
     yield
     warm.stop_all()
+
+
+@pytest.fixture(scope="module")
+def _kept_until_the_module_ends():
+    yield
+    warm.stop_all()
+
+
+@pytest.fixture
+def kept(_kept_until_the_module_ends):
+    """The warm start these tests share (the pytest-xdist group keeps them on one worker): it
+    shows what a warm start does after the bursts before it, whichever test forked them."""
 
 
 @pytest.fixture
@@ -56,9 +74,11 @@ def test_bursts_of_one_process_are_forked_from_one_warm_start(tmp_path, tiny):
     assert all(seconds >= 0 for seconds in second.phases.values())
 
 
-def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path, tiny, monkeypatch):
+@pytest.mark.xdist_group("warm-start-kept")
+def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path, tiny, monkeypatch, kept):
     run_burst(spec(), tiny, tmp_path / "a")
     [server] = warm.running()
+    served = server.served
     monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")  # read by the burst, not at import: same warm start
     with pytest.raises(BurstError, match="tiny model refused to build"):
         run_burst(spec(), tiny, tmp_path / "b")
@@ -70,10 +90,11 @@ def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path,
     record = run_burst(spec(), tiny, tmp_path / "d")
     assert record.start == "warm"
     assert warm.running() == [server]
-    assert server.served == 4
+    assert server.served == served + 3
 
 
-def test_a_timed_out_burst_is_killed_and_the_warm_start_lives_on(tmp_path, tiny, monkeypatch):
+@pytest.mark.xdist_group("warm-start-kept")
+def test_a_timed_out_burst_is_killed_and_the_warm_start_lives_on(tmp_path, tiny, monkeypatch, kept):
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "400")
     with pytest.raises(BurstError, match="timed out"):
         run_burst(spec(steps=60, windows=3), tiny, tmp_path / "a", LaunchOptions(timeout_s=1.0))
@@ -84,16 +105,19 @@ def test_a_timed_out_burst_is_killed_and_the_warm_start_lives_on(tmp_path, tiny,
     assert warm.running() == [server]
 
 
-def test_several_ranks_are_forked_by_torchs_agent_from_the_warm_start(tmp_path, tiny, monkeypatch):
+@pytest.mark.xdist_group("warm-start-kept")
+def test_several_ranks_are_forked_by_torchs_agent_from_the_warm_start(tmp_path, tiny, monkeypatch, kept):
     record = run_burst(spec(devices=2, threads=1), tiny, tmp_path / "a")
     assert record.start == "warm"
     assert [r.rank for r in record.per_rank] == [0, 1]
+    [server] = warm.running()
+    served = server.served
     # A rank killed mid-burst is named as torchrun names it, and the warm start serves on.
     monkeypatch.setenv("PERFSUITE_TINY_KILL_RANK", "1")
     with pytest.raises(BurstError, match="rank 1 killed by SIGKILL"):
         run_burst(spec(devices=2, threads=1), tiny, tmp_path / "b")
-    [server] = warm.running()
-    assert server.served == 2 and not server.busy
+    assert warm.running() == [server]
+    assert server.served == served + 1 and not server.busy
 
 
 def test_fresh_start_and_multi_node_bursts_need_no_warm_start(tmp_path, tiny):
@@ -150,7 +174,8 @@ def test_another_environment_replaces_the_warm_start(tmp_path, tiny, monkeypatch
     assert first.proc.poll() is not None
 
 
-def test_an_environment_larger_than_a_pipe_reaches_the_burst(tmp_path, tiny, monkeypatch):
+@pytest.mark.xdist_group("warm-start-kept")
+def test_an_environment_larger_than_a_pipe_reaches_the_burst(tmp_path, tiny, monkeypatch, kept):
     monkeypatch.setenv("PERFSUITE_LARGE_SETTING", "x" * 100_000)  # a pipe holds 64 KiB, exec 128 KiB a variable
     assert run_burst(spec(), tiny, tmp_path / "a").start == "warm"
 
@@ -223,3 +248,129 @@ def test_the_sessions_frameworks_import_side_by_side_before_the_first_burst(tmp_
     )
     assert run_burst(tf_spec, get_model("tf", "cifar10"), tmp_path / "tf", options).start == "warm"
     assert {s.framework: s for s in warm.running()}["tf"] is servers["tf"] and servers["tf"].served == 1
+
+
+# -- a share: warm starts that several pytest processes borrow ---------------------------------
+
+
+def _borrowing_run(project, share, *extra, env=None):
+    """A pytest process of its own, under ``share``, running the tiny suite's 1-worker throughput case."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *FAST, "-k", "throughput and cpu1", "--perf-missing-baseline", "pass", *extra],
+        cwd=project,
+        env={**os.environ, **share.env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "2")
+    (tmp_path / "conftest.py").write_text(TINY)
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    return tmp_path
+
+
+def test_pytest_processes_under_a_share_borrow_its_one_warm_start(project):
+    with warm.Share() as share:
+        runs = [_borrowing_run(project, share, "--perf-json", f"{k}.json") for k in range(2)]
+        for run in runs:
+            assert run.returncode == 0, run.stdout + run.stderr
+        [server] = share.servers()
+        assert share.started == 1 and share.lent == 2  # one import, a session for each process
+        assert server.framework == "torch" and server.alive()
+    for k in range(2):
+        (record,) = json.loads((project / f"{k}.json").read_text())["results"]
+        assert record["start"] == "warm"
+    # The first burst waited for the share's imports and counts them; the second waited for none.
+    first, second = (json.loads((project / f"{k}.json").read_text())["results"][0]["phases"] for k in range(2))
+    assert first["framework import"] >= server.import_seconds > second["framework import"]
+    assert server.proc.poll() is not None  # closed with the share
+
+
+def test_a_share_serves_only_the_environment_its_warm_start_imported_in(tmp_path, tiny, monkeypatch):
+    with warm.Share(keep=1) as share:
+        monkeypatch.setenv(warm.SHARE_ENV, share.env()[warm.SHARE_ENV])
+        assert run_burst(spec(), tiny, tmp_path / "a").start == "warm"
+        [borrowed] = warm.running()
+        assert isinstance(borrowed, warm.Borrowed) and borrowed.served == 1
+        [first] = share.servers()
+        monkeypatch.setenv("PERFSUITE_LOADER_WORKERS", "1")  # read by the burst only: the same one
+        run_burst(spec(), tiny, tmp_path / "b")
+        assert warm.running() == [borrowed] and borrowed.served == 2 and share.started == 1
+        monkeypatch.setenv("SOME_LIBRARY_SETTING", "1")  # may be read at import: another one
+        assert run_burst(spec(), tiny, tmp_path / "c").start == "warm"
+        [second] = share.servers()
+        assert second is not first and share.started == 2 and share.lent == 2
+        # keep=1: the first no longer takes sessions, and leaves once this process's has ended
+        warm.stop_all()
+        first.proc.wait(timeout=60)
+        assert second.alive()
+
+
+def test_a_burst_of_a_borrowing_process_dies_with_it_and_the_share_serves_on(tmp_path, tiny, monkeypatch):
+    """A launcher killed with SIGKILL runs no handler: its connection closes, and the session
+    that forked its burst kills the burst and leaves. The share's warm start serves the next."""
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+        import tiny_model
+        from perfsuite.models.registry import get_model
+        from perfsuite.contract.spec import BurstSpec
+        from perfsuite.plugin import launch, warm
+        spec = BurstSpec(framework="torch", model="tiny", batch_size=8, image_size=8, steps=3000, windows=3,
+                         warmup_steps=1)
+        os.environ["PERFSUITE_TINY_STEP_MS"] = "50"
+        said = []
+
+        def running(state):
+            if not said:
+                said.append(print("RUNNING", flush=True))
+
+        launch.run_burst(spec, get_model("torch", "tiny"), __import__("pathlib").Path({str(tmp_path / "b")!r}),
+                         on_progress=running)
+        """
+    )
+    with warm.Share() as share:
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, **share.env()}
+        )
+        try:
+            line = launcher.stdout.readline()
+            assert line.startswith("RUNNING"), line
+            [server] = share.servers()
+            [session] = psutil.Process(server.proc.pid).children()
+            burst = session.children()
+            assert burst, "the burst runs as the session's child"
+            launcher.send_signal(signal.SIGKILL)
+            launcher.wait()
+            gone, alive = psutil.wait_procs([session, *burst], timeout=30)
+            assert alive == []
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+        assert server.alive()
+        monkeypatch.setenv(warm.SHARE_ENV, share.env()[warm.SHARE_ENV])
+        assert run_burst(spec(), tiny, tmp_path / "next").start == "warm"
+        assert share.started == 1 and share.lent == 2
+
+
+def test_closing_a_share_ends_its_warm_starts_their_sessions_and_bursts(tmp_path, tiny, monkeypatch):
+    share = warm.Share()
+    monkeypatch.setenv(warm.SHARE_ENV, share.env()[warm.SHARE_ENV])
+    run_burst(spec(), tiny, tmp_path / "a")
+    [server] = share.servers()
+    [session] = psutil.Process(server.proc.pid).children()
+    share.close()
+    gone, alive = psutil.wait_procs([session], timeout=30)
+    assert alive == [] and server.proc.poll() is not None
+    assert not share.folder.exists()
+    # The session this process held is gone, and so is the share (a share that cannot serve):
+    # a warm start of its own.
+    assert run_burst(spec(), tiny, tmp_path / "b").start == "warm"
+    [own] = warm.running()
+    assert not isinstance(own, warm.Borrowed) and own.served == 1

@@ -28,8 +28,13 @@ class StepFailed(Exception):
 
 def environment(python: str, sha: str) -> dict[str, str]:
     """The processes' environment: ``--python``'s folder first on PATH, ``$PYTHON`` naming it
-    (``--setup '"$PYTHON" -m pip install -e .'``) and the commit in ``$PERFSUITE_BISECT_COMMIT``."""
+    (``--setup '"$PYTHON" -m pip install -e .'``), the commit in ``$PERFSUITE_BISECT_COMMIT``,
+    and no warm start share."""
     env = dict(os.environ)
+    # Each commit's pytest starts its own warm starts: a commit's --setup may install another
+    # framework, which a warm start shared across commits would not have imported
+    # (perfsuite.plugin.warm.SHARE_ENV).
+    env.pop("PERFSUITE_WARM_SHARE", None)
     folder = str(Path(python).parent)
     if os.sep in python:
         env["PATH"] = os.pathsep.join([folder, env.get("PATH", "")])

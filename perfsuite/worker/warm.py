@@ -19,12 +19,26 @@ The launcher (perfsuite.plugin.warm) talks over two pipes, one JSON object per l
   burst, until the launcher says ``{"reap": true}``.
 
 It dies with the launcher (perfsuite.worker.lifeline), and its children die with it.
+
+``python -m perfsuite.worker.warm FRAMEWORK REQUESTS_FD REPLIES_FD --listen SOCKET``: a
+warm start that several pytest processes share (perfsuite.plugin.warm.Share starts it).
+Once its imports are done it listens on the Unix socket ``SOCKET`` and says ``{"ready":
+SECONDS}`` on ``REPLIES_FD``. Each connection gets a *session*: a child forked from this
+interpreter (so the imports are still done once) that says ``{"ready": SECONDS}`` on the
+connection and then speaks the protocol above over it, one burst at a time. A session dies
+with this process, and ends with its connection: a launcher that is gone (the connection
+closed) takes the burst it was running with it. This process stops listening when
+``REQUESTS_FD`` says ``drain`` and leaves once its sessions have ended; it leaves at once,
+its sessions and their bursts with it, when ``REQUESTS_FD`` closes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
+import socket
 import sys
 import time
 import traceback
@@ -36,7 +50,8 @@ from perfsuite.worker.main import load_backend
 from perfsuite.worker.main import main as worker_main
 from perfsuite.worker.torchrun import NVML_CUDA_CHECK
 
-USAGE = "usage: python -m perfsuite.worker.warm FRAMEWORK REQUESTS_FD REPLIES_FD"
+USAGE = "usage: python -m perfsuite.worker.warm FRAMEWORK REQUESTS_FD REPLIES_FD [--listen SOCKET]"
+POLL_S = 0.5  # how often a shared warm start reaps its ended sessions
 
 
 def _say(replies: IO[str], **message: Any) -> None:
@@ -79,13 +94,18 @@ def _child(request: dict[str, Any], keep_out: tuple[int, ...]) -> None:
     os._exit(1)
 
 
-def serve(framework: str, requests: IO[str], replies: IO[str]) -> None:
+def _preload(framework: str) -> float:
+    """Import what a burst of ``framework`` imports; the seconds it took."""
     started = time.time()
     # Should an import ask torch.cuda.is_available(), NVML answers it: the CUDA runtime's
     # answer would initialise CUDA here, and no burst forked from here could use it.
     os.environ[NVML_CUDA_CHECK] = "1"
     load_backend(framework).preload()
-    _say(replies, ready=time.time() - started)
+    return time.time() - started
+
+
+def serve(framework: str, requests: IO[str], replies: IO[str]) -> None:
+    _say(replies, ready=_preload(framework))
     keep_out = (requests.fileno(), replies.fileno())
     for line in requests:
         request = json.loads(line)
@@ -104,13 +124,131 @@ def serve(framework: str, requests: IO[str], replies: IO[str]) -> None:
             break
 
 
+# -- a shared warm start: sessions over a Unix socket ----------------------------------------
+
+
+class _Connection:
+    """A session's connection: JSON lines read and written on a socket."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buffer = b""
+
+    def say(self, **message: Any) -> None:
+        self.conn.sendall((json.dumps(message) + "\n").encode())
+
+    def line(self) -> dict[str, Any] | None:
+        """The next message; None once the launcher has closed its end."""
+        while b"\n" not in self.buffer:
+            chunk = self.conn.recv(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return dict(json.loads(line))
+
+    def closed_meanwhile(self, pid: int) -> bool:
+        """Wait for the burst ``pid`` to exit; True if the launcher closed the connection first
+        (or said anything while its burst ran, which the protocol never does)."""
+        if not hasattr(os, "pidfd_open"):  # pragma: no cover - Linux before 5.3: no watch on the launcher
+            return False
+        pidfd = os.pidfd_open(pid)
+        try:
+            ready = select.select([self.conn.fileno(), pidfd], [], [])[0]
+            return pidfd not in ready
+        finally:
+            os.close(pidfd)
+
+
+def _session(conn: socket.socket, server: int, ready_s: float) -> None:
+    """In a child forked for one connection: serve its launcher's bursts; never returns."""
+    code = 0
+    try:
+        tie_to_parent(server)  # a parent-death signal is not inherited across fork()
+        channel = _Connection(conn)
+        channel.say(ready=ready_s)
+        while (request := channel.line()) is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(request, (conn.fileno(),))
+            channel.say(pid=pid)
+            if channel.closed_meanwhile(pid):  # its launcher is gone: so is the burst
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                os.waitpid(pid, 0)
+                break
+            status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            assert status is not None  # blocking: only None with WNOHANG
+            channel.say(exit=exit_code(status))
+            reap = channel.line()  # the launcher has swept the burst (or is gone)
+            os.waitpid(pid, 0)
+            if reap is None:
+                break
+    except (OSError, ValueError):  # the launcher went away, or spoke nonsense
+        code = 1
+    except BaseException:  # noqa: BLE001 - whatever happened goes to the warm start's log
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def listen(framework: str, path: str, control: int, replies: IO[str]) -> None:
+    """Import once, then fork a session for each connection to the socket ``path``; until
+    ``control`` says ``drain`` (then until the sessions have ended) or closes (then at once)."""
+    ready_s = _preload(framework)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    _say(replies, ready=ready_s)
+    replies.close()  # nothing more to say there: no session or burst inherits it
+    sessions: set[int] = set()
+    draining = False
+    while not draining or sessions:
+        watched = [control] if draining else [listener.fileno(), control]
+        ready = select.select(watched, [], [], POLL_S)[0]
+        sessions -= {pid for pid in list(sessions) if os.waitpid(pid, os.WNOHANG)[0] == pid}
+        if control in ready:
+            said = os.read(control, 4096)
+            if not said:
+                break  # closed: leave now, and the sessions with this process
+            if not draining and b"drain" in said:
+                draining = True
+                listener.close()
+                os.unlink(path)
+        if not draining and listener.fileno() in ready:
+            conn, _ = listener.accept()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                os.close(control)
+                _session(conn, os.getppid(), ready_s)
+            conn.close()
+            sessions.add(pid)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 3:
+    shared = len(argv) == 5 and argv[3] == "--listen"
+    if len(argv) != 3 and not shared:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     tie_to_parent()
     framework, requests_fd, replies_fd = argv[0], int(argv[1]), int(argv[2])
+    if shared:
+        with os.fdopen(replies_fd, "w") as replies:
+            try:
+                listen(framework, argv[4], requests_fd, replies)
+            except BrokenPipeError:  # whoever shares it went away
+                pass
+        os._exit(0)
     with os.fdopen(requests_fd, "r") as requests, os.fdopen(replies_fd, "w") as replies:
         try:
             serve(framework, requests, replies)
