@@ -35,9 +35,10 @@ perf: setup
 	status=$$?; if [ -f $(PERF_REPORT)/report.html ]; then echo "report: $(PERF_REPORT)/report.html"; fi; exit $$status
 
 # Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
-# share a heavy import (TensorFlow) stay in one worker through xdist_group.
+# share a heavy import (TensorFlow) stay in one worker through xdist_group. The last line is
+# the CPU that pytest and every process it started used (tests/cpu_seconds.py).
 test: setup lint docs
-	$(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm --durations=15
+	$(BIN)/python tests/cpu_seconds.py $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm --durations=15
 
 # tests/slurm starts slurmctld, 5 slurmd and munged on 127.0.0.1 (Debian's packages installed
 # where missing, as root) and submits the recipes with sbatch; where Slurm cannot run, its tests
