@@ -38,6 +38,15 @@ def test_checkpointing_has_a_key_part_only_when_on_and_reads_back():
     assert checkpointed.single_device().key() == "torch/gpt2/cpu1/nodes1/device/bs1/seq128/fp32/ac/threads1"
 
 
+def test_bisect_runs_a_checkpointed_keys_case():
+    from perfsuite.bisect.selection import key_args
+
+    args = key_args(GPT2.replace(variable_update="sharded", activation_checkpointing=True).key(), [])
+    assert args[args.index("--perf-variable-update") + 1] == "sharded"
+    assert args[args.index("--perf-activation-checkpointing") + 1] == "on"
+    assert "--perf-activation-checkpointing" not in key_args(GPT2.key(), [])
+
+
 def test_case_ids_name_the_update_and_checkpointing():
     case = Case("torch", "gpt2", "cpu", 2, "device", "sharded", "bf16", None, activation_checkpointing=True)
     assert case.id == "torch-gpt2-cpu2-device-sharded-bf16-ac"
