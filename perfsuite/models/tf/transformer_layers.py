@@ -190,13 +190,20 @@ class PostNormBlock(PreNormBlock):
 class TokenEmbedding(layers.Embedding):
     """An embedding that is also the output layer when called with ``reverse=True``:
     features [batch, seq, d_model] to logits [batch, seq, vocab] by its transposed table
-    (GPT-2's and BERT's tied weights, one variable)."""
+    (GPT-2's and BERT's tied weights, one variable).
+
+    The product takes the features as one matrix, a row per token: ``tf.matmul`` of the
+    [batch, seq, d_model] features by the table would broadcast the table over the batch,
+    and its gradient then makes one table-sized gradient per sample and sums them.
+    """
 
     def call(self, inputs, reverse: bool = False):
         if not reverse:
             return super().call(inputs)
         table = tf.cast(self.embeddings, inputs.dtype)
-        return tf.matmul(inputs, table, transpose_b=True)
+        logits = tf.matmul(tf.reshape(inputs, (-1, inputs.shape[-1])), table, transpose_b=True)
+        outer = [n if n is not None else tf.shape(inputs)[i] for i, n in enumerate(inputs.shape[:-1])]
+        return tf.reshape(logits, (*outer, self.input_dim))
 
     def compute_output_spec(self, inputs, reverse: bool = False):
         if not reverse:
