@@ -1,19 +1,26 @@
-"""Parity with the peer harnesses: perfsuite's burst against tf_cnn_benchmarks and timm's benchmark.py.
+"""Parity with the peer harnesses: perfsuite's burst against tf_cnn_benchmarks, timm's benchmark.py,
+Hugging Face transformers and keras_hub.
 
-Same model, batch, thread count, fp32, synthetic data resident on the device, SGD with momentum 0.9, warm-up
-excluded; perfsuite's figure (the median window of a burst, as the gate reads it) over the peer's
-(its own "total images/sec" / "samples_per_sec"), in alternating pairs, the median ratio with its
-distribution-free 95% interval.
+Same model, batch, thread count, precision, optimizer, synthetic data resident on the device,
+warm-up excluded; perfsuite's figure (the median window of a burst, as the gate reads it) over the
+peer's (its own "total images/sec" / "samples_per_sec"; a plain loop's tokens over its timed
+steps' seconds), in alternating pairs, the median ratio with its distribution-free 95% interval.
+The image models train with SGD and momentum 0.9; GPT-2 with AdamW (``gpt2_peers.py``: its peers
+are transformers' ``GPT2LMHeadModel`` in torch and keras_hub's ``GPT2Backbone`` in TensorFlow).
 
     python benchmarks/peer_parity.py                          # resnet50, both frameworks, 6 pairs
     python benchmarks/peer_parity.py --framework tf --models resnet50,inception3 --pairs 4
+    python benchmarks/peer_parity.py --models gpt2 --precision fp32,bf16 --batch-size 2 --seq-len 128 \
+        --pairs 4 --steps 8 --windows 4 --warmup-steps 2 --interleaved
 
 The peers run from an environment of their own beside perfsuite's (never inside it), made on
 first use under ``$PERFSUITE_PEERS`` (default ``~/.cache/perfsuite-peers``) with the same torch,
 TensorFlow and numpy versions as the interpreter running this script: tf_keras for
 tf_cnn_benchmarks (``TF_USE_LEGACY_KERAS=1``), timm and torchvision (no dependencies: the
 registry's torchvision for this torch is the CUDA build, which imports on CPU torch once the
-``torchvision::nms`` / ``qnms`` op schemas are declared, see ``SHIM``). Neither peer script
+``torchvision::nms`` / ``qnms`` op schemas are declared, see ``SHIM``), transformers (which
+brings no torch of its own) and keras_hub (without its tokenizers' tensorflow-text, which
+would pull the full tensorflow package over tensorflow-cpu). Neither peer script
 ships in a package: both come from their repositories at a pinned commit, cloned from GitHub
 or archived from a local git directory given with ``--source NAME=GITDIR``. Nothing of the
 peers is patched.
@@ -26,11 +33,14 @@ import importlib.metadata as md
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from gpt2_peers import GPT2_BASE_EN, KERAS_HUB_LOOP, TF_INTERLEAVED, TORCH_INTERLEAVED, TRANSFORMERS_LOOP
 
 from perfsuite.analysis.stats import median, median_ci
 
@@ -48,6 +58,9 @@ SOURCES = {
     ),
 }
 TIMM = "1.0.28"
+# The token models' peers: Hugging Face transformers (torch) and keras_hub (Keras 3 on TensorFlow).
+TRANSFORMERS = "5.23.0"
+KERAS_HUB = "0.32.0"
 # torchvision's release for each torch minor version.
 TORCHVISION = {"2.11": "0.26.0", "2.12": "0.27.0", "2.13": "0.28.0", "2.14": "0.29.0"}
 
@@ -81,14 +94,31 @@ def peer_python() -> Path:
     wanted = [
         f"torch=={torch_v}",
         f"tensorflow-cpu=={tf_v}",
-        f"tf_keras~={tf_minor}.0",
         f"numpy=={_version('numpy')}",
         "pyyaml",
         "huggingface_hub",
         "safetensors",
         "pillow",  # torchvision's
+        f"transformers=={TRANSFORMERS}",  # needs no torch of its own: the one above is kept
+        f"keras=={_version('keras')}",  # perfsuite's Keras 3, which keras_hub builds on
+        # keras_hub's own requirements, less tensorflow-text (which pulls the full tensorflow
+        # package over tensorflow-cpu; only its tokenizers need it) and kagglehub (the preset
+        # downloads: nothing here loads a preset)
+        "absl-py",
+        "packaging",
+        "regex",
+        "rich",
+        "sentencepiece",
+        "tokenizers",
     ]
-    no_deps = [f"timm=={TIMM}", f"torchvision=={TORCHVISION[minor]}"]
+    # tf_keras without its one requirement, the full tensorflow package: that is another build of
+    # TensorFlow (CUDA's) and would replace tensorflow-cpu's files, the build perfsuite runs.
+    no_deps = [
+        f"timm=={TIMM}",
+        f"torchvision=={TORCHVISION[minor]}",
+        f"keras-hub=={KERAS_HUB}",
+        f"tf_keras~={tf_minor}.0",
+    ]
     venv = peers_dir() / "venv"
     python = venv / "bin" / "python"
     stamp = venv / "perfsuite-peers.json"
@@ -96,6 +126,8 @@ def peer_python() -> Path:
     if stamp.exists() and json.loads(stamp.read_text()) == want:
         return python
     print(f"making the peers' environment in {venv} ...", flush=True)
+    if venv.exists():  # made for other versions: anew, so nothing of them is left behind
+        shutil.rmtree(venv)
     if not python.exists():
         subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
@@ -197,25 +229,27 @@ def timm_benchmark(python: Path, script: Path, model: str, a, image_size: int) -
     return float(rows[0]["train_samples_per_sec"])
 
 
-def perfsuite_burst(framework: str, model: str, a) -> float:
-    """The suite's own figure: the median window of a burst run by its launcher."""
+def perfsuite_burst(framework: str, model: str, a, precision: str = "fp32") -> float:
+    """The suite's own figure: the median window of a burst run by its launcher (img/s, or a
+    token model's tokens/s at ``--seq-len``)."""
     from perfsuite.contract.spec import BurstSpec
     from perfsuite.models.registry import get_model
     from perfsuite.plugin.launch import run_burst
 
     info = get_model(framework, model)
+    shape = {"seq_len": a.seq_len} if info.workload == "token" else {"image_size": info.image_size}
     spec = BurstSpec(
         framework=framework,
         model=model,
         device_kind="cpu",
         devices=1,
         batch_size=a.batch_size,
-        image_size=info.image_size,
+        **shape,
         warmup_steps=a.warmup_steps,
         steps=a.steps,
         windows=a.windows,
         threads=a.threads,
-        precision="fp32",
+        precision=precision,
     )
     with tempfile.TemporaryDirectory() as tmp:
         record = run_burst(spec, info, Path(tmp))
@@ -277,39 +311,136 @@ def interleaved(python: Path, model: str, a) -> dict:
     }
 
 
-def pairs(label: str, ours: Callable[[], float], peer: Callable[[], float], count: int) -> dict:
-    """``count`` pairs, alternating which runs first; one row each, then the summary."""
-    print(f"\n{label}\n{'pair':>4}  {'first':>9}  {'perfsuite':>9}  {'peer':>9}  {'ratio':>6}", flush=True)
-    rows = []
+def _peer_env(a) -> dict:
+    """The peers' environment for GPT-2's scripts, perfsuite's source on the path (the
+    interleaved scripts build perfsuite's side from it; the plain loops import none of it)."""
+    return dict(_clean_env(a.threads), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+
+
+def _shape(a) -> list[str]:
+    return [str(a.batch_size), str(a.seq_len), str(a.threads), str(a.warmup_steps), str(a.steps)]
+
+
+def _last_json(out: str) -> dict:
+    """The script's result: its last line that is a JSON object (its warnings may follow it)."""
+    return json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
+
+
+def transformers_gpt2(python: Path, a, precision: str) -> float:
+    """transformers' GPT2LMHeadModel in a plain loop: tokens over the timed steps' seconds."""
+    found = _last_json(_run([str(python), "-c", TRANSFORMERS_LOOP, *_shape(a), precision], _peer_env(a)))
+    if found["attention"] != "sdpa":
+        print(f"note: transformers' GPT-2 ran {found['attention']!r} attention, not sdpa", flush=True)
+    return a.batch_size * a.seq_len * len(found["step_s"]) / sum(found["step_s"])
+
+
+def keras_hub_gpt2(python: Path, a, precision: str) -> float:
+    """keras_hub's GPT2Backbone with its tied head in a plain tf.function loop: tokens/s."""
+    found = _last_json(
+        _run([str(python), "-c", KERAS_HUB_LOOP, *_shape(a), precision, json.dumps(GPT2_BASE_EN)], _peer_env(a))
+    )
+    return a.batch_size * a.seq_len * len(found["step_s"]) / sum(found["step_s"])
+
+
+def gpt2_interleaved(python: Path, framework: str, a, precision: str) -> dict:
+    """perfsuite's GPT-2 step (the burst worker's own pieces) and the peer's plain step alternating
+    in one process: the ratio of step times per step pair; with ``--profile`` each side's op table."""
+    script, peer = (TORCH_INTERLEAVED, "transformers") if framework == "torch" else (TF_INTERLEAVED, "keras_hub")
+    extra = [json.dumps(GPT2_BASE_EN)] if framework == "tf" else []
+    found = _last_json(_run([str(python), "-c", script, *_shape(a), precision, str(a.profile), *extra], _peer_env(a)))
+    times = found["times"]
+    ratios = [q / p for p, q in zip(times["perfsuite"], times["peer"])]  # speed ratio: peer time / ours
+    lo, hi = median_ci(ratios)
+    tokens = a.batch_size * a.seq_len
+    ours, theirs = tokens / median(times["perfsuite"]), tokens / median(times["peer"])
+    label = f"{framework} gpt2 {precision} vs {peer}'s model, interleaved steps"
+    print(
+        f"\n{label}: median speed ratio {median(ratios):.3f} (95% interval {lo:.3f} to {hi:.3f} over "
+        f"{len(ratios)} step pairs); median step {ours:.1f} vs {theirs:.1f} tokens/s",
+        flush=True,
+    )
+    for side, profile in found.get("profiles", {}).items():
+        print_profile(f"{framework} gpt2 {precision}, {side}", profile)
+    return {
+        "label": label,
+        "ratio": median(ratios),
+        "ratio_ci95": [lo, hi],
+        "step_pairs": len(ratios),
+        "perfsuite_tokens_s": ours,
+        "peer_tokens_s": theirs,
+        "profiles": found.get("profiles", {}),
+    }
+
+
+def print_profile(label: str, profile: dict, rows: int = 18) -> None:
+    """An op table (the worker's OpProfile): each op's mean self time per profiled step."""
+    steps = profile["step_ms"]
+    print(f"\n{label}: {len(steps)} profiled steps, {median(steps):.0f} ms a step (profiler on)")
+    ops = sorted(profile["ops"], key=lambda o: -sum(o["ms"]) / len(o["ms"]))
+    for op in ops[:rows]:
+        print(f"  {sum(op['ms']) / len(op['ms']):>9.1f} ms  {op['calls']:>6.0f} calls  {op['name']}")
+
+
+def pairs(label: str, ours: Callable[[], float], peer: Callable[[], float], count: int, unit: str = "img/s") -> dict:
+    """``count`` pairs, alternating which runs first; one row each, then the summary. Each row
+    has the 1-minute load average before and after its pair (others' work shares the cores)."""
+    print(
+        f"\n{label}\n{'pair':>4}  {'first':>9}  {'perfsuite':>9}  {'peer':>9}  {'ratio':>6}  load before, after",
+        flush=True,
+    )
+    rows, loads = [], []
     for i in range(count):
+        before = os.getloadavg()[0]
         if i % 2 == 0:
             p, q = ours(), peer()
         else:
             q = peer()
             p = ours()
         rows.append((p, q))
+        loads.append((before, os.getloadavg()[0]))
         first = "perfsuite" if i % 2 == 0 else "peer"
-        print(f"{i + 1:>4}  {first:>9}  {p:>9.3f}  {q:>9.3f}  {p / q:>6.3f}", flush=True)
+        print(
+            f"{i + 1:>4}  {first:>9}  {p:>9.3f}  {q:>9.3f}  {p / q:>6.3f}  {before:.2f}, {loads[-1][1]:.2f}", flush=True
+        )
     ratios = [p / q for p, q in rows]
     lo, hi = median_ci(ratios)
     summary = {
         "label": label,
         "pairs": count,
-        "perfsuite_img_s": median([p for p, _ in rows]),
-        "peer_img_s": median([q for _, q in rows]),
+        "unit": unit,
+        "perfsuite": median([p for p, _ in rows]),
+        "peer": median([q for _, q in rows]),
         "ratio": median(ratios),
         "ratio_ci95": [lo, hi],
         "ratios": ratios,
         # On a machine others share, each side's fastest run is its least disturbed one.
         "best_ratio": max(p for p, _ in rows) / max(q for _, q in rows),
+        "load_1min": [min(min(x) for x in loads), max(max(x) for x in loads)],
     }
     print(
         f"median perfsuite/peer {summary['ratio']:.3f} (95% interval {lo:.3f} to {hi:.3f} over {count} pairs; "
-        f"range {min(ratios):.3f} to {max(ratios):.3f}); img/s {summary['perfsuite_img_s']:.2f} vs "
-        f"{summary['peer_img_s']:.2f}; fastest run over fastest run {summary['best_ratio']:.3f}",
+        f"range {min(ratios):.3f} to {max(ratios):.3f}); {unit} {summary['perfsuite']:.2f} vs "
+        f"{summary['peer']:.2f}; fastest run over fastest run {summary['best_ratio']:.3f}; "
+        f"load average {summary['load_1min'][0]:.2f} to {summary['load_1min'][1]:.2f}",
         flush=True,
     )
     return summary
+
+
+def gpt2_pairs(python: Path, framework: str, a, precisions: list[str]) -> list[dict]:
+    """perfsuite's gpt2 bursts against the peer's plain loop, per precision, in pairs."""
+    peer_of = {"torch": ("transformers", transformers_gpt2), "tf": ("keras_hub", keras_hub_gpt2)}
+    name, peer = peer_of[framework]
+    return [
+        pairs(
+            f"{framework} gpt2 {precision} vs {name}",
+            lambda p=precision: perfsuite_burst(framework, "gpt2", a, p),
+            lambda p=precision: peer(python, a, p),
+            a.pairs,
+            unit="tokens/s",
+        )
+        for precision in precisions
+    ]
 
 
 def main() -> int:
@@ -324,7 +455,12 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=6, help="0: none (with --interleaved: that alone)")
     p.add_argument("--source", action="append", default=[], help="NAME=GITDIR: a local clone of a peer's repo")
     p.add_argument("--json", type=Path, help="write the summaries here")
-    p.add_argument("--interleaved", action="store_true", help="torch: also time the two models step by step")
+    p.add_argument(
+        "--interleaved", action="store_true", help="also time the two models step by step (torch; gpt2: both)"
+    )
+    p.add_argument("--precision", default="fp32", help="gpt2: comma-separated, fp32 and/or bf16 (autocast)")
+    p.add_argument("--seq-len", type=int, default=128, help="a token model's sequence length")
+    p.add_argument("--profile", type=int, default=0, help="gpt2 --interleaved: op tables of N steps a side")
     p.add_argument("--setup-only", action="store_true", help="make the peers' environment and sources, then stop")
     a = p.parse_args()
     if a.steps < 5 or a.steps % a.windows:
@@ -333,22 +469,31 @@ def main() -> int:
 
     python = peer_python()
     frameworks = ("tf", "torch") if a.framework == "both" else (a.framework,)
-    tf_src = peer_source("benchmarks", local) if "tf" in frameworks else None
-    timm_script = peer_source("timm", local) if "torch" in frameworks else None
+    models = a.models.split(",")
+    # The image models' peer scripts come from their repositories; GPT-2's peers are packages.
+    tf_src = peer_source("benchmarks", local) if "tf" in frameworks and set(models) & set(TF_CNN_NAMES) else None
+    timm_script = peer_source("timm", local) if "torch" in frameworks and set(models) & set(TIMM_NAMES) else None
     if a.setup_only:
         print(f"peers ready: {python}, {tf_src}, {timm_script}")
         return 0
 
     from perfsuite.models.registry import get_model
 
+    precisions = a.precision.split(",")
+    if "gpt2" not in models and precisions != ["fp32"]:
+        p.error("--precision: the image models' peers run fp32 only")
     print(
-        f"batch {a.batch_size}, {a.threads} threads, fp32, synthetic data, {a.warmup_steps} warm-up + "
-        f"{a.steps} timed steps a run, {a.pairs} alternating pairs",
+        f"batch {a.batch_size}{f' x {a.seq_len} tokens (gpt2)' if 'gpt2' in models else ''}, {a.threads} "
+        f"threads, {'/'.join(precisions)}, synthetic data, {a.warmup_steps} warm-up + {a.steps} timed steps "
+        f"a run, {a.pairs} alternating pairs; load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
     summaries = []
-    for model in a.models.split(",") if a.pairs > 0 else []:
+    for model in models if a.pairs > 0 else []:
         for framework in frameworks:
+            if model == "gpt2":
+                summaries += gpt2_pairs(python, framework, a, precisions)
+                continue
             if framework == "tf" and model in TF_CNN_NAMES:
                 peer, name = (lambda m=model: tf_cnn_benchmarks(python, tf_src, m, a)), "tf_cnn_benchmarks"
             elif framework == "torch" and model in TIMM_NAMES:
@@ -366,7 +511,15 @@ def main() -> int:
                 )
             )
     if a.interleaved and "torch" in frameworks:
-        summaries += [interleaved(python, m, a) for m in a.models.split(",") if m in TIMM_NAMES]
+        summaries += [interleaved(python, m, a) for m in models if m in TIMM_NAMES]
+    if a.interleaved and "gpt2" in models:
+        for framework in frameworks:
+            for precision in precisions:
+                before = os.getloadavg()[0]
+                summaries.append(gpt2_interleaved(python, framework, a, precision))
+                summaries[-1]["load_1min"] = [before, os.getloadavg()[0]]
+                print(f"load average {before:.2f} before, {os.getloadavg()[0]:.2f} after", flush=True)
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}", flush=True)
     if a.json:
         a.json.write_text(json.dumps(summaries, indent=2) + "\n")
     return 0
