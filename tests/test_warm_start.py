@@ -55,6 +55,12 @@ def tiny(monkeypatch):
     return get_model("torch", "tiny")
 
 
+def torch_warm() -> list:
+    """This process's torch warm starts: a test of the kept group may share its worker with
+    other modules' tests, which can leave a TensorFlow warm start beside it."""
+    return [s for s in warm.running() if s.framework == "torch"]
+
+
 def spec(**changes):
     return BurstSpec(
         framework="torch", model="tiny", batch_size=8, image_size=8, steps=6, windows=3, warmup_steps=1
@@ -77,7 +83,7 @@ def test_bursts_of_one_process_are_forked_from_one_warm_start(tmp_path, tiny):
 @pytest.mark.xdist_group("warm-start-kept")
 def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path, tiny, monkeypatch, kept):
     run_burst(spec(), tiny, tmp_path / "a")
-    [server] = warm.running()
+    [server] = torch_warm()
     served = server.served
     monkeypatch.setenv("PERFSUITE_TINY_CRASH", "1")  # read by the burst, not at import: same warm start
     with pytest.raises(BurstError, match="tiny model refused to build"):
@@ -89,7 +95,7 @@ def test_a_crash_stays_in_its_burst_and_the_warm_start_serves_the_next(tmp_path,
     monkeypatch.delenv("PERFSUITE_TINY_KILL_RANK")
     record = run_burst(spec(), tiny, tmp_path / "d")
     assert record.start == "warm"
-    assert warm.running() == [server]
+    assert torch_warm() == [server]
     assert server.served == served + 3
 
 
@@ -98,11 +104,11 @@ def test_a_timed_out_burst_is_killed_and_the_warm_start_lives_on(tmp_path, tiny,
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "400")
     with pytest.raises(BurstError, match="timed out"):
         run_burst(spec(steps=60, windows=3), tiny, tmp_path / "a", LaunchOptions(timeout_s=1.0))
-    [server] = warm.running()
+    [server] = torch_warm()
     assert server.alive() and not server.busy
     monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "2")
     assert run_burst(spec(), tiny, tmp_path / "b").start == "warm"
-    assert warm.running() == [server]
+    assert torch_warm() == [server]
 
 
 @pytest.mark.xdist_group("warm-start-kept")
@@ -110,13 +116,13 @@ def test_several_ranks_are_forked_by_torchs_agent_from_the_warm_start(tmp_path, 
     record = run_burst(spec(devices=2, threads=1), tiny, tmp_path / "a")
     assert record.start == "warm"
     assert [r.rank for r in record.per_rank] == [0, 1]
-    [server] = warm.running()
+    [server] = torch_warm()
     served = server.served
     # A rank killed mid-burst is named as torchrun names it, and the warm start serves on.
     monkeypatch.setenv("PERFSUITE_TINY_KILL_RANK", "1")
     with pytest.raises(BurstError, match="rank 1 killed by SIGKILL"):
         run_burst(spec(devices=2, threads=1), tiny, tmp_path / "b")
-    assert warm.running() == [server]
+    assert torch_warm() == [server]
     assert server.served == served + 1 and not server.busy
 
 
