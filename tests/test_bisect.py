@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from suite_files import sigint_at_default
 
-from perfsuite.bisect import MAX_REPEATS, bisection, decide, search, selection
+from perfsuite.bisect import MAX_REPEATS, bisection, decide, search, selection, simulated
 from perfsuite.bisect.cache import Cache
 from perfsuite.commands import bisect
 from perfsuite.commands.main import parser
@@ -379,6 +379,17 @@ def test_a_state_saved_when_pairs_was_bursts_resumes_with_as_many_pairs(tmp_path
     assert kept["pairs"] == 5 and "bursts" not in kept
 
 
+def test_each_commits_pytest_starts_warm_starts_of_its_own(monkeypatch):
+    """A commit's --setup may install another framework, which a warm start shared across the
+    commits would not have imported: the pytest a bisect runs gets no warm start share."""
+    from perfsuite.bisect import measure
+    from perfsuite.plugin.warm import SHARE_ENV
+
+    monkeypatch.setenv(SHARE_ENV, "/run/share.sock")
+    env = measure.environment(sys.executable, "a" * 40)
+    assert SHARE_ENV not in env and env["PERFSUITE_BISECT_COMMIT"] == "a" * 40
+
+
 def test_the_default_min_change_is_the_gates_tolerance(tmp_path):
     from argparse import Namespace
 
@@ -500,8 +511,7 @@ def interrupted(main_repo) -> Interrupted:
     tmp, repo, shas = main_repo
     env = environment(tmp)
     before = snapshot(repo)
-    history = tmp / "history.db"
-    argv = command("bisect", shas[0], shas[-1], KEY, *BURST, "--perf-history", str(history))
+    argv = command("bisect", shas[0], shas[-1], KEY, *BURST)
     code, stderr = _interrupt_after_a_midpoint_starts(argv, repo, env)
     from perfsuite.bisect import state
 
@@ -596,28 +606,6 @@ def test_resume_continues_where_it_stopped(interrupted, resumed):
     assert resumed["_leftovers"] == []
 
 
-def test_every_burst_is_in_the_history_with_its_commit(main_repo, resumed):
-    tmp, repo, shas = main_repo
-    done = subprocess.run(
-        command("history", "runs", "--limit", "0", "--json", "--history", str(tmp / "history.db")),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    bursts = {}
-    runs = json.loads(done.stdout)["runs"]
-    (verdict,) = [run for run in runs if run["mode"] == "bisect"]  # for triage, beside the bursts
-    assert verdict["outcome"] == "found" and verdict["bursts"] == 0 and verdict["git_commit"] == shas[-1]
-    for run in runs:
-        if run["mode"] == "bisect":
-            continue
-        commit = run["labels"].get("bisect_commit")
-        assert commit in shas and commit.startswith(run["git_commit"])  # the worktree's HEAD is the commit
-        bursts[commit] = bursts.get(commit, 0) + run["bursts"]
-    for t in resumed["tested"]:
-        assert bursts.get(t["commit"], 0) >= t["bursts"]
-
-
 def test_the_plot_is_drawn(main_repo, resumed):
     tmp, _, _ = main_repo
     assert resumed["plot"] == str(tmp / "b.png")
@@ -646,15 +634,30 @@ def test_a_rerun_costs_nothing_twice_and_prints_the_table(main_repo, resumed):
     assert leftovers(tmp) == []
 
 
-@pytest.mark.xdist_group("bisect-no-change")  # needs nothing of the shared bisect: beside it, not after it
-def test_a_range_without_a_real_change_is_no_reproducible_change(tmp_path):
+def test_a_range_without_a_change_is_no_reproducible_change_and_says_so(tmp_path, monkeypatch):
+    """GOOD and BAD alike (both after the step): the command says there is no reproducible change,
+    with each end's bursts, and exits 1. The ends' pairs are drawn from the simulated bench into
+    the cache, so the command reads them and measures nothing: that real bursts of two commits
+    alike are judged no change is the simulated bench's to show, thousands of times
+    (tests/test_bisect_rules.py: a range without a change, a change below --min-change)."""
+    import numpy as np
+
+    from perfsuite.bisect.bench import fingerprint_for
+
     repo = tmp_path / "repo"
     shas = build(repo, COMMITS, CULPRIT)
     good, bad = shas[CULPRIT], shas[-1]  # both after the step
+    env = environment(tmp_path)
+    monkeypatch.setenv("PERFSUITE_CACHE", env["PERFSUITE_CACHE"])  # the command's cache
+    quiet = simulated.NoiseModel(window=0.005, burst=0.002, drift=0.002)
+    bench = simulated.Bench(quiet, culprit=COMMITS, step=0.0, rng=np.random.default_rng(0))
+    cache = Cache()
+    for _ in range(2):
+        cache.add_pair(good, bad, KEY, fingerprint_for(KEY), (bench.burst(0), bench.burst(1)))
     done = subprocess.run(
         command("bisect", good, bad, KEY, *BURST, "--pairs", "2"),
         cwd=repo,
-        env=environment(tmp_path),
+        env=env,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -664,27 +667,54 @@ def test_a_range_without_a_real_change_is_no_reproducible_change(tmp_path):
     assert lines[0].startswith("no reproducible change between GOOD and BAD: ")
     assert lines[1].startswith(f"  GOOD {good[:10]}: ") and "bursts" in lines[1] and "windows" in lines[1]
     assert lines[2].startswith(f"  BAD  {bad[:10]}: ")
+    assert "GOOD and BAD: 2 pairs of bursts in the cache" in done.stderr
+    assert "GOOD and BAD, pair" not in done.stderr  # nothing measured
+    assert leftovers(tmp_path) == []
 
 
-def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(main_repo, resumed, tmp_path):
-    """The main run's cache, less the broken commit's verdict: the ends and the commits it measured
-    come from there, the broken commit and the neighbours tried instead of it are measured now."""
+@pytest.fixture(scope="module")
+def rebuilt(main_repo, resumed, tmp_path_factory) -> dict:
+    """The main run again with --setup, in a cache of its own: the main run's, less the broken
+    commit's verdict, so the ends and the commits the main run measured come from the cache and
+    the broken commit and the neighbours tried instead of it are measured now, each burst kept in
+    --perf-history."""
     tmp, repo, shas = main_repo
+    folder = tmp_path_factory.mktemp("bisect-rebuilt")
     broken = shas[BROKEN - 1]
-    assert broken in {t["commit"] for t in resumed["tested"]}  # the first midpoint, so the search meets it
-    shutil.copytree(tmp / "cache", tmp_path / "cache")
-    (forgotten,) = (tmp_path / "cache").rglob(f"{broken}.json")
+    shutil.copytree(tmp / "cache", folder / "cache")
+    (forgotten,) = (folder / "cache").rglob(f"{broken}.json")
     forgotten.unlink()
+    history = folder / "history.db"
     done = subprocess.run(
-        command("bisect", shas[0], shas[-1], "--setup", "sh build.sh", "--json", "--", *SELECTION),
+        command(
+            "bisect",
+            shas[0],
+            shas[-1],
+            "--setup",
+            "sh build.sh",
+            "--perf-history",
+            str(history),
+            "--json",
+            "--",
+            *SELECTION,
+        ),
         cwd=repo,
-        env=environment(tmp_path),
+        env=environment(folder),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
+    out["_folder"], out["_history"], out["_leftovers"] = folder, history, leftovers(folder)
+    return out
+
+
+def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(main_repo, resumed, rebuilt):
+    tmp, repo, shas = main_repo
+    broken = shas[BROKEN - 1]
+    assert broken in {t["commit"] for t in resumed["tested"]}  # the first midpoint, so the search meets it
+    out = rebuilt
     assert out["first_bad"]["commit"] == shas[CULPRIT - 1]
     assert out["key"] == KEY
     skipped = [t for t in out["tested"] if t["verdict"] == "skipped"]
@@ -695,7 +725,32 @@ def test_a_commit_that_fails_to_build_is_skipped_and_the_culprit_still_found(mai
     for t in out["tested"]:
         if t["verdict"] != "skipped":
             assert t["verdict"] == ("bad" if t["order"] >= CULPRIT - 1 else "good"), t
-    assert leftovers(tmp_path) == []
+    assert out["_leftovers"] == []
+
+
+def test_every_burst_is_in_the_history_with_its_commit(main_repo, rebuilt):
+    """Each burst a bisect measures is stored in --perf-history, labelled with its commit, and
+    its verdict beside them (the bursts it read from the cache were the run's that measured them)."""
+    tmp, repo, shas = main_repo
+    done = subprocess.run(
+        command("history", "runs", "--limit", "0", "--json", "--history", str(rebuilt["_history"])),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    bursts = {}
+    runs = json.loads(done.stdout)["runs"]
+    (verdict,) = [run for run in runs if run["mode"] == "bisect"]  # for triage, beside the bursts
+    assert verdict["outcome"] == "found" and verdict["bursts"] == 0 and verdict["git_commit"] == shas[-1]
+    measured = [run for run in runs if run["mode"] != "bisect"]
+    assert len(measured) == rebuilt["bursts_run"] > 0  # one pytest run a burst
+    for run in measured:
+        commit = run["labels"].get("bisect_commit")
+        assert commit in shas and commit.startswith(run["git_commit"])  # the worktree's HEAD is the commit
+        bursts[commit] = bursts.get(commit, 0) + run["bursts"]
+    tested = {t["commit"]: t for t in rebuilt["tested"]}
+    for commit, count in bursts.items():
+        assert 0 < count <= tested[commit]["bursts"]  # among the bursts its verdict rests on
 
 
 def test_triage_runs_the_bisect_of_a_commit_incident_and_keeps_its_verdict(main_repo, resumed):

@@ -113,13 +113,32 @@ def test_a_refused_option_on_node_0_stops_node_1_before_its_first_burst(project)
     assert not (project / "node1.json").exists()  # no burst ran there
 
 
-def test_nodes_that_selected_different_cases_stop_together(project):
-    port = free_port()
-    nodes = [_node(project, 0, port, "-k", "throughput"), _node(project, 1, port)]
-    outs = [n.communicate(timeout=300)[0] for n in nodes]
-    for node, out in zip(nodes, outs):
-        assert node.returncode == 4, out
-        assert "the nodes selected different cases (node 0 1, node 1 2 cases" in out, out
+@pytest.mark.parametrize("rank", [0, 1])
+def test_nodes_that_selected_different_cases_stop_together(pytester, monkeypatch, rank):
+    """Node 0 selected 1 case, node 1 both: each stops before its first burst, with the same line.
+    The meet is faked here (it hands this node the plans the nodes would have sent); what the
+    nodes decide from the plans is tests/test_meet.py's, and the real meet of two pytest
+    processes, which stops a node on what another node said, is
+    test_a_refused_option_on_node_0_stops_node_1_before_its_first_burst's."""
+    import dataclasses
+
+    from perfsuite.plugin import meet
+
+    def met(plan, nnodes, endpoint):
+        assert (nnodes, endpoint, plan.node_rank) == (2, "127.0.0.1:29400", rank)
+        other = dataclasses.replace(plan, node_rank=1 - rank, cases=2 if rank == 0 else 1, digest="0" * 12)
+        return sorted([plan, other], key=lambda p: p.node_rank)
+
+    monkeypatch.setattr(meet, "meet", met)
+    monkeypatch.setenv("PERFSUITE_TINY_STEP_MS", "10")
+    pytester.makeconftest(TINY)
+    pytester.makepyfile(test_suite=SUITE)
+    args = _node_cmd(rank, 29400, *(["-k", "throughput"] if rank == 0 else []))[3:]  # less python -m pytest
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    out = result.stdout.str() + result.stderr.str()
+    assert "the nodes selected different cases (node 0 1, node 1 2 cases" in out, out
+    assert not (pytester.path / f"node{rank}.json").exists()  # no burst ran
 
 
 def test_a_rank_killed_on_node_1_fails_the_burst_on_both_nodes_naming_where(project):
