@@ -196,6 +196,11 @@ def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
     )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
-    assert row["runs"] == 1 and row["attribution"]["status"] in ("attributed", "uniform", "inconclusive", "unattributable")
+    assert row["runs"] == 1 and row["attribution"]["status"] in (
+        "attributed",
+        "uniform",
+        "inconclusive",
+        "unattributable",
+    )
     assert row["attribution_lines"][0].startswith("attribution")
     assert len(list((pytester.path / "report" / "traces").glob("*.json.gz"))) == 1
