@@ -63,6 +63,50 @@ def test_default_case_ids_are_unchanged():
     assert case.id == "torch-cifar10-cpu2-real-independent-fp16-augment-device-channels_last-infer"
 
 
+def test_a_burst_runs_in_its_measured_layout_and_its_key_says_so_where_keys_meant_another():
+    """torch on CPU workers runs ImageNet-sized CNNs in channels_last (measured faster in fp32 and
+    bf16); a key without a layout part still names channels_first there, as it always has."""
+    cpu = BurstSpec(framework="torch", model="resnet50", batch_size=2, threads=2)
+    assert cpu.layout == "channels_last"
+    assert cpu.key() == "torch/resnet50/cpu1/nodes1/device/bs2/img224/fp32/channels_last/threads2"
+    asked = cpu.replace(memory_format="channels_first")
+    assert asked.key() == "torch/resnet50/cpu1/nodes1/device/bs2/img224/fp32/threads2"  # the stored keys' meaning
+    # A spec keeps its layout through replace and a round trip through its dict.
+    assert asked.replace(devices=2).layout == "channels_first" and asked.single_device() == asked
+    assert BurstSpec.from_dict(asked.as_dict()) == asked and BurstSpec.from_dict(cpu.as_dict()) == cpu
+    assert key_fields(asked.key())["memory_format"] == "channels_first"
+    assert key_fields(cpu.key())["memory_format"] == "channels_last"
+    assert BurstSpec(framework="torch", model="resnet50", precision="bf16").layout == "channels_last"
+    # Where nothing was measured otherwise, the default is the key's.
+    assert BurstSpec(framework="torch", model="cifar10", image_size=24).layout == "channels_first"
+    assert BurstSpec(framework="tf", model="resnet50").key().endswith("/fp32/threads1")
+    gpu = BurstSpec(framework="torch", model="resnet50", device_kind="cuda", threads=0)
+    assert gpu.layout == "channels_last" and "channels" not in gpu.key()
+    assert BurstSpec(framework="torch", model="gpt2", seq_len=128).memory_format == ""  # no layout
+    # The case's id names a layout only where it is not the default; the spec carries it.
+    from perfsuite.plugin.cases import Case
+
+    case = Case("torch", "resnet50", "cpu", 1, "device", "replicated", "fp32", None)
+    assert case.id == "torch-resnet50-cpu1-device" and case.default_layout == "channels_last"
+    old = nearest_key(cpu.key(), [asked.key()])
+    assert old is not None and old[1] == ["memory_format"]
+    assert "--perf-memory-format channels_first matches it" in describe_difference(cpu.key(), *old)
+
+
+def test_bisect_runs_the_layout_a_key_names():
+    """A key saved before the measured default names channels_first without saying so: bisect asks
+    for it by name, so that a commit whose default is channels_last measures what the key meant."""
+    from perfsuite.bisect.selection import key_args
+
+    def layout(key):
+        args = key_args(key, [])
+        return args[args.index("--perf-memory-format") + 1] if "--perf-memory-format" in args else None
+
+    assert layout("torch/resnet50/cpu1/nodes1/device/bs2/img224/fp32/threads2") == "channels_first"
+    assert layout("torch/resnet50/cpu1/nodes1/device/bs2/img224/fp32/channels_last/threads2") == "channels_last"
+    assert layout("torch/gpt2/cpu1/nodes1/device/bs1/seq128/fp32/threads1") is None  # no layout
+
+
 def test_inference_counts_one_forward_pass_per_image():
     assert mfu.achieved_tflops(1e9, 100, "infer") * 3 == pytest.approx(mfu.achieved_tflops(1e9, 100))
 

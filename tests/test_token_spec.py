@@ -13,7 +13,7 @@ def test_a_token_models_key_names_its_sequence_length_and_an_image_models_key_is
     assert gpt2.key() == "torch/gpt2/cpu1/nodes1/device/bs2/seq128/fp32/threads2"
     assert gpt2.tokens and gpt2.unit == "tokens/s" and gpt2.items_per_sample == 128
     assert "batch 2/device x 128 tokens" in gpt2.label
-    resnet = BurstSpec("torch", "resnet50", batch_size=2, threads=2)
+    resnet = BurstSpec("torch", "resnet50", batch_size=2, threads=2, memory_format="channels_first")
     assert resnet.key() == "torch/resnet50/cpu1/nodes1/device/bs2/img224/fp32/threads2"
     assert not resnet.tokens and resnet.unit == "img/s" and resnet.items_per_sample == 1
     assert unit_of_key(gpt2.key()) == "tokens/s" and unit_of_key(resnet.key()) == "img/s"

@@ -25,12 +25,35 @@ SWITCHES = ("off", "on")
 AC = "ac"
 
 
-def default_memory_format(framework: str, device_kind: str, image_size: int) -> str:
-    """The layout a burst runs in when none is asked for: Keras's NHWC; torch's NCHW, but
-    channels_last on a GPU for ImageNet-sized images, where cuDNN's NHWC kernels are faster."""
+def key_memory_format(framework: str, device_kind: str, image_size: int) -> str:
+    """The layout a baseline key without a layout part names, as it has since layouts were a
+    dimension: Keras's NHWC; torch's NCHW, but channels_last on a GPU for ImageNet-sized images.
+    Kept as it was so that every stored key keeps its meaning; a burst that runs in another
+    layout carries it in its key."""
     if framework == "torch" and not (device_kind == "cuda" and image_size > 32):
         return "channels_first"
     return "channels_last"
+
+
+# Where a burst's default layout is not its key's, as measured: suite bursts of each layout in
+# alternating pairs (benchmarks/layouts.py; the figures in docs/figures.md, "Layouts"). torch on
+# CPU workers: oneDNN's NHWC convolutions train ImageNet-sized CNNs faster in fp32 and in bf16
+# (autocast, AMX where the CPU has it).
+MEASURED_LAYOUTS: dict[tuple[str, str, str], str] = {
+    ("torch", "cpu", "fp32"): "channels_last",
+    ("torch", "cpu", "bf16"): "channels_last",
+    ("torch", "cpu", "amp"): "channels_last",  # bf16 on a CPU
+}
+
+
+def default_memory_format(framework: str, device_kind: str, image_size: int, precision: str = "fp32") -> str:
+    """The layout a burst runs in when none is asked for: the faster one for its device and
+    precision where it was measured (MEASURED_LAYOUTS, for images larger than CIFAR's), else
+    its key's (key_memory_format)."""
+    measured = MEASURED_LAYOUTS.get((framework, device_kind, precision))
+    if measured is not None and image_size > 32:
+        return measured
+    return key_memory_format(framework, device_kind, image_size)
 
 
 UNITS = ("img/s", "tokens/s")
@@ -89,7 +112,9 @@ class BurstSpec:
     data_dir: str | None = None  # user's dataset for `real`; None: a generated one in the cache
     xla: bool = False  # TensorFlow: jit-compile the training step
     compile: bool = False  # torch: torch.compile (inductor) the model
-    memory_format: str = ""  # "" : the framework's default for the case (default_memory_format)
+    # "": the key's layout (key_memory_format); the measured default (default_memory_format)
+    # is filled in when the spec is made, so the key names every layout but the key's own.
+    memory_format: str = ""
     mode: str = "train"  # infer: forward passes only, no gradients
     # torch: each block of the model's ``blocks`` recomputes its forward in the backward pass
     # instead of keeping its activations.
@@ -135,8 +160,11 @@ class BurstSpec:
         # default: normalising keeps equal bursts equal (and their baseline keys).
         if self.world_size == 1 and self.variable_update != "replicated":
             object.__setattr__(self, "variable_update", "replicated")
-        if self.memory_format == default_memory_format(self.framework, self.device_kind, self.image_size):
-            object.__setattr__(self, "memory_format", "")
+        layout = self.memory_format or default_memory_format(
+            self.framework, self.device_kind, self.image_size, self.precision
+        )
+        keyed = key_memory_format(self.framework, self.device_kind, self.image_size)
+        object.__setattr__(self, "memory_format", "" if layout == keyed else layout)
         if self.seq_len:  # a token model has no images: their side and layout mean nothing to it
             object.__setattr__(self, "image_size", 224)
             object.__setattr__(self, "memory_format", "")
@@ -158,7 +186,7 @@ class BurstSpec:
     @property
     def layout(self) -> str:
         """The memory format the burst runs in: channels_last or channels_first."""
-        return self.memory_format or default_memory_format(self.framework, self.device_kind, self.image_size)
+        return self.memory_format or key_memory_format(self.framework, self.device_kind, self.image_size)
 
     @property
     def world_size(self) -> int:
@@ -260,6 +288,9 @@ class BurstSpec:
         return self.replace(devices=1, nodes=1, variable_update="replicated")
 
     def replace(self, **changes: Any) -> BurstSpec:
+        """This spec with ``changes``; its layout stays, unless a change names one (a spec's
+        "" names its key's layout, which the new spec's default may not be)."""
+        changes.setdefault("memory_format", self.layout)
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -268,7 +299,15 @@ class BurstSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BurstSpec:
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        given = {k: v for k, v in data.items() if k in fields}
+        if not given.get("memory_format"):  # a written spec's "" names its key's layout
+            defaults = cls.__dataclass_fields__
+            given["memory_format"] = key_memory_format(
+                given.get("framework", ""),
+                given.get("device_kind", defaults["device_kind"].default),
+                given.get("image_size", defaults["image_size"].default),
+            )
+        return cls(**given)
 
 
 # Field name -> (words for people, the option that sets it). Position fields come first.
@@ -302,7 +341,8 @@ _PREFIXED = (
 
 
 def key_fields(key: str) -> dict[str, str]:
-    """A baseline key (``BurstSpec.key``) split into its named fields; absent ones take their defaults."""
+    """A baseline key (``BurstSpec.key``) split into its named fields; absent ones take their
+    defaults (an image key's layout: the one its key names)."""
     parts = key.split("/")
     fields = {
         "framework": parts[0] if parts else "",
@@ -339,6 +379,12 @@ def key_fields(key: str) -> dict[str, str]:
                 fields["memory_format"] = part
             elif part in MODES:
                 fields["mode"] = part
+    kind = fields["devices"].rstrip("0123456789x")
+    if fields["memory_format"] == "default" and "image_size" in fields and kind in SHORT_KINDS.values():
+        # An image key without a layout part names its key's layout, whatever a burst's default is now.
+        fields["memory_format"] = key_memory_format(
+            fields["framework"], device_kind_of(kind), int(fields["image_size"])
+        )
     return fields
 
 

@@ -97,7 +97,7 @@ class Case:
     def default_layout(self) -> str:
         # A token model has no image size, and no layout: any size gives the spec's.
         return default_memory_format(
-            self.framework, self.device_kind, get_model(self.framework, self.model_name).image_size or 0
+            self.framework, self.device_kind, get_model(self.framework, self.model_name).image_size or 0, self.precision
         )
 
     def value(self, name: str):
@@ -179,7 +179,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             prec,
             bs,
             options.nnodes,
-            "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size or 0) else layout,
+            "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size or 0, prec) else layout,
             mode,
             augment if loc == "real" else "cpu",
             seq if token_model else None,
