@@ -18,7 +18,9 @@ endif
 # says why).
 OTAVA := "apache-otava==0.8.0"
 PERF_REPORT ?= perf-report
-PERF_ARGS ?= --model cifar10 --model resnet50
+# GPT-2 small on one CPU worker a framework, at its CPU sequence length (128): the transformer
+# case beside the CNNs (docs/figures.md, "The CPU suite").
+PERF_ARGS ?= --model cifar10 --model resnet50 --model gpt2 -k "not gpt2-cpu2"
 
 .PHONY: setup perf test slurm-test lint docs clean
 setup: $(VENV)/.installed
