@@ -89,16 +89,26 @@ def _hosts() -> str:
 
 
 def test_two_nodes_on_loopback(project):
+    """An image model and a token model (GPT-2's Keras code at 2 layers) each train on two nodes
+    under MultiWorkerMirroredStrategy, with the suite's own training step."""
+    here = str(Path(__file__).parent)
+    registers = f"\nimport sys\nsys.path.insert(0, {here!r})\nimport tiny_tokens  # noqa: E402,F401\n"
+    (project / "conftest.py").write_text(TINY_TF + registers)
     hosts = _hosts()
-    nodes = [_node(project, 0, hosts), _node(project, 1, hosts)]
+    token = ("--perf-model", "tiny_gpt2")
+    nodes = [_node(project, 0, hosts, *token), _node(project, 1, hosts, *token)]
     outs = [n.communicate(timeout=300)[0] for n in nodes]
     assert nodes[0].returncode == 0, outs[0]
     assert nodes[1].returncode == 0, outs[1]
-    assert "1 passed" in outs[0]
-    multi = next(r for r in json.loads((project / "node0.json").read_text())["results"] if r["nodes"] == 2)
+    assert "2 passed" in outs[0]
+    rows = {r["model"]: r for r in json.loads((project / "node0.json").read_text())["results"] if r["nodes"] == 2}
+    multi, decoder = rows["tinytf"], rows["tiny_gpt2"]
     assert multi["world_size"] == 2 and multi["images_per_sec"] > 0
     assert [r["rank"] for r in multi["per_rank"]] == [0, 1]
     assert all(r["images_per_sec"] > 0 for r in multi["per_rank"])
+    assert decoder["world_size"] == 2 and decoder["tokens_per_sec"] > 0 and decoder["seq_len"] == 64
+    assert [r["rank"] for r in decoder["per_rank"]] == [0, 1]
+    assert decoder["loss_last"] < decoder["loss_first"]  # it trains, from about ln 512
     assert "ran ranks of node 1" in outs[1]
 
 
