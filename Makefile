@@ -1,5 +1,6 @@
 # make perf: set up, then run the CPU performance suite (the main job)
 # make test: set up, lint (make lint), build the docs (make docs), then run perfsuite's own tests
+# make test-e2e: set up, then run the tests of the real-process tier (real processes end to end)
 # make slurm-test: set up, then run the Slurm recipes (examples/) through a Slurm cluster on this machine
 PYTHON ?= python3
 VENV   ?= .venv
@@ -22,7 +23,7 @@ PERF_REPORT ?= perf-report
 # case beside the CNNs (docs/figures.md, "The CPU suite").
 PERF_ARGS ?= --model cifar10 --model resnet50 --model gpt2 -k "not gpt2-cpu2"
 
-.PHONY: setup perf test slurm-test lint docs clean
+.PHONY: setup perf test test-e2e slurm-test lint docs clean
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -38,9 +39,15 @@ perf: setup
 
 # Two xdist workers pay on 2 cores: the tests mostly wait on burst subprocesses. Tests that
 # share a heavy import (TensorFlow) stay in one worker through xdist_group. The last line is
-# the CPU that pytest and every process it started used (tests/cpu_seconds.py).
+# the CPU that pytest and every process it started used (tests/cpu_seconds.py). make test
+# leaves out the real-process tier (the e2e marker, tests/conftest.py's E2E_MODULES), which
+# make test-e2e runs; CI (.ci/run) runs both.
+PYTEST_TIER := $(BIN)/python tests/cpu_seconds.py $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm --durations=15
 test: setup lint docs
-	$(BIN)/python tests/cpu_seconds.py $(BIN)/python -m pytest tests -q -n 2 --dist loadgroup --ignore=tests/slurm --durations=15
+	$(PYTEST_TIER) -m "not e2e"
+
+test-e2e: setup
+	$(PYTEST_TIER) -m e2e
 
 # tests/slurm starts slurmctld, 5 slurmd and munged on 127.0.0.1 (Debian's packages installed
 # where missing, as root) and submits the recipes with sbatch; where Slurm cannot run, its tests

@@ -50,11 +50,39 @@ def _run_folder(config, tmp_path_factory) -> Path:
     return root.parent if hasattr(config, "workerinput") else root
 
 
+# The real-process tier (make test-e2e, which CI runs beside make test): what only real processes
+# can show, end to end. Nodes meeting over loopback, real bisects of real commits, warm starts
+# forked and killed, stops and hangs, collectives of several ranks, trained bursts; make test
+# runs the rest, each decision among them on simulated figures.
+E2E_MODULES = frozenset(
+    {
+        "test_attribution_bursts.py",
+        "test_bisect.py",
+        "test_dimension_bursts.py",
+        "test_hang.py",
+        "test_multinode.py",
+        "test_sharded_bursts.py",
+        "test_sharded_parity.py",
+        "test_stops.py",
+        "test_tf_multinode.py",
+        "test_token_bursts.py",
+        "test_warm_start.py",
+    }
+)
+
+
 def pytest_configure(config):
     # pytest-xdist's marker (--dist loadgroup), declared too for runs without it
     config.addinivalue_line("markers", "xdist_group(name): run on the same pytest-xdist worker as the group")
+    config.addinivalue_line("markers", "e2e: the real-process tier (make test-e2e): real processes, end to end")
     if config.getoption("dist", None) == "loadgroup" and not hasattr(config, "workerinput"):
         _check_loadgroup_works()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
 
 
 def _check_loadgroup_works():
