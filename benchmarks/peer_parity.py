@@ -237,7 +237,13 @@ def perfsuite_burst(framework: str, model: str, a, precision: str = "fp32") -> f
     from perfsuite.plugin.launch import run_burst
 
     info = get_model(framework, model)
-    shape = {"seq_len": a.seq_len} if info.workload == "token" else {"image_size": info.image_size}
+    # timm's benchmark.py and tf_cnn_benchmarks (NHWC) train in the framework's layout without
+    # flags: torch's CNNs are held to NCHW here, whatever the suite's measured default is.
+    shape = (
+        {"seq_len": a.seq_len}
+        if info.workload == "token"
+        else {"image_size": info.image_size, "memory_format": "channels_first" if framework == "torch" else ""}
+    )
     spec = BurstSpec(
         framework=framework,
         model=model,
