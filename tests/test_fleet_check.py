@@ -324,7 +324,7 @@ def test_fleet_options_and_their_defaults(tmp_path):
     [
         ({"fleet_check": "fail"}, "--perf-fleet-check: the fleet check reads the other nodes' figures from a shared"),
         ({"fleet_check": "loud", "perf_history": "h.db"}, "'loud' is not one of off, warn, fail"),
-        ({"fleet_window": "0.5"}, "--perf-fleet-window: must be >= 1"),
+        ({"fleet_window": "0"}, "--perf-fleet-window: must be >= 0.01"),
         ({"fleet_tolerance": "1.5"}, "--perf-fleet-tolerance: must be <= 0.99"),
         ({"fleet_alpha": "0.7"}, "--perf-fleet-alpha: must be <= 0.5"),
         ({"fleet_nights": "0"}, "--perf-fleet-nights: must be >= 1"),

@@ -314,7 +314,7 @@ def test_no_run_in_the_window_exit_1(slow_fleet, capsys):
     "argv, says",
     [
         # the fleet rule's arguments are checked by the option table, as the gate's options are
-        (["--since", "0"], "argument --since: must be >= 1, got '0'"),
+        (["--since", "0"], "argument --since: must be >= 0.01, got '0'"),
         (["--at", "yesterday"], "expected an ISO date"),
         (["--tolerance", "5"], "argument --tolerance: must be <= 0.99, got '5' (a fraction: 0.10 means 10%)"),
         (["--nights", "0"], "argument --nights: must be >= 1"),
@@ -328,6 +328,14 @@ def test_bad_arguments_exit_2(slow_fleet, capsys, argv, says):
     with pytest.raises(SystemExit) as stop:
         main(["history", "fleet", "--history", slow_fleet, *argv])
     assert stop.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_window_of_minutes_is_a_window(slow_fleet, capsys):
+    """A sweep's own fleet check reads the hours since it began (examples/slurm-fleet.sh): 0.043 h
+    is a window, judged like any other (here it holds no run: exit 1, saying so)."""
+    rc, out, err = _run(capsys, "--history", slow_fleet, "--since", "0.043")
+    assert rc == 1 and "argument --since" not in err
+    assert err.startswith("error: no measured run in the 0.043 h before ")
 
 
 def test_a_missing_history_exit_1(tmp_path, capsys):

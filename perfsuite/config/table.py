@@ -463,7 +463,9 @@ OPTIONS: tuple[Option, ...] = (
         "before --at (history fleet --since, triage, the site's verdicts); the nights before it are the same "
         "window, 24 h earlier each",
         "float",
-        minimum=1,
+        # Under an hour too: a sweep's own fleet check reads the hours since it began
+        # (examples/slurm-fleet.sh), minutes for a small fleet.
+        minimum=0.01,
         # A day: the nights do not overlap, so a node that did not run tonight did not report, and a
         # sweep that starts before midnight is whole in it (calendar days would split it).
         default=24.0,
