@@ -151,6 +151,10 @@ class SlurmCluster:
         """This process's environment, its Slurm client commands pointed at this cluster."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SQUEUE_"))}
         env["SLURM_CONF"] = str(self.conf)
+        # Each node is a machine of its own: its jobs' bursts start there, inside the job (its
+        # Prolog's throttle, its cleanup), never forked from a warm start the tests' process
+        # shares (perfsuite.plugin.warm).
+        env.pop("PERFSUITE_WARM_SHARE", None)
         return env
 
     def run(self, *cmd: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
