@@ -176,10 +176,9 @@ def test_fleet_sweep_flags_the_slow_node(slurm, tmp_path, postgres_db):
     test cluster's Prolog, unknown to the sweep), and the fleet check fails naming it."""
     logs = tmp_path / "logs"
     env, args = _sweep(slurm, tmp_path, postgres_db, logs)
-    # Five of the eight nodes (NODES, a Slurm host list): the slow one and four peers, enough for
-    # the fleet rule (3 at least), in half the time; the faults test sweeps them all.
-    swept = [f"n{i}" for i in range(1, 6)]
-    env["NODES"] = ",".join(swept)
+    # Every node: with the slow one and only four peers a -69% node was not flagged on a shared
+    # VM (its peers spread from -17% to +15%, and Holm's correction over five nodes).
+    swept = slurm.node_names
     started = time.monotonic()
     sweep = subprocess.run([str(FLEET), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     node_logs = "\n".join(f"--- {log.name} ---\n{log.read_text()}" for log in sorted(logs.glob("n*.log")))
@@ -187,7 +186,6 @@ def test_fleet_sweep_flags_the_slow_node(slurm, tmp_path, postgres_db):
     assert sweep.returncode == 3, f"{sweep.stdout}\n{sweep.stderr}\n{node_logs}"
     for node in swept:
         assert f"node {node}: pytest exit 0" in sweep.stdout, sweep.stdout
-    assert "node n6:" not in sweep.stdout, sweep.stdout
     verdict = sweep.stdout.split("history fleet", 1)[-1]  # the fleet log, after the check's command line
     print(verdict)
     assert SLOW_NODE in verdict.split("\n\n")[0], sweep.stdout  # named in the check's summary
