@@ -117,7 +117,8 @@ info = get_model("torch", "gpt2")
 torch.manual_seed(spec.seed)
 ours = resolve_builder(info)(vocab_size=info.vocab_size, seq_len=seq)
 ours.train()
-step_ours = make_step(spec, ours, tokens.batches(spec, info, device, spec.seed), device, optimizer=info.optimizer)
+batches = tokens.device_batches(spec, info, device, spec.seed)
+step_ours = make_step(spec, ours, batches, device, optimizer=info.optimizer)
 peer = GPT2LMHeadModel(GPT2Config())
 peer.train()
 opt = torch.optim.AdamW(peer.parameters(), lr=ADAMW_LR, betas=ADAMW_BETAS, weight_decay=ADAMW_WEIGHT_DECAY,
@@ -167,7 +168,7 @@ with strategy.scope():
     ours = resolve_builder(info)(vocab_size=info.vocab_size, seq_len=seq)
     optimizer = make_optimizer(info.optimizer)
     optimizer.build(ours.trainable_variables)
-step_ours = make_step(spec, strategy, ours, optimizer, tokens.feed(spec, strategy, info, seed=spec.seed + 1000))
+step_ours = make_step(spec, strategy, ours, optimizer, tokens.device_feed(spec, strategy, info, seed=spec.seed + 1000))
 backbone = keras_hub.models.GPT2Backbone(**config)
 opt = keras.optimizers.AdamW(learning_rate=ADAMW_LR, beta_1=ADAMW_BETAS[0], beta_2=ADAMW_BETAS[1],
                              weight_decay=ADAMW_WEIGHT_DECAY, epsilon=ADAMW_EPSILON)

@@ -29,6 +29,8 @@ def run_doc(
             "model": "tiny",
             "devices": 1,
             "nodes": 1,
+            "throughput": ips,  # as --perf-json writes it: also under its unit's name
+            "unit": "img/s",
             "images_per_sec": ips,
             "ci_low": None if ips is None else ips * 0.99,
             "ci_high": None if ips is None else ips * 1.01,

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings, Scaling, Throughput
-from perfsuite.analysis.measurement import figure_of
 from perfsuite.analysis.result import BurstResult, Measurement
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import RankEntry, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.workloads import figure_of
 
 
 def worker_record(
@@ -37,7 +37,7 @@ def worker_record(
             host="h",
             device="cpu",
             window_seconds=(1.0,) * len(samples),
-            images_per_sec=(per_rank_ips or 0.0) * per_entry,
+            throughput=(per_rank_ips or 0.0) * per_entry,
             loss_first=1.0,
             loss_last=0.9,
             peak_memory_bytes=0,
@@ -45,7 +45,11 @@ def worker_record(
         )
         for i in range(entries if per_rank_ips else 0)
     )
-    kind = dict(workload="token", image_size=None, seq_len=spec.seq_len, vocab_size=256) if spec.tokens else {}
+    kind = (
+        dict(workload="token", image_size=None, seq_len=spec.seq_len, vocab_size=256)
+        if spec.workload == "token"
+        else {}
+    )
     model = ModelInfo(
         **{
             "name": spec.model,
@@ -71,7 +75,7 @@ def worker_record(
         fp32_math=None,
         samples=samples,
         window_seconds=(1.0,) * len(samples),
-        images_per_window=1,
+        items_per_window=1,
         per_rank=ranks,
         loss_first=1.0,
         loss_last=0.9,
@@ -139,7 +143,7 @@ def judged(
             None,
             scaling=Scaling(efficiency, interval or (efficiency, efficiency), (), scaling_verdict, base, 0.1, None),
         )
-    return replace(r, throughput=throughput, scaling_case=scaled)
+    return replace(r, throughput_case=throughput, scaling_case=scaled)
 
 
 def pooled(r: BurstResult, *more: BurstResult) -> BurstResult:

@@ -46,7 +46,7 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
     n = spec.windows
     return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
                         precision_dtype="float32", fp32_math=None, samples=(rate,) * n, window_seconds=(1.0,) * n,
-                        images_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
+                        items_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
                         peak_memory_bytes=int(float(os.environ.get("PERFSUITE_FAKE_PEAK_MB", "0")) * 2**20),
                         warmup_seconds=0.0)
 """

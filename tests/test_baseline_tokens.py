@@ -23,7 +23,7 @@ GPT = dict(params=1_000_000, embedding_params=200_000, layers=2, heads=4, head_d
 
 
 def entry(spec: BurstSpec, samples) -> dict:
-    rec = worker_record(spec, samples, model_fields=GPT if spec.tokens else None)
+    rec = worker_record(spec, samples, model_fields=GPT if spec.workload == "token" else None)
     return baseline.entry_for(result(spec, rec), "2026-11-28T00:00:00+00:00", "abc1234")
 
 

@@ -361,7 +361,7 @@ def test_version_1_runs_get_their_host_as_node(tmp_path):
             )
         )
     engine.dispose()
-    with pytest.raises(db.HistoryError, match="older than this perfsuite's 2"):
+    with pytest.raises(db.HistoryError, match=f"older than this perfsuite's {schema.SCHEMA_VERSION}"):
         db.open_history(f"sqlite:///{path}", write=False)  # readers migrate nothing
     db.open_history(f"sqlite:///{path}").dispose()  # a writer brings it forward
     with sqlite3.connect(path) as conn:

@@ -53,7 +53,15 @@ def _write(url: str, runs: list) -> list[dict]:
                 "source": "run",
                 "run": {"date": at.isoformat(), "node": node, "fingerprints": {"cpu": {"id": fingerprint}}},
                 "results": [
-                    {"key": k, "device_kind": "cpu", "images_per_sec": x, "ci_low": x, "ci_high": x, "runs": pooled}
+                    {
+                        "key": k,
+                        "device_kind": "cpu",
+                        "throughput": x,
+                        "unit": "img/s",
+                        "ci_low": x,
+                        "ci_high": x,
+                        "runs": pooled,
+                    }
                     for k, x, pooled in rows
                 ],
             }

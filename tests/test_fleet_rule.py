@@ -138,9 +138,7 @@ def _gate(
                 node, fp, tuple(history.nodes), tuple(k for _, k in history.keys), history.figures, tonight,
                 WINDOW, rule, "warn",
             )  # fmt: skip
-            burst = SimpleNamespace(
-                images_per_sec=ips, spec=SimpleNamespace(key=lambda k=key: k, label=key, unit="img/s")
-            )
+            burst = SimpleNamespace(throughput=ips, spec=SimpleNamespace(key=lambda k=key: k, label=key, unit="img/s"))
             check = fleet_check(burst, peers)
             if check is not None and check.verdict is not None:
                 out[(fp, node)] = check

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from types import SimpleNamespace
 
 import pytest
 from records import judged, result, worker_record
@@ -69,7 +70,7 @@ def test_tf_step_time_counts_every_replica_of_the_process():
             eight, [5000.0] * 5, per_rank_ips=625, utilisation={"gpus": [{"util_percent": {"mean": 60.0}}] * 8}
         ),
     )
-    assert len(r.record.per_rank) == 1 and r.record.per_rank[0].images_per_sec == 5000
+    assert len(r.record.per_rank) == 1 and r.record.per_rank[0].throughput == 5000
     r = judged(r, scaling=0.625)
     limits = Limits(tolerance=0.1, memory_tolerance=0.1, scaling_tolerance=0.1, min_scaling_efficiency=0.9)
     [f] = judge_scaling("t", eight.key(), Measured(r.measurement, single=one.measurement), Context(limits)).diagnosis
@@ -225,7 +226,7 @@ def test_progress_is_written_at_most_twice_a_second(tmp_path):
     for done in range(1, 8):
         report(done, 7, 0.01 if done % 2 == 0 else None)
     assert [s["step"] for s in written] == [1, 5, 7]  # the first, one 0.5 s later, and the last
-    assert written[-1]["windows"] == 3 and written[-1]["images_per_sec"] == 6400.0
+    assert written[-1]["windows"] == 3 and written[-1]["throughput"] == 6400.0
 
 
 def test_gpu_windows_hold_enough_work_to_outlast_jitter():
@@ -521,8 +522,10 @@ def test_device_batches_are_made_in_the_bursts_layout_once():
     from perfsuite.worker.backends.torch import data
 
     spec = GPU.replace(device_kind="cpu", batch_size=2, image_size=32, memory_format="channels_last")
-    images, _ = next(data.device_batches(spec, 10, torch.device("cpu"), seed=0))
+    images, _ = next(data.device_batches(spec, SimpleNamespace(num_classes=10), torch.device("cpu"), seed=0))
     assert images.is_contiguous(memory_format=torch.channels_last)
     assert images.contiguous(memory_format=torch.channels_last) is images
     nchw = spec.replace(memory_format="channels_first")
-    assert next(data.device_batches(nchw, 10, torch.device("cpu"), seed=0))[0].is_contiguous()
+    assert next(data.device_batches(nchw, SimpleNamespace(num_classes=10), torch.device("cpu"), seed=0))[
+        0
+    ].is_contiguous()

@@ -354,8 +354,8 @@ def test_the_nodes_mixed_in_one_series_hide_the_step(shared):
     finally:
         engine.dispose()
     assert len(mixed) == SHARED_NIGHTS * len(NODES)
-    assert change_points([p.images_per_sec for p in mixed]) == []
-    found = {node: change_points([p.images_per_sec for p in points]) for (_, _, node), points in per_node.items()}
+    assert change_points([p.throughput for p in mixed]) == []
+    found = {node: change_points([p.throughput for p in points]) for (_, _, node), points in per_node.items()}
     assert [cp.index for cp in found.pop("node-b")] == [NODE_STEP_AT]
     assert found == {"node-a": [], "node-c": []}
 

@@ -71,7 +71,7 @@ def test_sqlite_file_keeps_runs_in_date_order(tmp_path):
 
     engine = db.open_history(url)  # reopened: the schema is there, nothing is recreated
     points = db.all_series(engine)[(FINGERPRINT, KEY)]
-    assert [p.images_per_sec for p in points] == [100.0, 95.0, 90.0]
+    assert [p.throughput for p in points] == [100.0, 95.0, 90.0]
     assert [p.meta["git_commit"] for p in points] == ["c0", "c1", "c2"]
     assert points[0].ci_low == pytest.approx(99.0)
     runs = db.runs(engine)
@@ -147,7 +147,7 @@ def _assert_series_per_node(engine: sa.Engine) -> None:
     # (fingerprint, key), as every caller before by_node reads them: the nodes interleave
     mixed = db.all_series(engine)
     assert set(mixed) == {(FINGERPRINT, KEY), (FINGERPRINT, "other/key")}
-    assert [p.images_per_sec for p in mixed[(FINGERPRINT, KEY)]] == [100, 80, 101, 81, 102, 82, 103, 83]
+    assert [p.throughput for p in mixed[(FINGERPRINT, KEY)]] == [100, 80, 101, 81, 102, 82, 103, 83]
 
     per_node = db.all_series(engine, by_node=True)
     assert set(per_node) == {
@@ -155,7 +155,7 @@ def _assert_series_per_node(engine: sa.Engine) -> None:
         (FINGERPRINT, KEY, "node-b"),
         (FINGERPRINT, "other/key", "node-b"),
     }
-    assert [p.images_per_sec for p in per_node[(FINGERPRINT, KEY, "node-a")]] == [100, 101, 102, 103]
+    assert [p.throughput for p in per_node[(FINGERPRINT, KEY, "node-a")]] == [100, 101, 102, 103]
     assert [p.meta["git_commit"] for p in per_node[(FINGERPRINT, KEY, "node-b")]] == ["b0", "b1", "b2", "b3"]
     assert {p.meta["host"] for p in per_node[(FINGERPRINT, KEY, "node-b")]} == {"host-b"}
 
@@ -176,7 +176,7 @@ def test_series_and_runs_per_node_sqlite(tmp_path):
     db.write_run(engine, run_doc(90.0, day=5, host="old-host"))  # a run without a node: its host is its node
     assert db.nodes(engine) == {"node-a": 4, "node-b": 5, "old-host": 1}
     assert [r["node"] for r in db.runs(engine, node="old-host")] == ["old-host"]
-    assert [p.images_per_sec for p in db.all_series(engine, by_node=True)[(FINGERPRINT, KEY, "old-host")]] == [90]
+    assert [p.throughput for p in db.all_series(engine, by_node=True)[(FINGERPRINT, KEY, "old-host")]] == [90]
     engine.dispose()
 
 
@@ -245,7 +245,7 @@ def test_postgresql_keeps_runs(postgres_db):
     engine = db.open_history(postgres_db)
     for day, ips in ((1, 95.0), (0, 100.0)):
         db.write_run(engine, run_doc(ips, day=day, commit=f"c{day}", labels={"pool": "b"}))
-    assert [p.images_per_sec for p in db.all_series(engine)[(FINGERPRINT, KEY)]] == [100.0, 95.0]
+    assert [p.throughput for p in db.all_series(engine)[(FINGERPRINT, KEY)]] == [100.0, 95.0]
     assert db.runs(engine)[0]["labels"] == {"pool": "b"}
     engine.dispose()
     engine = db.open_history(postgres_db)  # a second open migrates nothing
@@ -293,7 +293,7 @@ def test_unreachable_history_spools_then_flushes(tmp_path):
 
     # Read for the drift check meanwhile: the spooled nights count.
     found, why = recorder.load_series(url, [FINGERPRINT])
-    assert why is None and [p.images_per_sec for p in found[(FINGERPRINT, KEY)]] == [100.0, 98.0]
+    assert why is None and [p.throughput for p in found[(FINGERPRINT, KEY)]] == [100.0, 98.0]
     assert not blocker.is_dir()  # reading created nothing
 
     blocker.unlink()
@@ -301,7 +301,7 @@ def test_unreachable_history_spools_then_flushes(tmp_path):
     assert lines[0].startswith("perf history: wrote 2 spooled runs"), lines
     assert spool.pending(url) == []
     engine = db.open_history(url)
-    assert [p.images_per_sec for p in db.all_series(engine)[(FINGERPRINT, KEY)]] == [100.0, 98.0, 97.0]
+    assert [p.throughput for p in db.all_series(engine)[(FINGERPRINT, KEY)]] == [100.0, 98.0, 97.0]
 
 
 def test_spooled_runs_join_the_series_read_for_drift(tmp_path):
@@ -310,7 +310,7 @@ def test_spooled_runs_join_the_series_read_for_drift(tmp_path):
     spool.spool(url, run_doc(90.0, day=1))  # as if the database had been down last night
     found, why = recorder.load_series(url, [FINGERPRINT])
     assert why is None
-    assert [p.images_per_sec for p in found[(FINGERPRINT, KEY)]] == [100.0, 90.0]
+    assert [p.throughput for p in found[(FINGERPRINT, KEY)]] == [100.0, 90.0]
     assert found[(FINGERPRINT, KEY)][-1].run_id is None
 
 

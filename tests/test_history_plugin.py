@@ -64,7 +64,7 @@ def test_every_run_is_appended_with_its_metadata(faked, monkeypatch):
         gate["date"] == record["run"]["date"] and gate["cpu_fingerprint"] == record["run"]["fingerprints"]["cpu"]["id"]
     )
     (((fp, key), points),) = db.all_series(engine).items()
-    assert key == record["results"][0]["key"] and [p.images_per_sec for p in points] == [100.0, 100.0]
+    assert key == record["results"][0]["key"] and [p.throughput for p in points] == [100.0, 100.0]
 
 
 def test_a_failed_run_is_kept_too(faked, monkeypatch):
@@ -360,7 +360,7 @@ def test_a_history_without_its_libraries_stops_the_run_up_front(tmp_path):
     from perfsuite.plugin.preflight import PreflightError, check_history
 
     opts = _options({"perf_history": "postgresql://perf@db/nightly"}, {}, tmp_path)
-    with pytest.raises(PreflightError, match=r"needs sqlalchemy, psycopg: pip install -e \"\.\[history\]\""):
+    with pytest.raises(PreflightError, match=r"needs sqlalchemy, alembic, psycopg: pip install -e \"\.\[history\]\""):
         check_history(opts, installed=lambda name: name == "otava")
     check_history(opts, installed=lambda name: name != "otava")  # without Otava the run is recorded
     check_history(_options({"perf_history": "h.db"}, {}, tmp_path), installed=lambda name: name != "psycopg")

@@ -13,22 +13,38 @@ ROOT = Path(__file__).resolve().parent.parent / "perfsuite"
 # side, the plugin side never imports the worker, and the lower layers import upwards never.
 ALLOWED = {
     "common": set(),
-    "contract": {"common"},
-    "models": {"common", "contract"},
-    "data": {"common", "contract"},
-    "analysis": {"common", "contract", "models"},
-    "store": {"common", "contract", "analysis"},
-    "worker": {"common", "contract", "models", "data", "analysis"},
-    "reporting": {"common", "contract", "models", "analysis", "store"},
-    "history": {"common", "contract", "analysis", "store", "reporting"},
-    "config": {"common", "contract", "models", "analysis", "history"},
-    "plugin": {"common", "contract", "models", "data", "analysis", "store", "reporting", "history", "config", "suite"},
-    "suite": {"common", "contract", "plugin"},
-    "bisect": {"common", "contract", "analysis"},
-    "site": {"common", "contract", "analysis", "store", "history", "reporting"},
+    # A workload answers for a spec and a model (perfsuite.contract), which name their workload:
+    # the two sit on one level, workloads naming contract's types only for annotations.
+    "workloads": {"common", "contract"},
+    "contract": {"common", "workloads"},
+    "models": {"common", "contract", "workloads"},
+    "data": {"common", "contract", "workloads"},
+    "analysis": {"common", "contract", "workloads", "models"},
+    "store": {"common", "contract", "workloads", "analysis"},
+    "worker": {"common", "contract", "workloads", "models", "data", "analysis"},
+    "reporting": {"common", "contract", "workloads", "models", "analysis", "store"},
+    "history": {"common", "contract", "workloads", "analysis", "store", "reporting"},
+    "config": {"common", "contract", "workloads", "models", "analysis", "history"},
+    "plugin": {
+        "common",
+        "contract",
+        "workloads",
+        "models",
+        "data",
+        "analysis",
+        "store",
+        "reporting",
+        "history",
+        "config",
+        "suite",
+    },
+    "suite": {"common", "contract", "workloads", "plugin"},
+    "bisect": {"common", "contract", "workloads", "analysis"},
+    "site": {"common", "contract", "workloads", "analysis", "store", "history", "reporting"},
     "commands": {
         "common",
         "contract",
+        "workloads",
         "models",
         "store",
         "analysis",
@@ -38,7 +54,7 @@ ALLOWED = {
         "config",
         "site",
     },
-    "top": {"commands", "contract", "models"},  # __init__ (the public names), __main__
+    "top": {"commands", "contract", "models", "workloads"},  # __init__ (the public names), __main__
 }
 
 
@@ -98,3 +114,54 @@ def test_the_layout_page_names_every_module() -> None:
     layout = page.read_text()
     missing = [str(p.relative_to(ROOT)) for p in MODULES if p.name != "__init__.py" and p.name not in layout]
     assert not missing, f"{page.relative_to(ROOT.parent)} does not name {', '.join(missing)}"
+
+
+# What tells the workload kinds apart: their names, units and figure names. Only perfsuite.workloads
+# may compare against them; every other module asks a Workload.
+def _kind_words() -> frozenset[str]:
+    from perfsuite import workloads
+
+    words = set()
+    for w in workloads.all_kinds():
+        words |= {w.name, w.unit, w.figure, w.per_window, w.key_prefix}
+    return frozenset(words)
+
+
+def _branches_on_kind(path: Path) -> list[str]:
+    words = _kind_words()
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = [o.value for o in operands if isinstance(o, ast.Constant) and o.value in words]
+            if named:
+                found.append(f"line {node.lineno}: compares with {named[0]!r}")
+        elif isinstance(node, ast.Attribute) and node.attr == "tokens" and isinstance(node.value, ast.Name):
+            if node.value.id in ("spec", "s", "self"):
+                found.append(f"line {node.lineno}: asks {node.value.id}.tokens")
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "startswith":
+            args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            if any(a in words for a in args):
+                found.append(f"line {node.lineno}: tells a key's kind by its prefix {args[0]!r}")
+    return found
+
+
+OUTSIDE_WORKLOADS = [p for p in MODULES if _package(p) != "workloads"]
+
+
+@pytest.mark.parametrize("path", OUTSIDE_WORKLOADS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_module_but_the_workloads_branches_on_the_kind(path: Path) -> None:
+    found = _branches_on_kind(path)
+    assert not found, f"{path.relative_to(ROOT)} tells workload kinds apart itself: {'; '.join(found)}"
+
+
+def test_the_kind_check_finds_a_branch(tmp_path: Path) -> None:
+    branchy = tmp_path / "branchy.py"
+    branchy.write_text(
+        "def f(info, spec, key, unit):\n"
+        '    a = info.workload == "token"\n'
+        '    b = unit != "img/s"\n'
+        "    c = spec.tokens\n"
+        '    d = key.startswith("seq")\n'
+    )
+    assert len(_branches_on_kind(branchy)) == 4

@@ -46,7 +46,7 @@ def test_windows_time_only_their_steps(warmup, windows, per_window, cost):
 
 
 def test_combine_ranks_uses_the_slowest_rank():
-    samples = measure.combine_ranks([[1.0, 2.0], [2.0, 1.0]], images_per_window_per_rank=10)
+    samples = measure.combine_ranks([[1.0, 2.0], [2.0, 1.0]], items_per_window_per_rank=10)
     assert samples == [10.0, 10.0]
 
 

@@ -114,7 +114,7 @@ def gpu_spec(**changes):
 
 
 def test_fields_fp32_on_an_h100_use_the_tf32_peak_times_the_world():
-    f = mfu.fields(record("NVIDIA H100 80GB HBM3"), gpu_spec(devices=4, nodes=2), images_per_sec=10_000)
+    f = mfu.fields(record("NVIDIA H100 80GB HBM3"), gpu_spec(devices=4, nodes=2), throughput=10_000)
     assert f["achieved_tflops"] == pytest.approx(3 * 4e9 * 10_000 / 1e12)
     assert f["mfu_precision"] == "tf32" and f["peak_device"] == "H100 SXM"
     assert f["peak_tflops"] == pytest.approx(494.7 * 8)

@@ -95,6 +95,20 @@ def test_a_node_slow_in_one_key_only_is_not_a_slow_node():
     assert not any(v.flagged for v in found) and found[0].slow_keys == 1
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.sets(st.integers(0, 5), min_size=4), st.integers(1, 7))
+def test_a_slow_node_is_slow_in_the_keys_that_slowed_and_in_no_other(seed, slowed, since):
+    """A node 10% slower than its peers in most of its keys (a token model's, say) from a night on
+    is a slow node; its verdict names the keys it is slow in, not the others, whose figures are
+    its peers'."""
+    rng = np.random.default_rng(seed)
+    figures = fleet(rng, 8, 6, 13, 0.01)
+    figures[7, sorted(slowed), :since] *= 0.9
+    found = judge(figures)
+    assert [v.flagged for v in found] == [False] * 7 + [True]
+    assert set(found[7].slow_in) == slowed
+
+
 def test_a_node_within_the_tolerance_is_never_flagged_however_sure():
     rng = np.random.default_rng(4)
     found = judge(fleet(rng, 50, 10, 7, 0.005, {0: (0.03, 7)}))

@@ -92,7 +92,7 @@ def test_a_token_models_throughput_is_its_own_metric_in_tokens_per_second(tmp_pa
         {"key": KEY, "device_kind": "cuda", "images_per_sec": 600.0, "change": 0.0, "verdict": "pass"},
     ]
     keys, _ = openmetrics.from_results(run, rows)
-    assert [k.images_per_second for k in keys] == [250_000.0, 600.0]
+    assert [k.throughput for k in keys] == [250_000.0, 600.0]
     path = tmp_path / "perf.prom"
     openmetrics.write(path, keys, {})
     found = samples(path)

@@ -41,7 +41,7 @@ def states(spec=SPEC):
     yield {}
     per = spec.steps_per_window
     for step in range(1, spec.steps + 1):
-        yield {"step": step, "steps": spec.steps, "images_per_sec": 100.0 * step if step % per == 0 else None}
+        yield {"step": step, "steps": spec.steps, "throughput": 100.0 * step if step % per == 0 else None}
     yield None
 
 
@@ -99,7 +99,7 @@ def test_tty_line_never_wraps_and_keeps_the_step():
     rep = Reporter(tty=True)
     rep._tw.fullwidth = 60
     display = ProgressDisplay(rep, rep._tw, tty=True)
-    display(SPEC, {"step": 2, "steps": 6, "images_per_sec": 312.0})
+    display(SPEC, {"step": 2, "steps": 6, "throughput": 312.0})
     (line,) = screen(rep.out.getvalue())
     assert len(line) <= 59 and line.startswith("torch cifar10 on 2 CPU") and line.endswith("…: step 2/6  312 img/s")
     display(SPEC, None)
@@ -111,7 +111,7 @@ def test_log_line_for_a_window_whose_edge_the_poll_missed():
     display = ProgressDisplay(rep, rep._tw, tty=False)
     for state in (
         {},
-        {"step": 2, "steps": 6, "images_per_sec": 200.0},
+        {"step": 2, "steps": 6, "throughput": 200.0},
         {"step": 3, "steps": 6},
         {"step": 5, "steps": 6},
         None,
@@ -153,11 +153,11 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
     for step in range(1, spec.steps + 1):
         rate = 50.0 * step if step % spec.steps_per_window == 0 else None
         if on_progress:
-            on_progress({"step": step, "steps": spec.steps, "images_per_sec": rate})
+            on_progress({"step": step, "steps": spec.steps, "throughput": rate})
     n = spec.windows
     return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
                         precision_dtype="float32", fp32_math=None, samples=(100.0,) * n, window_seconds=(1.0,) * n,
-                        images_per_window=100, per_rank=(), loss_first=1.0, loss_last=0.9, peak_memory_bytes=0,
+                        items_per_window=100, per_rank=(), loss_first=1.0, loss_last=0.9, peak_memory_bytes=0,
                         warmup_seconds=0.0)
 """
     + INSTALL_FAKE
@@ -263,4 +263,4 @@ def test_launcher_reports_every_window_of_a_real_burst(tmp_path, monkeypatch):
     # Every state repeats the last finished window's rate, so a missed edge loses nothing.
     for s in seen:
         assert s["windows"] == s["step"] // 2
-        assert (s["images_per_sec"] is not None) == (s["windows"] > 0)
+        assert (s["throughput"] is not None) == (s["windows"] > 0)

@@ -341,10 +341,11 @@ def test_epoch_shuffle_is_endless_and_reshuffles():
 
 
 def test_real_is_a_torch_pipeline(monkeypatch):
-    from perfsuite.worker.backends.torch import data
+    from perfsuite.models.registry import get_model
+    from perfsuite.worker.pipelines import pipeline
 
     calls = []
     monkeypatch.setattr(real, "real_batches", lambda *args: calls.append(args) or iter(()))
     spec = BurstSpec(framework="torch", model="cifar10", image_size=24, data_location="real")
-    data.batches(spec, 10, torch.device("cpu"), seed=0)
+    pipeline(spec)(spec, get_model("torch", "cifar10"), torch.device("cpu"), 0)
     assert len(calls) == 1 and calls[0][0] is spec

@@ -355,7 +355,7 @@ def test_the_baseline_trend_shows_the_entrys_past_saves(tmp_path):
 def test_perf_json_names_its_schema_and_the_run(injected):
     injected.runpytest("--perf-json", "r.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     doc = json.loads((injected.path / "r.json").read_text())
-    assert doc["schema_version"] == 7 and "interrupted" not in doc
+    assert doc["schema_version"] == 8 and "interrupted" not in doc
     run = doc["run"]
     assert set(run) == {
         "date",

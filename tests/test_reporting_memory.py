@@ -145,7 +145,7 @@ def test_an_inconclusive_or_smaller_peak_is_marked_too(peaks, shown):
 
 
 def test_a_scaling_row_and_a_burst_without_a_peak_show_no_memory():
-    r = replace(burst(peaks=(0,)), throughput=replace(burst(peaks=(0,)).throughput, memory=None))
+    r = replace(burst(peaks=(0,)), throughput_case=replace(burst(peaks=(0,)).throughput_case, memory=None))
     scaled = burst()
     view = RunView(
         run=None,

@@ -49,7 +49,7 @@ IMAGE_ENTRY = {"images_per_sec": 130.0, "samples": [130.0] * 5, "history": [{"im
 
 def token_result(verdict=REGRESSION, baseline=TOKEN_ENTRY, **spec):
     s = token_spec(**spec)
-    rec = worker_record(s, TOKEN_SAMPLES, per_rank_ips=12_900.0, model_fields=GPT, images_per_window=2560)
+    rec = worker_record(s, TOKEN_SAMPLES, per_rank_ips=12_900.0, model_fields=GPT, items_per_window=2560)
     return judged(result(s, rec), verdict=verdict, baseline=baseline)
 
 
@@ -76,23 +76,26 @@ def test_a_token_rows_throughput_is_tokens_per_sec_with_sequences_beside_it():
     assert r["achieved_tflops"] == pytest.approx(per_token * 25_800.0 / 1e12)
 
 
-def test_an_image_rows_fields_are_as_they_were():
+def test_an_image_rows_fields_are_as_they_were_with_throughput_and_unit_beside_them():
     r = row(image_result())
     assert r["images_per_sec"] == 102.0 and r["baseline_images_per_sec"] == 130.0 and r["image_size"] == 24
+    assert r["throughput"] == 102.0 and r["baseline_throughput"] == 130.0 and r["unit"] == "img/s"
+    assert r["workload"] == "image"
+    assert list(r).index("images_per_sec") == list(r).index("throughput") + 1
     assert r["baseline_trend"] == [128.0, 130.0] and "images_per_sec" in r["per_rank"][0]
     assert not [k for k in r if "token" in k or "sequence" in k or k == "seq_len"]
-    assert perf_json.SCHEMA_VERSION == 7
+    assert perf_json.SCHEMA_VERSION == 8
 
 
 # -- JUnit and pytest-benchmark ----------------------------------------------------------------
 
 
 def test_junit_names_a_token_models_figures_by_their_unit():
-    props = dict(junit_properties(token_result().throughput))
+    props = dict(junit_properties(token_result().throughput_case))
     assert props["tokens_per_sec"] == 25_800.0 and props["sequences_per_sec"] == pytest.approx(201.562, abs=1e-3)
     assert props["baseline_tokens_per_sec"] == 32_000.0 and props["ci_low"] == 25_600.0
     assert "images_per_sec" not in props and "baseline_images_per_sec" not in props
-    image = dict(junit_properties(image_result().throughput))
+    image = dict(junit_properties(image_result().throughput_case))
     assert image["images_per_sec"] == 102.0 and image["baseline_images_per_sec"] == 130.0
     assert not [k for k in image if "token" in k or "sequence" in k]
 
@@ -102,10 +105,13 @@ def test_benchmark_extra_info_names_the_unit_and_the_tokens_a_window_trains():
     info = benchmark._extra_info(r, row(r))
     assert info["tokens_per_sec"] == 25_800.0 and info["baseline_tokens_per_sec"] == 32_000.0
     assert info["tokens_per_window"] == 2560 and "images_per_window" not in info
-    assert info["unit"] == "seconds per window; throughput is extra_info.tokens_per_sec"
+    assert info["unit"] == "tokens/s" and info["throughput"] == info["tokens_per_sec"]
     image = benchmark._extra_info(image_result(), row(image_result()))
     assert image["images_per_sec"] == 102.0 and image["images_per_window"] == 1
-    assert image["unit"] == "seconds per window; throughput is extra_info.images_per_sec"
+    assert (
+        image["unit"] == "img/s"
+        and image["rounds"] == "seconds per window; the throughput is extra_info.throughput, in extra_info.unit"
+    )
 
 
 # -- the terminal and the report ----------------------------------------------------------------
@@ -177,7 +183,7 @@ def test_a_trends_axis_is_in_its_keys_unit(monkeypatch):
     labels: list[str] = []
     monkeypatch.setattr(Axes, "set_ylabel", lambda self, text, *a, **k: labels.append(text))
     for key in (token_spec().key(), image_spec().key()):
-        trend = Trend(title=f"{key} on cpu-x", runs=["a", "b"], images_per_sec=[1.0, 2.0])
+        trend = Trend(title=f"{key} on cpu-x", runs=["a", "b"], throughput=[1.0, 2.0])
         trend_png(trend)
     assert labels == ["tokens/s", "images/s"]
     assert Trend("anything", [], [], unit="tokens/s").shown_unit == "tokens/s"
@@ -213,13 +219,14 @@ def test_the_history_keeps_a_token_models_throughput_in_its_throughput_column(tm
     run = {"date": "2026-11-28T00:00:00+00:00", "host": "h"}
     doc = document.live(run, [token, image], save_baseline=False, outcome="failed")
     kept_token, kept_image = doc["results"]
-    assert kept_token["images_per_sec"] == kept_token["tokens_per_sec"] == 25_800.0
-    assert kept_image == image  # an image model's row as it is
+    assert kept_token["throughput"] == kept_token["tokens_per_sec"] == 25_800.0 and kept_token["unit"] == "tokens/s"
+    assert (kept_image["throughput"], kept_image["unit"]) == (102.0, "img/s")
+    assert {k: kept_image[k] for k in image} == image  # nothing else of the row changes
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"schema_version": 6, "run": run, "results": [token, image]}))
-    assert document.from_file(path)["results"][0]["images_per_sec"] == 25_800.0
+    assert document.from_file(path)["results"][0]["throughput"] == 25_800.0
     path.write_text(json.dumps({"schema_version": 6, "run": run, "results": [{**token, "tokens_per_sec": "fast"}]}))
-    with pytest.raises(document.HistoryError, match="non-numeric images_per_sec or tokens_per_sec"):
+    with pytest.raises(document.HistoryError, match="non-numeric throughput, images_per_sec or tokens_per_sec"):
         document.from_file(path)
 
 

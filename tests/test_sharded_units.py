@@ -100,7 +100,7 @@ def _record(spec: BurstSpec, recomputed: float | None) -> WorkerRecord:
     )  # fmt: skip
     return WorkerRecord(
         spec=spec, model=model, framework_version="x", device_name="NVIDIA A100-SXM4-80GB", precision_dtype="bfloat16",
-        fp32_math="ieee", samples=(1.0,), window_seconds=(1.0,), images_per_window=1, per_rank=(), loss_first=1.0,
+        fp32_math="ieee", samples=(1.0,), window_seconds=(1.0,), items_per_window=1, per_rank=(), loss_first=1.0,
         loss_last=0.5, peak_memory_bytes=1, warmup_seconds=0.0, recomputed_flops_per_item=recomputed,
     )  # fmt: skip
 

@@ -8,6 +8,7 @@ test of the module, in one xdist group.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,10 +18,12 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 pytest.importorskip("otava", reason="change points need Apache Otava (the history extra)")
 playwright = pytest.importorskip("playwright.sync_api", reason="no Playwright: pip install -e '.[dev]'")
 
+import test_site_kinds as kinds  # noqa: E402
 import triage_history as th  # noqa: E402
 from test_site import NIGHTS, SLOW_NODE, build_history  # noqa: E402
 
 from perfsuite.commands.main import main  # noqa: E402
+from perfsuite.workloads import unit_of_key  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("site-browser")
 
@@ -89,3 +92,72 @@ def test_every_page_loads_without_an_error(site, page):
         if page.locator(".plot").count():
             page.wait_for_selector(DRAWN)
         assert page.errors == [], path.relative_to(site)
+
+
+def _hover(page, curve: int, point: int) -> str:
+    """The hover label of the trend's point: the previous one taken away first (plotly draws a
+    hover that follows another within 50 ms later, and keeps the old label till then)."""
+    page.evaluate(
+        f"""() => {{
+            const plot = document.getElementById('trend');
+            Plotly.Fx.unhover(plot);
+            Plotly.Fx.hover(plot, [{{curveNumber: {curve}, pointNumber: {point}}}]);
+        }}"""
+    )
+    return page.locator("#trend .hoverlayer .hovertext").first.text_content() or ""
+
+
+@pytest.fixture(scope="module")
+def both_kinds(tmp_path_factory) -> Path:
+    """The site of a history of image and token models, one node slow in the token keys only."""
+    return kinds.build_site(tmp_path_factory.mktemp("kinds"))
+
+
+@pytest.mark.parametrize("key", [kinds.IMAGE, kinds.TOKENS[0]])
+def test_a_points_hover_says_the_figure_its_row_of_the_table_says(both_kinds, page, key):
+    manifest = json.loads((both_kinds / "manifest.json").read_text())
+    (slug,) = [s for s, v in manifest["keys"].items() if v["key"] == key]
+    page.goto((both_kinds / "key" / f"{slug}.html").as_uri())
+    page.wait_for_selector(DRAWN)
+    shown = 0
+    for row in page.locator("h2:has-text('Runs') + .scroll tbody tr").all()[:12]:
+        cells = row.locator("td").all_inner_texts()
+        night, node, figure = cells[0], cells[1], cells[5]
+        line = page.evaluate(
+            "(node) => document.getElementById('trend').data.findIndex(t => t.meta === 'node' && t.name === node)", node
+        )
+        label = _hover(page, line, page.evaluate(f"document.getElementById('trend').data[{line}].x.indexOf('{night}')"))
+        assert label.startswith(node) and f": {figure} {unit_of_key(key)}" in label, (night, figure, label)
+        shown += 1
+    assert shown == 12 and page.errors == []
+
+
+def test_a_hover_rounds_a_figure_once_as_the_table_does(tmp_path, page):
+    """Figures whose second rounding would differ: 94.18496 (94.185 to 5 digits, then 94.19),
+    94.125 (a half, which Python rounds to even and a browser up), 12345.6 (all its integer digits)."""
+    import datetime
+
+    import numpy as np
+
+    from perfsuite.site import assets, pages
+    from perfsuite.site.data import OK, KeyData, SiteData
+
+    nights = ["2026-01-01", "2026-01-02", "2026-01-03"]
+    figures = np.array([[94.18496, 94.125, 12345.6], [100.0, 100.0, 100.0], [99.0, 99.0, 99.0]])
+    k = KeyData(None, kinds.IMAGE, "k", ["n1", "n2", "n3"], figures, np.arange(9).reshape(3, 3),
+                [99.0, 99.0, 100.0], None, "the nights before", None, OK, [], [], [])  # fmt: skip
+    at = datetime.datetime(2026, 1, 3, 6)
+    site = SiteData("h", at, nights, 0.05, {}, [k], [], [], [])
+    (tmp_path / "key").mkdir()
+    (tmp_path / "assets").mkdir()
+    for name, content in assets.files().items():
+        (tmp_path / "assets" / name).write_bytes(content)
+    (tmp_path / "key" / "k.html").write_text(pages.key_page(site, k))
+    page.goto((tmp_path / "key" / "k.html").as_uri())
+    page.wait_for_selector(DRAWN)
+    table = page.locator("h2:has-text('Runs') + .scroll").inner_text()
+    for night, text in enumerate(["94.18", "94.12", "12346"]):
+        assert "\tn1\t" in table and f"\t{text}\t" in table
+        label = _hover(page, 0, night)
+        assert f": {text} img/s" in label, label
+    assert page.errors == []

@@ -82,7 +82,7 @@ def test_tiny_burst(changes, tmp_path):
     assert len(record.samples) == spec.windows
     assert all(s > 0 for s in record.samples)
     images = spec.batch_size * spec.devices * spec.steps_per_window
-    assert record.images_per_window == images
+    assert record.items_per_window == images
     for sample, seconds in zip(record.samples, record.window_seconds):
         assert sample == pytest.approx(images / seconds)
     assert record.device_name == "cpu"

@@ -26,8 +26,10 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 keras.mixed_precision.set_global_policy("mixed_float16")
 
+from types import SimpleNamespace
+
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.worker.backends.tf.data import feed
+from perfsuite.worker.backends.tf.data import device_feed
 from perfsuite.worker.backends.tf.precision import DynamicLossScale
 from perfsuite.worker.backends.tf.train import make_optimizer, make_step
 
@@ -42,7 +44,8 @@ with strategy.scope():
     optimizer = make_optimizer()
     optimizer.build(model.trainable_variables)
     scale = DynamicLossScale(initial_scale=2.0**8, growth_steps=2)
-step = make_step(spec, strategy, model, optimizer, feed(spec, strategy, 10, seed=0), scale)
+data = device_feed(spec, strategy, SimpleNamespace(num_classes=10), seed=0)
+step = make_step(spec, strategy, model, optimizer, data, scale)
 
 def weights():
     return [v.numpy().copy() for v in model.trainable_variables]

@@ -1,6 +1,6 @@
 """Every figure the history's commands, triage and the site show is in its key's unit: tokens/s
 for a token model (its key has a ``seqN`` part), img/s for an image model; a table of both says
-each figure's, and a --json row of a token key names its throughput ``tokens_per_sec``.
+each figure's, and a --json row names its figure ``throughput`` with its ``unit``, and under the unit's name.
 
 The history (tests/triage_history.py): 6 nodes, 16 nights, one image key and one token key;
 every node runs both 15% slower from night 9 on, with a new driver, and node gpu06 10% slower
@@ -62,7 +62,9 @@ def _history(capsys, url: str, *argv: str) -> str:
 # --- history trend -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("key", "unit", "name"), [(TOKEN, "tokens/s", "tokens_per_sec"), (IMAGE, "img/s", None)])
+@pytest.mark.parametrize(
+    ("key", "unit", "name"), [(TOKEN, "tokens/s", "tokens_per_sec"), (IMAGE, "img/s", "images_per_sec")]
+)
 def test_trend_heads_its_column_with_the_keys_unit_and_names_its_json_figure_by_it(
     history, capsys, monkeypatch, tmp_path, key, unit, name
 ):
@@ -75,12 +77,20 @@ def test_trend_heads_its_column_with_the_keys_unit_and_names_its_json_figure_by_
     assert head.split()[3] == unit
     assert drawn[0].unit == unit
     runs = json.loads(_history(capsys, history, "trend", key, "--node", "gpu01", "--json"))["runs"]
-    if name is None:  # an image key's rows as they always were
-        assert list(runs[0]) == ["run_id", "date", "git_commit", "images_per_sec", "ci_low", "ci_high", "change_point"]
-    else:
-        assert name in runs[0] and "images_per_sec" not in runs[0]
-        assert list(runs[0]).index(name) == 3
-        assert runs[0][name] == pytest.approx(runs[0]["ci_low"] / 0.99)
+    # the figure as throughput, then under its unit's name, then its unit
+    assert list(runs[0]) == [
+        "run_id",
+        "date",
+        "git_commit",
+        "throughput",
+        name,
+        "unit",
+        "ci_low",
+        "ci_high",
+        "change_point",
+    ]
+    assert runs[0]["unit"] == unit and runs[0][name] == runs[0]["throughput"]
+    assert runs[0][name] == pytest.approx(runs[0]["ci_low"] / 0.99)
 
 
 # --- history changes -----------------------------------------------------------------------------
@@ -127,14 +137,14 @@ def test_a_fleet_table_of_one_kind_names_its_unit_in_the_head(capsys, tmp_path, 
     assert len(rows) == 3 and not any(re.search(r" (img|tokens)/s", row) for row in rows)
 
 
-def test_fleet_json_names_a_token_rows_figure_tokens_per_sec_and_leaves_an_image_rows_alone(history, capsys):
+def test_fleet_json_names_each_rows_figure_by_its_unit_beside_throughput(history, capsys):
     rows = json.loads(_fleet(capsys, history, "--json"))["rows"]
     by_key = {k: [r for r in rows if r["key"] == k] for k in (IMAGE, TOKEN)}
     assert all(len(found) == 6 for found in by_key.values())
     for r in by_key[IMAGE]:
-        assert "images_per_sec" in r and "tokens_per_sec" not in r
+        assert r["images_per_sec"] == r["throughput"] and r["unit"] == "img/s" and "tokens_per_sec" not in r
     for r in by_key[TOKEN]:
-        assert "tokens_per_sec" in r and "images_per_sec" not in r
+        assert r["tokens_per_sec"] == r["throughput"] and r["unit"] == "tokens/s" and "images_per_sec" not in r
         assert r["ci_low"] < r["tokens_per_sec"] < r["ci_high"]
     image, token = by_key[IMAGE][0], by_key[TOKEN][0]
     assert list(token) == ["tokens_per_sec" if f == "images_per_sec" else f for f in image]

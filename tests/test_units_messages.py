@@ -44,7 +44,7 @@ def test_the_communication_overhead_line_says_the_unit(spec, unit, other):
 @dataclass(frozen=True)
 class Past:
     name: str
-    images_per_sec: float
+    throughput: float
     date: str = "2026-01-01"
     ci_low: float | None = None
     ci_high: float | None = None
@@ -72,7 +72,7 @@ def test_the_fleet_checks_message_says_the_unit(spec, unit, other):
     figures = 100 * (1 + 0.005 * rng.standard_normal((len(nodes), 1, 20)))  # enough nights for its noise
     figures[-1] *= 0.8  # n6, this node, slow every night
     m = measured(spec, 80.0)
-    peers = Peers("n6", "fp", nodes, (key,), figures, {key: m.images_per_sec}, 24.0, rule, "warn")
+    peers = Peers("n6", "fp", nodes, (key,), figures, {key: m.throughput}, 24.0, rule, "warn")
     check = fleet_check(m, peers)
     assert check is not None and check.flagged and check.message is not None
     assert re.search(

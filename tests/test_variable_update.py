@@ -14,13 +14,15 @@ STEPS = 3
 def _train(spec, rank, world):
     """STEPS steps of cifar10 from seed 0 on this rank's batches; returns the model."""
     from perfsuite.models.registry import get_model, resolve_builder
-    from perfsuite.worker.backends.torch.data import batches
+    from perfsuite.worker.backends.torch.data import device_batches
     from perfsuite.worker.backends.torch.train import make_step
 
     info = get_model("torch", "cifar10")
     torch.manual_seed(0)
     model = resolve_builder(info)(num_classes=info.num_classes)
-    step = make_step(spec, model, batches(spec, 10, torch.device("cpu"), seed=1000 * rank), torch.device("cpu"))
+    step = make_step(
+        spec, model, device_batches(spec, info, torch.device("cpu"), seed=1000 * rank), torch.device("cpu")
+    )
     for _ in range(STEPS):
         step()
     return model

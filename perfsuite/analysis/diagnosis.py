@@ -59,7 +59,7 @@ class Diagnosis:
 
 def data_location(m: Measurement, twin: Measurement | None) -> Diagnosis | None:
     """A data location well below ``device`` of the same spec (``twin``): why, where the evidence says."""
-    ips, twin_ips = _positive(m.images_per_sec), _positive(twin.images_per_sec) if twin else None
+    ips, twin_ips = _positive(m.throughput), _positive(twin.throughput) if twin else None
     if ips is None or twin_ips is None or ips >= DATA_LOCATION_SLOWDOWN * twin_ips:
         return None
     ev = Evidence(m)
@@ -253,18 +253,18 @@ def _step_seconds(r: Measurement, rec: WorkerRecord | None) -> float | None:
     """
     batch = r.spec.batch_size
     ranks = rec.per_rank if rec is not None else ()
-    rates = [_positive(x.images_per_sec) for x in ranks]
+    rates = [_positive(x.throughput) for x in ranks]
     per_rank = [x for x in rates if x is not None]
     if per_rank:
         devices_per_entry = r.spec.devices if r.spec.framework == "tf" else 1
         return batch * devices_per_entry / statistics.median(per_rank)
-    ips = _positive(r.images_per_sec)
+    ips = _positive(r.throughput)
     return batch * r.spec.world_size / ips if ips else None
 
 
 def _flops_text(r: Measurement) -> str:
     try:
-        f = mfu.fields(r.record, r.spec, r.images_per_sec)
+        f = mfu.fields(r.record, r.spec, r.throughput)
     except Exception:  # noqa: BLE001 - a malformed record only loses the figure
         return ""
     if f["achieved_tflops"] is None:

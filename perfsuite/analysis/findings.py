@@ -27,13 +27,14 @@ from perfsuite.analysis.attribution import Attribution
 from perfsuite.analysis.bisect_hint import bisect_command
 from perfsuite.analysis.changes import ChangePoint, Drift
 from perfsuite.analysis.diagnosis import Diagnosis
-from perfsuite.analysis.measurement import Measurement, figure_of
+from perfsuite.analysis.measurement import Measurement
 from perfsuite.analysis.memory import MemoryVerdict
 from perfsuite.analysis.peer_check import FleetCheck, Peers, fleet_check
 from perfsuite.common.numbers import fixed
 from perfsuite.contract.job import ContractError
 from perfsuite.contract.op_profile import OpProfile
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.workloads import figure_of
 
 THROUGHPUT = "throughput"
 SCALING = "scaling"
@@ -82,7 +83,7 @@ class PastRun(Protocol):
     def date(self) -> str: ...
 
     @property
-    def images_per_sec(self) -> float: ...
+    def throughput(self) -> float: ...
 
     @property
     def ci_low(self) -> float | None: ...
@@ -403,7 +404,7 @@ def input_efficiency(
     """``why``: the data location's diagnosis against ``twin``, where it has one."""
     if floor is None or twin is None:
         return None
-    ips, ceiling = m.images_per_sec, twin.images_per_sec
+    ips, ceiling = m.throughput, twin.throughput
     if not (ips and ceiling):
         return InputEfficiency(floor)
     ratio = ips / ceiling
@@ -417,7 +418,7 @@ def scaling_figures(m: Measurement, single: Measurement) -> tuple[float, tuple[f
     """Efficiency of ``m`` over its 1-device twin, its interval, and per pair of pooled runs;
     None where either measured no throughput."""
     n = m.spec.world_size
-    ips, single_ips = m.images_per_sec, single.images_per_sec
+    ips, single_ips = m.throughput, single.throughput
     if n < 2 or not (m.ok and single.ok) or m.remote is not None or not ips or not single_ips:
         return None
     runs = tuple(stats.scaling_efficiency(a, b, n) for a, b in zip(m.run_medians, single.run_medians))
@@ -479,7 +480,7 @@ def communication_overhead(m: Measurement, independent: Measurement | None) -> O
     """Where both ran and ``m`` exchanges gradients."""
     if m.spec.variable_update == "independent" or independent is None or not independent.ok:
         return None
-    ips, ceiling = m.images_per_sec, independent.images_per_sec
+    ips, ceiling = m.throughput, independent.throughput
     if not ips or not ceiling or ips <= 0 or ceiling <= 0:
         return None
     overhead = 1 - ips / ceiling
@@ -496,10 +497,10 @@ def communication_overhead(m: Measurement, independent: Measurement | None) -> O
 def drift_check(m: Measurement, context: Context, applied: float) -> DriftCheck | None:
     """A drop beyond the tolerance made of change points in the last --perf-drift-window runs of
     the key's series on this node, tonight included."""
-    past, ips, window = context.history, m.images_per_sec, context.limits.drift_window
+    past, ips, window = context.history, m.throughput, context.limits.drift_window
     if past is None or ips is None:
         return None
-    values = [p.images_per_sec for p in past] + [ips]
+    values = [p.throughput for p in past] + [ips]
     try:
         points = tuple(changes.change_points(values))
         found = changes.drift_of(points, len(values), window=window, tolerance=applied)
@@ -545,7 +546,7 @@ def _attribution(m: Measurement, entry: Mapping[str, Any]) -> tuple[Attribution 
     if profile is None:
         return None, None
     images = m.spec.batch_size * m.spec.world_size * m.spec.items_per_sample  # a token model's: tokens
-    now_ms = 1000 * images / m.images_per_sec if m.images_per_sec else None
+    now_ms = 1000 * images / m.throughput if m.throughput else None
     base_ips = _number(figure_of(entry))
     base_ms = 1000 * images / base_ips if base_ips else None
     return attribution.attribute(base, profile, base_ms, now_ms), None

@@ -58,7 +58,7 @@ class Judgement:
 
     def as_dict(self) -> dict[str, float | bool]:
         return {
-            "images_per_sec": self.value,
+            "throughput": self.value,  # in the key's unit
             "median": self.median,
             "mad": self.mad,
             "score": self.score,

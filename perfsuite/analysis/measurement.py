@@ -2,38 +2,23 @@
 cannot change behind its verdict's back. A rerun makes a new Measurement (``pooled_with``);
 the verdicts on the old one stand on the old one.
 
-A throughput is in its burst's unit: img/s for an image model, tokens/s for a token model. The
-attribute stays ``images_per_sec`` for both; what a person or a program reads names it by its
-unit (``throughput_name``): ``images_per_sec`` or ``tokens_per_sec``.
+A throughput is in its burst's unit (``unit``: img/s for an image model, tokens/s for a token
+model). The name a person or a program reads it by (``images_per_sec``, ``tokens_per_sec``) is
+given where it is written (perfsuite.workloads.figure_name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfsuite.analysis import stats
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
-from perfsuite.contract.spec import UNITS, BurstSpec
+from perfsuite.contract.spec import BurstSpec
 
 if TYPE_CHECKING:
     from perfsuite.contract.op_profile import OpProfile
-
-IMAGES_PER_SEC, TOKENS_PER_SEC = "images_per_sec", "tokens_per_sec"
-
-
-def throughput_name(unit: str) -> str:
-    """What records call a throughput in ``unit``: images_per_sec (img/s) or tokens_per_sec (tokens/s)."""
-    return TOKENS_PER_SEC if unit == UNITS[1] else IMAGES_PER_SEC
-
-
-def figure_of(data: Mapping[str, Any], prefix: str = "") -> Any:
-    """The throughput a results row or a baseline entry holds under either name (``prefix``:
-    "baseline_" for a row's baseline figure), as it is stored; None where it holds none."""
-    value = data.get(prefix + IMAGES_PER_SEC)
-    return value if value is not None else data.get(prefix + TOKENS_PER_SEC)
 
 
 @dataclass(frozen=True)
@@ -80,7 +65,8 @@ class Measurement:
         return [stats.median(s) for s in self.run_samples if s]
 
     @property
-    def images_per_sec(self) -> float | None:
+    def throughput(self) -> float | None:
+        """The median of the windows' throughput, all ranks together, in ``unit``."""
         return stats.median(self.samples) if self.samples else None
 
     @property
@@ -92,10 +78,9 @@ class Measurement:
         return self.spec.unit
 
     @property
-    def sequences_per_sec(self) -> float | None:
-        """A token model's throughput in sequences: tokens/s over the sequence length; None for an image model."""
-        ips = self.images_per_sec
-        return ips / self.spec.seq_len if ips is not None and self.spec.tokens else None
+    def extra_figures(self) -> dict[str, float | None]:
+        """What its workload reports beside the throughput (a token model's sequences_per_sec)."""
+        return self.spec.workload_kind.extra_figures(self.throughput, self.spec)
 
     @property
     def peak_memory_bytes(self) -> int | None:

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from perfsuite.common.numbers import finite
-from perfsuite.contract import model_info
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import CpuFacts, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
+from perfsuite.workloads import TRAIN_FLOPS_PER_FORWARD
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-TRAIN_FLOPS_PER_FORWARD = model_info.TRAIN_FLOPS_PER_FORWARD  # forward + backward
 
 
 def flops_per_forward(mode: str) -> int:
@@ -180,26 +179,17 @@ def compute_precision(precision: str | None, precision_dtype: str | None, fp32_m
     return "fp32" if fp32_math == "ieee" else "tf32"
 
 
-def achieved_tflops(flops_per_image: float, images_per_sec: float, mode: str = "train") -> float:
-    """Model TFLOP/s: 3 (training) or 1 (inference) x forward FLOPs per image x images per second."""
-    return flops_per_forward(mode) * flops_per_image * images_per_sec / 1e12
+def achieved_tflops(forward_flops_per_item: float, throughput: float, mode: str = "train") -> float:
+    """Model TFLOP/s: 3 (training) or 1 (inference) x forward FLOPs per item x items per second."""
+    return flops_per_forward(mode) * forward_flops_per_item * throughput / 1e12
 
 
 def flops_per_item(model: ModelInfo, spec: BurstSpec) -> float | None:
-    """The model FLOPs of one image or one token of ``spec``'s burst: training's, or one forward
-    pass for inference; None where they are not known.
-
-    An image model's registered FLOPs hold at its own image size only; a token model's are
-    counted at the burst's sequence length.
-    """
-    if spec.tokens != (model.workload == "token"):
-        return None  # a record of the other workload kind: its FLOPs count other items
-    if not spec.tokens and model.image_size != spec.image_size:
-        return None
-    train = model.train_flops_per_item(spec.seq_len if spec.tokens else None)
-    if not _positive(train):
-        return None
-    return train if spec.mode != "infer" else train / TRAIN_FLOPS_PER_FORWARD
+    """The model FLOPs of one item of ``spec``'s burst (an image, a token): training's, or one
+    forward pass for inference; None where they are not known, as the spec's workload counts them
+    (an image model's registered FLOPs hold at its own image size only; a token model's are
+    counted at the burst's sequence length)."""
+    return spec.workload_kind.flops_per_item(model, spec)
 
 
 def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, GpuPeak | None, str]:
@@ -324,14 +314,13 @@ def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any])
 # -- a results row's MFU fields --------------------------------------------------------------
 
 
-def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float | None) -> dict[str, Any]:
+def fields(record: WorkerRecord | None, spec: BurstSpec, throughput: float | None) -> dict[str, Any]:
     """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision,
     peak_device, mfu_note (why there is no peak, where there is none) and hfu (with activation
     checkpointing: the FLOPs executed, recomputation included, over the same peak).
 
-    ``images_per_sec`` is the burst's throughput over all devices, in its unit (tokens/s for a
-    token model); the peak is one device's times ``spec.world_size``, or on CPU workers the
-    cores' of every node.
+    ``throughput`` is the burst's over all devices, in its unit (img/s, tokens/s); the peak is one
+    device's times ``spec.world_size``, or on CPU workers the cores' of every node.
     """
     out: dict[str, Any] = {
         "achieved_tflops": None,
@@ -345,8 +334,8 @@ def fields(record: WorkerRecord | None, spec: BurstSpec, images_per_sec: float |
     if not record:
         return out
     per_item = flops_per_item(record.model, spec)
-    if per_item is not None and _positive(images_per_sec):
-        out["achieved_tflops"] = per_item * float(images_per_sec) / 1e12
+    if per_item is not None and _positive(throughput):
+        out["achieved_tflops"] = per_item * float(throughput) / 1e12
     if spec.device_kind != "cuda":
         _cpu_peak_fields(record, spec, out)
     else:

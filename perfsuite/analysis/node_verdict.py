@@ -4,7 +4,7 @@ check, ``history fleet``, the site and triage), with one set of settings, ``Flee
 table's fleet-tolerance, fleet-alpha, fleet-nights and fleet-min-nodes, whose defaults are written
 in perfsuite.config.table). Pure functions over arrays, no I/O.
 
-The input is one fleet's ``figures[node, key, night]``, each node's latest img/s of each burst
+The input is one fleet's ``figures[node, key, night]``, each node's latest throughput of each burst (in the key's unit)
 key on each night, NaN where it has none; night 0 is tonight, night k the same window k x 24 h
 before. The steps:
 
@@ -128,6 +128,9 @@ class NodeVerdict:
     p_value: float | None  # this node's, before the fleet's correction
     adjusted: float | None  # after Holm's over every node of the fleet judged
     per_night: tuple[float | None, ...] = ()  # each night's deviation, tonight first
+    # The keys (positions in the figures judged) it is more than the tolerance below its peers in
+    # over its verdict's nights: a node slow in some keys is slow in those, not in the rest.
+    slow_in: tuple[int, ...] = ()
 
     @property
     def flagged(self) -> bool:
@@ -375,9 +378,18 @@ def verdicts(found: Evidence, rule: FleetRule) -> list[NodeVerdict]:
                 p,
                 adj,
                 tuple(_fraction(x) for x in found.nightly[i]),
+                _slow_in(found.deviations[i, :, : w + 1], rule.tolerance),
             )
         )
     return out
+
+
+def _slow_in(deviations: Array, tolerance: float) -> tuple[int, ...]:
+    """The keys of ``deviations`` [key, night] whose mean over the nights is more than ``tolerance`` below."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a key with no figure in them: NaN, not slow
+        mean = np.nanmean(deviations, axis=1)
+        return tuple(int(j) for j in np.flatnonzero(mean < math.log1p(-tolerance)))
 
 
 def _slow_nights(nightly: Array, tolerance: float) -> int:

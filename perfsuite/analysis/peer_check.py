@@ -85,7 +85,7 @@ class FleetCheck:
 def fleet_check(m: Measurement, peers: Peers | None) -> FleetCheck | None:
     """This node among the other nodes of its fingerprint: its verdict by the fleet rule, with this
     run's figures as tonight's, and this key's figure tonight among its peers' as the evidence."""
-    ips = m.images_per_sec
+    ips = m.throughput
     if peers is None or ips is None:
         return None
     from perfsuite.analysis import node_verdict

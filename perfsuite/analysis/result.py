@@ -41,7 +41,7 @@ class BurstResult:
     measurement: Measurement
     burst_id: str | None = None  # unique in the session; the spec key unless another burst has it
     tests: tuple[str, ...] = ()  # node ids of the tests that used this burst
-    throughput: Findings | None = None  # the findings of the throughput case that judged it
+    throughput_case: Findings | None = None  # the findings of the throughput case that judged it
     scaling_case: Findings | None = None  # the findings of the scaling case that judged it
     saved: bool = False  # merged into its baseline file by --perf-save-baseline
 
@@ -53,7 +53,7 @@ class BurstResult:
     # What the cases found.
     @property
     def verdict(self) -> stats.Verdict | None:
-        return self.throughput.verdict if self.throughput is not None else None
+        return self.throughput_case.verdict if self.throughput_case is not None else None
 
     @property
     def scaling_verdict(self) -> stats.Verdict | None:
@@ -76,9 +76,9 @@ class BurstResult:
         return found.runs if found is not None else ()
 
     @property
-    def baseline_images_per_sec(self) -> float | None:
+    def baseline_throughput(self) -> float | None:
         """The baseline figure the throughput verdict compared with, in the burst's unit."""
-        found = self.throughput.throughput if self.throughput is not None else None
+        found = self.throughput_case.throughput if self.throughput_case is not None else None
         return found.baseline if found is not None else None
 
     @property
@@ -90,13 +90,13 @@ class BurstResult:
     @property
     def rerun_error(self) -> str | None:
         """The line of a confirming burst that measured nothing."""
-        return self.throughput.rerun_error if self.throughput is not None else None
+        return self.throughput_case.rerun_error if self.throughput_case is not None else None
 
     @property
     def diagnosis(self) -> tuple[Diagnosis, ...]:
         """What its cases' diagnoses said of it, each line once."""
         out: dict[str, Diagnosis] = {}
-        for case in (self.throughput, self.scaling_case):
+        for case in (self.throughput_case, self.scaling_case):
             for found in case.diagnosis if case is not None else ():
                 out.setdefault(found.text, found)
         return tuple(out.values())
@@ -104,56 +104,56 @@ class BurstResult:
     @property
     def baseline(self) -> Mapping[str, Any] | None:
         """The baseline entry compared against."""
-        for case in (self.throughput, self.scaling_case):
+        for case in (self.throughput_case, self.scaling_case):
             if case is not None and case.baseline is not None:
                 return case.baseline
         return None
 
     @property
     def baseline_file(self) -> str | None:
-        for case in (self.throughput, self.scaling_case):
+        for case in (self.throughput_case, self.scaling_case):
             if case is not None and case.baseline_file is not None:
                 return case.baseline_file
         return None
 
     @property
     def memory_verdict(self) -> MemoryVerdict | None:
-        return self.throughput.memory if self.throughput is not None else None
+        return self.throughput_case.memory if self.throughput_case is not None else None
 
     @property
     def drift_check(self) -> DriftCheck | None:
-        return self.throughput.drift if self.throughput is not None else None
+        return self.throughput_case.drift if self.throughput_case is not None else None
 
     @property
     def drift_runs(self) -> int | None:
-        check = self.throughput.drift if self.throughput is not None else None
+        check = self.throughput_case.drift if self.throughput_case is not None else None
         return check.runs if check is not None else None
 
     @property
     def drift(self) -> Drift | None:
-        check = self.throughput.drift if self.throughput is not None else None
+        check = self.throughput_case.drift if self.throughput_case is not None else None
         return check.drift if check is not None else None
 
     @property
     def drift_message(self) -> str | None:
-        check = self.throughput.drift if self.throughput is not None else None
+        check = self.throughput_case.drift if self.throughput_case is not None else None
         return check.message if check is not None else None
 
     @property
     def fleet(self) -> FleetCheck | None:
-        return self.throughput.fleet if self.throughput is not None else None
+        return self.throughput_case.fleet if self.throughput_case is not None else None
 
     @property
     def attribution(self) -> Attribution | None:
-        return self.throughput.attribution if self.throughput is not None else None
+        return self.throughput_case.attribution if self.throughput_case is not None else None
 
     @property
     def attribution_note(self) -> str | None:
-        return self.throughput.attribution_note if self.throughput is not None else None
+        return self.throughput_case.attribution_note if self.throughput_case is not None else None
 
     @property
     def input_efficiency(self) -> float | None:
-        found = self.throughput.input_efficiency if self.throughput is not None else None
+        found = self.throughput_case.input_efficiency if self.throughput_case is not None else None
         return found.ratio if found is not None else None
 
     @property
@@ -211,12 +211,9 @@ class BurstResult:
         return self.measurement.op_profile
 
     @property
-    def images_per_sec(self) -> float | None:
-        return self.measurement.images_per_sec
-
-    @property
-    def sequences_per_sec(self) -> float | None:
-        return self.measurement.sequences_per_sec
+    def throughput(self) -> float | None:
+        """The median of the windows' throughput, in ``unit``."""
+        return self.measurement.throughput
 
     @property
     def unit(self) -> str:

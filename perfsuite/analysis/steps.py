@@ -51,7 +51,7 @@ class Fleet:
     fingerprint: str | None
     nodes: Sequence[str]
     keys: Sequence[str]
-    figures: Any  # numpy [node, key, night]: img/s, night 0 tonight, NaN where none
+    figures: Any  # numpy [node, key, night]: throughput in each key's unit, night 0 tonight, NaN where none
     runs_at: Any  # numpy [node, key, night]: the run of each figure, -1 where none
 
 
@@ -66,7 +66,7 @@ class Step:
     bad: int  # nights ago of the first bad one
     good_run: int  # UNKNOWN where the last good figure is older than the nights read
     bad_run: int
-    before: float  # img/s: the level before (a gate failure's: the baseline)
+    before: float  # in the key's unit: the level before (a gate failure's: the baseline)
     after: float  # and after
     change: float  # after / before - 1 (a slow node's: against its peers)
     source: str  # FLEET, SERIES, SLOW_NODE or GATE

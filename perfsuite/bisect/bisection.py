@@ -27,7 +27,7 @@ from perfsuite.bisect.cache import Cache, StoredRound
 from perfsuite.bisect.selection import Selection
 from perfsuite.bisect.worktree import Worktrees
 from perfsuite.common.numbers import fixed
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_of_key
 
 SKIPPED = procedure.SKIPPED
 
@@ -83,7 +83,7 @@ class Tested:
             "role": self.role,
             "verdict": self.verdict,
             "reason": self.reason,
-            "images_per_sec": fig[0] if fig else None,
+            "throughput": fig[0] if fig else None,
             "ci_low": fig[1] if fig else None,
             "ci_high": fig[2] if fig else None,
             "position": self.call.position if self.call else (0.0 if self.role == "GOOD" else 1.0),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_of_key
 
 COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skipped": "#9e9e9e"}
 

@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from perfsuite import workloads
 from perfsuite.contract.frameworks import SUPPORTED
 from perfsuite.contract.spec import DATA_LOCATIONS, PRECISIONS, SHORT_KINDS, key_fields
 
@@ -82,6 +83,11 @@ def key_args(key: str, given: list[str]) -> list[str]:
     args += ["--perf-cpu-workers", f["count"]] if f["kind"] == "cpu" else ["--perf-gpus", f["count"]]
     args += ["--perf-data-location", f["data_location"], "--perf-precision", f["precision"]]
     args += ["--perf-batch-size", f["batch_size"]]
+    # The input's size where an option asks for it (a token key's sequence length); an image
+    # model's size is its own. Without it, the run measures the model's default length.
+    workload = workloads.of_key(key)
+    if workload.key_option and f.get(workload.key_field):
+        args += [workload.key_option, f[workload.key_field]]
     if f["kind"] == "cpu" and f["threads"] != "-":
         args += ["--perf-threads-per-worker", f["threads"]]
     if int(f["count"]) > 1:

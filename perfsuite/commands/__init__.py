@@ -51,13 +51,8 @@ def write_plot(where: str, render: Callable[[], bytes]) -> str:
 
 
 def named_by_unit(row: dict[str, Any], key: str) -> dict[str, Any]:
-    """``row`` (a --json row of ``key``) with its throughput named by the key's unit, as --perf-json
-    names it: an image key's row as it is; a token key's with ``tokens_per_sec`` in the place of
-    ``images_per_sec``, the fields in their order. Its other figures are in the key's unit already."""
-    from perfsuite.analysis.measurement import IMAGES_PER_SEC, throughput_name
-    from perfsuite.contract.spec import unit_of_key
+    """``row`` (a --json row of ``key``, its figure ``throughput``) as --perf-json names it: the
+    figure also under the key's unit's name, and ``unit`` (perfsuite.workloads.named)."""
+    from perfsuite.workloads import named, unit_of_key
 
-    name = throughput_name(unit_of_key(key))
-    if name == IMAGES_PER_SEC or IMAGES_PER_SEC not in row:
-        return row
-    return {(name if field == IMAGES_PER_SEC else field): value for field, value in row.items()}
+    return named(row, unit_of_key(key))

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfsuite.analysis.measurement import throughput_name
 from perfsuite.commands import Failure, UsageError
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
@@ -22,6 +21,7 @@ from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
 from perfsuite.store import baseline
 from perfsuite.store.summary import as_date, as_number, compare, prune_selector, summarize
+from perfsuite.workloads import MIXED, figure_name, unit_column
 
 TREND_POINTS = 3  # history values shown in the trend; the JSON output has them all
 THIS_MACHINE = (
@@ -79,13 +79,13 @@ def _versions(frameworks: dict[str, Any]) -> str:
 def _units(rows: list[dict[str, Any]]) -> tuple[str, bool]:
     """(what the throughput columns are headed by, whether each figure says its unit): the entries'
     one unit, else "throughput" with "img/s" or "tokens/s" after every figure."""
-    units = {e["unit"] for e in rows}
-    return (units.pop(), False) if len(units) == 1 else ("throughput", True)
+    head, _ = unit_column(e["unit"] for e in rows)
+    return head, head == MIXED
 
 
 def _figure(e: dict[str, Any], prefix: str, mixed: bool) -> str:
     """The row's figure (``prefix`` "", "old_" or "new_"), with its unit where ``mixed``; "-" where none."""
-    figure = e[prefix + throughput_name(e["unit"])]
+    figure = e[prefix + figure_name(e["unit"])]
     return _fmt(figure, ".4g") + (f" {e['unit']}" if mixed and figure is not None else "")
 
 
@@ -108,7 +108,7 @@ def _show(args: argparse.Namespace) -> int:
         known = e["ci_low"] is not None and e["ci_high"] is not None
         ci = f"{fixed(e['ci_low'])}-{fixed(e['ci_high'])}" if known else "-"
         when = as_date(e["date"])
-        history = e["history_" + throughput_name(e["unit"])]
+        history = e["history_" + figure_name(e["unit"])]
         trend = "-"
         if history:
             recent = [fixed(v) for v in history[-TREND_POINTS:]]

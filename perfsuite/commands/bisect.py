@@ -35,7 +35,7 @@ from perfsuite.commands import CommandError, Failure, UsageError, named_by_unit
 from perfsuite.commands.bisect_report import as_json, figures, report
 from perfsuite.config import arguments, project
 from perfsuite.config.options import OptionError
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_of_key
 
 INTERRUPTED = 130
 STEP_EXIT = {"good": 0, "bad": 1, "skipped": 125}

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from perfsuite.commands import named_by_unit
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_of_key
 
 
 def table_header(unit: str) -> tuple[str, ...]:

@@ -171,7 +171,7 @@ def row(history: Fleet, ev: KeyEvidence, i: int, j: int, nights: int) -> dict[st
             "hosts": int(ev.has[:, j].sum()),
             "run_id": run_id,
             "date": history.runs[run_id].date,
-            "images_per_sec": ips,
+            "throughput": ips,
             "ci_low": lo,
             "ci_high": hi,
             "median": float(c.median[j]) if judged else None,
@@ -273,7 +273,7 @@ def gate_verdicts(engine: Any, history: Fleet) -> dict[tuple[int, str | None, st
     with engine.connect() as conn:
         for start in range(0, len(ids), BATCH):
             query = sa.select(b.c.run_id, b.c.fingerprint, b.c.key, b.c.verdict).where(
-                b.c.run_id.in_(ids[start : start + BATCH]), b.c.images_per_sec > 0, b.c.verdict.is_not(None)
+                b.c.run_id.in_(ids[start : start + BATCH]), b.c.throughput > 0, b.c.verdict.is_not(None)
             )
             for run_id, fp, key, verdict in conn.execute(query):
                 out[(run_id, fp or None, key)] = verdict

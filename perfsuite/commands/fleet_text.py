@@ -10,10 +10,9 @@ from typing import Any
 from perfsuite.commands import shared
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_column, unit_of_key
 
 LISTED = 20  # keys that cannot be judged, named one by one
-MIXED = "throughput"  # the figure column's head where the rows have both units: each figure says its own
 
 
 def _interval(lo: float | None, hi: float | None) -> str:
@@ -94,14 +93,12 @@ def text(s: dict[str, Any], group_by: list[str]) -> None:
 
 def _units(rows: list[dict[str, Any]]) -> tuple[str, Any]:
     """(the figure column's head: the rows' one unit, else MIXED; the unit each figure then says)."""
-    units = {unit_of_key(r["key"]) for r in rows}
-    if len(units) == 1:
-        return units.pop(), lambda r: ""
-    return MIXED, lambda r: f" {unit_of_key(r['key'])}"
+    head, says = unit_column(unit_of_key(r["key"]) for r in rows)
+    return head, lambda r: says(unit_of_key(r["key"]))
 
 
 def _table(s: dict[str, Any], group_by: list[str]) -> None:
-    from perfsuite.analysis.measurement import figure_of
+    from perfsuite.workloads import figure_of
 
     named, unit = _units(s["rows"])
     header = ("host", "fingerprint", "key", *group_by, named, "95% CI", "median", "deviation", "score", "key flag",

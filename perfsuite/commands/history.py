@@ -18,9 +18,9 @@ from perfsuite.commands import Failure, UsageError, fleet, history_import, named
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments
-from perfsuite.contract.spec import unit_of_key
 from perfsuite.history import spool
 from perfsuite.history.url import shown
+from perfsuite.workloads import unit_of_key
 
 DEFAULT_LIMIT = 20
 NEAREST_KEYS = 3
@@ -126,14 +126,14 @@ def _change_text(c: dict[str, Any]) -> str:
 
 
 def _finite(points: list) -> list:
-    return [p for p in points if math.isfinite(p.images_per_sec)]
+    return [p for p in points if math.isfinite(p.throughput)]
 
 
 def _change_points(points: list) -> list:
     from perfsuite.analysis.changes import change_points
 
     try:
-        return change_points([p.images_per_sec for p in points])
+        return change_points([p.throughput for p in points])
     except ImportError as exc:
         raise Failure(str(exc)) from None
 
@@ -244,7 +244,7 @@ def _trend(args: argparse.Namespace, url: str) -> int:
                             "run_id": p.run_id,
                             "date": p.date,
                             "git_commit": p.meta.get("git_commit"),
-                            "images_per_sec": p.images_per_sec,
+                            "throughput": p.throughput,  # and under its unit's name (named_by_unit)
                             "ci_low": p.ci_low,
                             "ci_high": p.ci_high,
                             "change_point": i in marks,
@@ -318,9 +318,7 @@ def _trend_text(
         ci = f"{fixed(p.ci_low)}-{fixed(p.ci_high)}" if p.ci_low is not None and p.ci_high is not None else "-"
         cp = marks.get(i)
         mark = f"<- change {cp.change:+.1%} ({fixed(cp.before)} -> {fixed(cp.after)}), p={_p(cp.p_value)}" if cp else ""
-        rows.append(
-            (str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.images_per_sec), ci, mark)
-        )
+        rows.append((str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.throughput), ci, mark))
     print()
     for line in columns(header, rows, left=(1, 2, 5)):
         print(line)
@@ -342,7 +340,7 @@ def _plot(where: str, key: str, fingerprint: str, node: str | None, points: list
     trend = Trend(
         title=f"{key}  [fingerprint {fingerprint}" + ("]" if node is None else f", node {node}]"),
         runs=[str(p.date)[:10] for p in points],
-        images_per_sec=[p.images_per_sec for p in points],
+        throughput=[p.throughput for p in points],
         ci_low=[p.ci_low for p in points],
         ci_high=[p.ci_high for p in points],
         change_points=[(cp.index, cp.change) for cp in cps],

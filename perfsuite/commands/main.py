@@ -54,16 +54,13 @@ def _models(args: argparse.Namespace) -> int:
 
 def _input(m) -> str:
     """'224 px', or a token model's sequence lengths and vocabulary: '1024 tokens (128 on a CPU worker) of 50257'."""
-    if m.workload == "token":
-        cpu = f" ({m.cpu_seq_len} on a CPU worker)" if m.cpu_seq_len and m.cpu_seq_len != m.seq_len else ""
-        return f"{m.seq_len} tokens{cpu} of {m.vocab_size}"
-    return f"{m.image_size} px"
+    return m.workload_kind.describe_input(m)
 
 
 def _training_flops(m) -> str:
     """Forward and backward GFLOPs per image, or per token at the default sequence length."""
     per_item = m.train_flops_per_item()
-    return "-" if per_item is None else f"{per_item / 1e9:.2f}/{'token' if m.workload == 'token' else 'image'}"
+    return "-" if per_item is None else f"{per_item / 1e9:.2f}/{m.workload_kind.item}"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -150,7 +150,12 @@ def _verdicts(judged: Fleet, rule: FleetRule) -> list[dict[str, Any]]:
                     "flagged": ev.tonight.flagged[rows, j],
                 }
             )
-        shown = [v.as_dict() for v in found.verdicts if v.status != NOT_JUDGED or v.keys]
+        names = [judged.keys[column][1] for column in g.keys]
+        shown = [
+            {**v.as_dict(), "slow_in": [names[j] for j in v.slow_in]}  # the keys it is slow in, by name
+            for v in found.verdicts
+            if v.status != NOT_JUDGED or v.keys
+        ]
         out.append(
             {
                 "fingerprint": g.fingerprint,

@@ -82,7 +82,7 @@ def pid_files(folder: Path) -> list[Path]:
 
 
 def write_progress(path: Path, state: dict[str, Any]) -> None:
-    """k/n steps and the last window's rate: {"step", "steps", "images_per_sec", "windows", "t"}."""
+    """k/n steps and the last window's rate: {"step", "steps", "throughput", "windows", "t"}."""
     atomic_write(path, json.dumps(state).encode())
 
 

@@ -1,9 +1,8 @@
 """ModelInfo: a registered model's metadata, as the plugin knows it and the Job carries it.
 
-Two workload kinds share it. An image model (``workload="image"``) takes images of
-``image_size`` and is measured in img/s; a token model (``workload="token"``) takes token
-ids of a sequence length from a vocabulary and is measured in tokens/s. The token fields
-are None for an image model, and ``image_size`` is None for a token model.
+``workload`` names the model's kind (perfsuite.workloads): what it is fed, what its throughput
+counts and how its FLOPs are counted are the workload's to say. An image model's token fields are
+None; a token model's ``image_size`` is None.
 """
 
 from __future__ import annotations
@@ -11,13 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-WORKLOADS = ("image", "token")
+from perfsuite import workloads
+from perfsuite.workloads import Workload
+
 OBJECTIVES = ("causal", "masked")
 OPTIMIZERS = ("sgd", "adamw")
-UNITS = {"image": "img/s", "token": "tokens/s"}
-# Training FLOPs per forward FLOP: the backward pass costs about twice the forward
-# (gradients of activations and of weights), as perfsuite.analysis.mfu counts training.
-TRAIN_FLOPS_PER_FORWARD = 3
 
 
 @dataclass(frozen=True)
@@ -35,7 +32,7 @@ class ModelInfo:
     builder: str  # "module:qualname" of the builder function
     source: str | None  # file of the builder's module, for models registered outside the package
     description: str = ""
-    workload: str = "image"  # "image" (img/s) or "token" (tokens/s)
+    workload: str = "image"  # its kind's name in perfsuite.workloads: "image" (img/s), "token" (tokens/s)
     optimizer: str = "sgd"  # what a burst trains with: "sgd" (the CNNs) or "adamw" (the transformers)
     # A token model's shapes: its default sequence length on an accelerator and per CPU
     # worker, its vocabulary, and what it learns ("causal": the next token, "masked": the
@@ -52,43 +49,19 @@ class ModelInfo:
     embedding_params: int | None = None
 
     @property
+    def workload_kind(self) -> Workload:
+        return workloads.get(self.workload)
+
+    @property
     def unit(self) -> str:
         """What a burst's throughput counts: "img/s" or "tokens/s"."""
-        return UNITS[self.workload]
+        return self.workload_kind.unit
 
     def train_flops_per_item(self, seq_len: int | None = None) -> float | None:
-        """Training FLOPs (forward and backward) per image or per token; None where unknown.
-
-        An image model: 3 x its forward FLOPs per image (``flops``), at ``image_size``.
-
-        A token model, per token at sequence length ``seq_len`` (default: ``self.seq_len``):
-        ``6 * N + 12 * L * H * Q * T``, as torchtitan and nanoGPT count it. ``6 * N`` is the
-        weights' matmuls (2 FLOPs per multiply-add, forward plus twice that backward), with
-        N = ``params - embedding_params``; ``12 * L * H * Q * T`` is attention's two
-        matmuls (scores and the weighted sum) over T keys in each of L layers, H query heads
-        of width Q. Causal attention is counted in full, as if every token saw all T: the
-        convention of both references, although a causal kernel does about half that work.
-
-        N holds every weight that does a matmul. The parameters left out of it
-        (``embedding_params``) are the ones that are only looked up: position and token-type
-        embeddings, and a token embedding that is not also the output layer. A token
-        embedding tied to the output layer (GPT-2, BERT) does its matmul as the output
-        layer and stays in N, as nanoGPT counts it; an untied one (Llama) is left out and
-        its separate output layer counted, as torchtitan counts it.
-        """
-        if self.workload == "image":
-            return None if self.flops is None else TRAIN_FLOPS_PER_FORWARD * self.flops
-        length = seq_len if seq_len is not None else self.seq_len
-        params, embedding, layers, heads, width = (
-            self.params,
-            self.embedding_params,
-            self.layers,
-            self.heads,
-            self.head_dim,
-        )
-        if params is None or embedding is None or layers is None or heads is None or width is None or length is None:
-            return None  # a model registered without its parameter count: the worker counts it
-        return float(6 * (params - embedding) + 12 * layers * heads * width * length)
+        """Training FLOPs (forward and backward) per item, as its workload counts them (an image
+        model's per image at its image size, a token model's per token at ``seq_len``, default
+        its own); None where unknown."""
+        return self.workload_kind.train_flops_per_item(self, seq_len)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,7 +17,9 @@ from perfsuite.contract.job import ContractError
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.spec import BurstSpec
 
-RECORD_VERSION = 2  # 2: the CPU facts MFU needs on CPU workers, and whether AMX ran
+# 2: the CPU facts MFU needs on CPU workers, and whether AMX ran. 3: figures named neutrally, in
+# the spec's workload's unit: ``items_per_window`` and each rank's ``throughput``.
+RECORD_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class RankEntry:
     host: str
     device: str
     window_seconds: tuple[float, ...]
-    images_per_sec: float  # what this rank (or process) trained per second over its windows
+    throughput: float  # what this rank (or process) trained per second over its windows, in the unit
     loss_first: float | None
     loss_last: float | None
     peak_memory_bytes: int
@@ -67,9 +69,9 @@ class WorkerRecord:
     device_name: str
     precision_dtype: str
     fp32_math: str | None  # what fp32 convolutions ran as on a GPU: "tf32" or "ieee"; None on CPU
-    samples: tuple[float, ...]  # img/s of each timed window, all ranks together
+    samples: tuple[float, ...]  # each timed window's throughput, all ranks together, in the spec's unit
     window_seconds: tuple[float, ...]  # each window's time on its slowest rank
-    images_per_window: int
+    items_per_window: int  # images or tokens (the unit's items) a window trains, all ranks together
     per_rank: tuple[RankEntry, ...]
     loss_first: float | None  # None: not finite
     loss_last: float | None

@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from perfsuite import workloads
+from perfsuite.workloads import Workload, WorkloadError
+
 DEVICE_KINDS = ("cuda", "cpu")
 # A device kind's short form, in keys, ids, fingerprints and baseline files: "gpu" or "cpu".
 SHORT_KINDS = {"cuda": "gpu", "cpu": "cpu"}
@@ -56,19 +59,6 @@ def default_memory_format(framework: str, device_kind: str, image_size: int, pre
     return key_memory_format(framework, device_kind, image_size)
 
 
-UNITS = ("img/s", "tokens/s")
-
-
-def unit_of(tokens: bool) -> str:
-    """A throughput's unit: images per second for an image model, tokens for a token model."""
-    return UNITS[1] if tokens else UNITS[0]
-
-
-def unit_of_key(key: str) -> str:
-    """The unit of a baseline key's figures: a token model's key names its sequence length."""
-    return unit_of(any(part.startswith("seq") and part[3:].isdigit() for part in key.split("/")))
-
-
 def short_kind(device_kind: str) -> str:
     return SHORT_KINDS[device_kind]
 
@@ -102,6 +92,9 @@ class BurstSpec:
     batch_size: int = 32  # per device
     image_size: int = 224  # an image model's input side
     seq_len: int = 0  # a token model's tokens per sample; 0: an image model
+    # The model's kind (perfsuite.workloads), which answers for its input, unit and FLOPs; "":
+    # a spec written before it was carried, whose input fields tell (workloads.implied_by).
+    workload: str = ""
     precision: str = "fp32"
     variable_update: str = "replicated"
     warmup_steps: int = 2
@@ -141,11 +134,15 @@ class BurstSpec:
             problems.append(f"memory_format must be one of {MEMORY_FORMATS}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}")
-        for name in ("devices", "nodes", "batch_size", "image_size", "steps", "windows"):
+        for name in ("devices", "nodes", "batch_size", "steps", "windows"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
-        if self.seq_len < 0:
-            problems.append("seq_len must be >= 0 (0: an image model)")
+        if not self.workload:
+            object.__setattr__(self, "workload", workloads.implied_by(self).name)
+        try:
+            problems.extend(self.workload_kind.check(self))
+        except WorkloadError as exc:
+            problems.append(str(exc))
         if self.warmup_steps < 0:
             problems.append("warmup_steps must be >= 0")
         if self.windows > self.steps:
@@ -165,27 +162,30 @@ class BurstSpec:
         )
         keyed = key_memory_format(self.framework, self.device_kind, self.image_size)
         object.__setattr__(self, "memory_format", "" if layout == keyed else layout)
-        if self.seq_len:  # a token model has no images: their side and layout mean nothing to it
-            object.__setattr__(self, "image_size", 224)
-            object.__setattr__(self, "memory_format", "")
+        # What means nothing to the workload (a token model's image side and layout) is held at
+        # its default, so equal bursts stay equal.
+        for name, value in self.workload_kind.normalised(self).items():
+            object.__setattr__(self, name, value)
 
     @property
-    def tokens(self) -> bool:
-        """A token model's burst: it is fed token ids, and measured in tokens/s."""
-        return self.seq_len > 0
+    def workload_kind(self) -> Workload:
+        return workloads.get(self.workload)
 
     @property
     def unit(self) -> str:
-        return unit_of(self.seq_len > 0)
+        return self.workload_kind.unit
 
     @property
     def items_per_sample(self) -> int:
         """What one sample of a batch counts for in the throughput: one image, or seq_len tokens."""
-        return self.seq_len or 1
+        return self.workload_kind.items_per_sample(self)
 
     @property
-    def layout(self) -> str:
-        """The memory format the burst runs in: channels_last or channels_first."""
+    def layout(self) -> str | None:
+        """The memory format the burst runs in: channels_last or channels_first; None where the
+        workload's inputs have none (token ids)."""
+        if not self.workload_kind.layout_applies:
+            return None
         return self.memory_format or key_memory_format(self.framework, self.device_kind, self.image_size)
 
     @property
@@ -219,7 +219,7 @@ class BurstSpec:
         if self.mode != "train":
             extra.append("inference")
         tail = f" ({', '.join(extra)})" if extra else ""
-        batch = f"batch {self.batch_size}/device" + (f" x {self.seq_len} tokens" if self.seq_len else "")
+        batch = f"batch {self.batch_size}/device" + self.workload_kind.input_words(self)
         return f"{self.framework} {self.model} on {count}, {batch}, data location {self.data_location}{tail}"
 
     def key(self) -> str:
@@ -235,7 +235,7 @@ class BurstSpec:
             f"nodes{self.nodes}",
             self.data_location,
             f"bs{self.batch_size}",
-            f"seq{self.seq_len}" if self.seq_len else f"img{self.image_size}",
+            self.workload_kind.key_part(self),
             self.precision,
         ]
         if self.world_size > 1:
@@ -290,7 +290,7 @@ class BurstSpec:
     def replace(self, **changes: Any) -> BurstSpec:
         """This spec with ``changes``; its layout stays, unless a change names one (a spec's
         "" names its key's layout, which the new spec's default may not be)."""
-        changes.setdefault("memory_format", self.layout)
+        changes.setdefault("memory_format", self.layout or "")
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -333,8 +333,7 @@ KEY_FIELDS = {
 _PREFIXED = (
     ("nodes", "nodes"),
     ("bs", "batch_size"),
-    ("img", "image_size"),
-    ("seq", "seq_len"),
+    *((w.key_prefix, w.key_field) for w in workloads.all_kinds()),
     ("threads", "threads"),
     ("augment-", "augment_on"),
 )
@@ -380,7 +379,8 @@ def key_fields(key: str) -> dict[str, str]:
             elif part in MODES:
                 fields["mode"] = part
     kind = fields["devices"].rstrip("0123456789x")
-    if fields["memory_format"] == "default" and "image_size" in fields and kind in SHORT_KINDS.values():
+    laid_out = workloads.of_key(key).layout_applies and "image_size" in fields
+    if fields["memory_format"] == "default" and laid_out and kind in SHORT_KINDS.values():
         # An image key without a layout part names its key's layout, whatever a burst's default is now.
         fields["memory_format"] = key_memory_format(
             fields["framework"], device_kind_of(kind), int(fields["image_size"])

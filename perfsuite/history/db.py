@@ -6,11 +6,12 @@ failing; WAL lets readers go on meanwhile. PostgreSQL handles concurrent writers
 what it refuses for now (too many clients, a restart) is retried where the caller gives a
 ``Retry`` (perfsuite.history.retry), and a run written twice is written once (its uuid).
 
-PostgreSQL is used as a connection pooler in transaction mode (PgBouncer) allows: no session
-state, and no server-side prepared statements (psycopg's ``prepare_threshold`` is None: a
-pooler hands each transaction whichever server connection is free, and a statement prepared
-on one is missing, or already there, on the next). The history's queries are few and not
-hot, so nothing is lost by not preparing them, directly or through a pooler.
+PostgreSQL is used only in the ways a connection pooler in transaction mode (PgBouncer)
+allows: no session state, and no server-side prepared statements (psycopg's
+``prepare_threshold`` is None: a pooler hands each transaction whichever server connection is
+free, and a statement prepared on one is missing, or already there, on the next). The
+history's queries are few and not hot, so nothing is lost by not preparing them, directly or
+through a pooler.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sqlalchemy as sa
 
 from perfsuite.common.text import redact
 from perfsuite.history import schema
-from perfsuite.history.document import row_fingerprint, utc
+from perfsuite.history.document import THROUGHPUT, UNIT, for_history, row_fingerprint, utc
 from perfsuite.history.retry import Retry, StillRefused, permanent
 from perfsuite.history.url import HistoryError, engine_url, shown, sqlite_path
 
@@ -208,6 +209,7 @@ def _written(conn: sa.Connection, uuid: str) -> bool:
 
 
 def _burst_values(run_id: int, run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    row = for_history(row)  # a document spooled by an older perfsuite names its figure by its unit
     return {
         "run_id": run_id,
         "fingerprint": row_fingerprint(run, row),
@@ -224,7 +226,8 @@ def _burst_values(run_id: int, run: dict[str, Any], row: dict[str, Any]) -> dict
                 "variable_update",
                 "precision",
                 "batch_size",
-                "images_per_sec",
+                THROUGHPUT,
+                UNIT,
                 "ci_low",
                 "ci_high",
                 "scaling_efficiency",
@@ -296,7 +299,7 @@ class SeriesPoint:
 
     run_id: int | None  # None: a spooled run, not in the database yet
     date: str
-    images_per_sec: float
+    throughput: float  # in the key's unit
     ci_low: float | None
     ci_high: float | None
     meta: dict[str, Any]  # the run's metadata that a change can be blamed on
@@ -344,8 +347,9 @@ def all_series(
     *,
     by_node: bool = False,
 ) -> dict[Series, list[SeriesPoint]] | dict[NodeSeries, list[SeriesPoint]]:
-    """(fingerprint, key) -> measured img/s, oldest first, one point per run; of every key (or
-    ``key``) on these fingerprints (or all), of one node's runs (or every node's), in one query.
+    """(fingerprint, key) -> measured throughput (in the key's unit), oldest first, one point per
+    run; of every key (or ``key``) on these fingerprints (or all), of one node's runs (or every
+    node's), in one query.
 
     ``by_node``: (fingerprint, key, node) -> the same, each node's runs a series of their own
     (in a fleet's shared history the nodes of one fingerprint interleave in a (fingerprint,
@@ -358,13 +362,13 @@ def all_series(
             r.c.node,
             r.c.id,
             r.c.date,
-            b.c.images_per_sec,
+            b.c.throughput,
             b.c.ci_low,
             b.c.ci_high,
             *(r.c[f] for f in META_FIELDS),
         )
         .join(r, r.c.id == b.c.run_id)
-        .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+        .where(b.c.throughput.is_not(None), b.c.throughput > 0)
         .order_by(r.c.started_at, r.c.id, b.c.bursts_pooled.desc(), b.c.id)
     )
     if fingerprints is not None:
@@ -388,7 +392,7 @@ def all_series(
                 continue  # tests with their own tolerance ran the key again: the longest burst stands
             points.append(
                 SeriesPoint(
-                    m["id"], m["date"], m["images_per_sec"], m["ci_low"], m["ci_high"], {f: m[f] for f in META_FIELDS}
+                    m["id"], m["date"], m["throughput"], m["ci_low"], m["ci_high"], {f: m[f] for f in META_FIELDS}
                 )
             )
     return out
@@ -399,7 +403,7 @@ def series_keys(engine: sa.Engine) -> list[tuple[str | None, str, int]]:
     b = schema.bursts
     query = (
         sa.select(b.c.fingerprint, b.c.key, sa.func.count(sa.distinct(b.c.run_id)))
-        .where(b.c.images_per_sec.is_not(None), b.c.images_per_sec > 0)
+        .where(b.c.throughput.is_not(None), b.c.throughput > 0)
         .group_by(b.c.fingerprint, b.c.key)
         .order_by(b.c.fingerprint, b.c.key)
     )

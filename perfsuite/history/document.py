@@ -3,11 +3,12 @@
 {"uuid": ..., "mode": "gate"|"save", "outcome": "passed"|"failed"|"interrupted"|"error",
  "source": "run" | the file imported, "run": the --perf-json run object, "results": its rows}
 
-The history keeps a burst's throughput in its ``images_per_sec`` column whatever the model:
-the figure is in the key's unit (``perfsuite.contract.spec.unit_of_key``: img/s, or tokens/s
-for a token model). A token model's --perf-json row names it ``tokens_per_sec``; its row in the
-document carries the same figure as ``images_per_sec`` too (``for_history``), which is what the
-history's column, series and fleet read.
+The history keeps a burst's throughput in its ``throughput`` column whatever the model, beside
+its ``unit`` (img/s for an image model, tokens/s for a token model). A --perf-json row carries
+both, with the figure also under its unit's name (``images_per_sec``, ``tokens_per_sec``); a
+row of an older file, or of a run spooled by an older perfsuite, has only that name. Each row of
+a document carries ``throughput`` and ``unit`` (``for_history``), which is what the history's
+columns, series and fleet read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import uuid as uuids
 from pathlib import Path
 from typing import Any
 
-from perfsuite.analysis.measurement import IMAGES_PER_SEC, TOKENS_PER_SEC
 from perfsuite.contract.spec import SHORT_KINDS
 from perfsuite.history.url import HistoryError
+from perfsuite.workloads import all_kinds, figure_name, figure_of, unit_of_key, unit_of_row, units
 
 MODES = ("gate", "save")
 BISECT_MODE = "bisect"  # a bisect's verdict: no bursts, its outcome in run["bisect"]
@@ -34,12 +35,21 @@ def outcome_of(exitstatus: int, interrupted: bool) -> str:
     return {0: "passed", 1: "failed", 5: "passed"}.get(int(exitstatus), "error")
 
 
+THROUGHPUT, UNIT = "throughput", "unit"
+
+
 def for_history(row: dict[str, Any]) -> dict[str, Any]:
-    """A --perf-json row as the history keeps it: a token model's tokens_per_sec also under the
-    name of the history's throughput column (images_per_sec); an image model's row as it is."""
-    if TOKENS_PER_SEC in row and IMAGES_PER_SEC not in row:
-        return {**row, IMAGES_PER_SEC: row[TOKENS_PER_SEC]}
-    return row
+    """A --perf-json row as the history keeps it: with its ``throughput`` and ``unit``; a row of an
+    older file or spooled run has neither, and its figure is under its key's unit's name (a token
+    model's spooled row carries it as images_per_sec too, which its key's unit passes over), else
+    under another; a row with no figure at all measured nothing, in its key's unit."""
+    if THROUGHPUT in row and row.get(UNIT) is not None:
+        return row
+    key = row.get("key")
+    unit = row.get(UNIT) or (unit_of_key(key) if isinstance(key, str) else unit_of_row(row))
+    named = figure_name(unit)
+    figure = row[THROUGHPUT] if THROUGHPUT in row else row[named] if named in row else figure_of(row)
+    return {**row, THROUGHPUT: figure, UNIT: unit}
 
 
 def live(run: dict[str, Any], rows: list[dict[str, Any]], *, save_baseline: bool, outcome: str) -> dict[str, Any]:
@@ -83,10 +93,11 @@ def from_file(path: Path) -> dict[str, Any]:
     except HistoryError as exc:
         raise HistoryError(f"{path}: {exc}") from None
     rows = [for_history(r) for r in data["results"] if isinstance(r, dict)]
-    bad = [i for i, r in enumerate(rows) if not isinstance(r.get("key"), str) or not _number_or_none(r)]
+    bad = [i for i, r in enumerate(rows) if not isinstance(r.get("key"), str) or not _has_figure(r)]
     if bad or len(rows) != len(data["results"]):
         raise HistoryError(
-            f"{path}: result {bad[0] if bad else '?'} has no key or a non-numeric images_per_sec or tokens_per_sec"
+            f"{path}: result {bad[0] if bad else '?'} has no key, a non-numeric throughput, images_per_sec "
+            f"or tokens_per_sec, or a unit other than {' or '.join(units())}"
         )
     # A row's error fails its test whatever its verdict (a confirming burst that measured nothing).
     failed = any(r.get("verdict") in ("regression", "error") or r.get("error") for r in rows)
@@ -119,9 +130,11 @@ def utc(date: str) -> datetime.datetime:
     return when
 
 
-def _number_or_none(row: dict[str, Any]) -> bool:
-    values = (row.get(IMAGES_PER_SEC), row.get(TOKENS_PER_SEC))
-    return all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
+def _has_figure(row: dict[str, Any]) -> bool:
+    """A row of for_history whose figures are each a number or null, in a unit of a workload."""
+    values = [row.get(name) for name in (THROUGHPUT, *(w.figure for w in all_kinds()))]
+    numbers = all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
+    return numbers and isinstance(row.get(UNIT), str) and row[UNIT] in units()
 
 
 def bisect_verdict(outcome: dict[str, Any], *, date: str, host: str) -> dict[str, Any]:

@@ -9,11 +9,12 @@ window of ``since`` hours ending there, then the same window ending 24 h, 48 h, 
 each night is read as the command would have read it run that night. (Calendar days would
 split a sweep that runs across midnight.) One read serves every night: the runs of their
 span (id, time, node, labels), then their measured bursts, the newest run first, only the
-columns the fleet needs, which the index ``ix_bursts_fleet`` (schema version 2) holds, so
-SQLite answers from the index without reading a burst's stored JSON row. The bursts stream
-into the node x key x night arrays one run at a time: a figure takes the newest of its run's
-windows that no newer run of the node has filled, so what is left is each node's latest
-figure per window, and memory holds the arrays, not the span's bursts.
+columns the fleet needs, which the index ``ix_bursts_fleet`` holds (schema version 2; on
+``throughput`` since version 3), so SQLite answers from the index without reading a burst's
+stored JSON row. The bursts stream into the node x key x night arrays one run at a time: a
+figure takes the newest of its run's windows that no newer run of the node has filled, so what
+is left is each node's latest figure per window, and memory holds the arrays, not the span's
+bursts. Each figure is in its key's unit (img/s, tokens/s): a key is one workload's.
 
 The fleet rule (perfsuite.analysis.node_verdict) learns a small fleet's noise over more nights
 than it pools: ``read_for_rule`` reads as many as it needs for each fingerprint's fleet, the
@@ -69,7 +70,7 @@ class Fleet:
     windows: list[Span]
     nodes: list[str]
     keys: list[FleetKey]
-    figures: np.ndarray  # [node, key, night]: img/s
+    figures: np.ndarray  # [node, key, night]: throughput, in each key's unit
     ci: np.ndarray  # [node, key, 2]: tonight's 95% interval
     run_ids: np.ndarray  # [node, key]: tonight's run, -1 where none (int32 or int64)
     runs_at: np.ndarray  # [node, key, night]: the run each figure is from, -1 where none (int32 or int64)
@@ -89,7 +90,8 @@ class Fleet:
         return run.labels if run is not None else {}
 
     def tonight(self, i: int, j: int) -> tuple[int, float, float | None, float | None] | None:
-        """(run id, img/s, ci_low, ci_high) of node i's figure of key j tonight, or None."""
+        """(run id, throughput in the key's unit, ci_low, ci_high) of node i's figure of key j
+        tonight, or None."""
         ips = self.figures[i, j, 0]
         if math.isnan(ips):
             return None
@@ -264,7 +266,7 @@ def _burst_lists(conn: sa.Connection, windows: Sequence[Span], prints: list[str 
     # One SELECT of aggregates: each is fed the run's rows in the same order, so the lists line up.
     parts = [
         joined(sa.func.coalesce(b.c.fingerprint, "") + KEY_SEPARATOR + b.c.key, LIST_SEPARATOR),
-        joined(sa.cast(b.c.images_per_sec, sa.Text)),
+        joined(sa.cast(b.c.throughput, sa.Text)),
         joined(sa.cast(sa.func.coalesce(b.c.bursts_pooled, 0), sa.Text)),
         # tonight only, decided row by row: an aggregate inside a CASE is fed every row anyway
         sa.func.coalesce(joined(sa.case((r.c.started_at > windows[0][0], number(b.c.ci_low)))), ""),
@@ -274,7 +276,7 @@ def _burst_lists(conn: sa.Connection, windows: Sequence[Span], prints: list[str 
     for part in parts[1:]:
         together = together + PART_SEPARATOR + part
     per_run = _by_fingerprint(
-        sa.select(together).where(b.c.run_id == r.c.id, b.c.images_per_sec > 0), prints
+        sa.select(together).where(b.c.run_id == r.c.id, b.c.throughput > 0), prints
     ).scalar_subquery()
     query = sa.select(r.c.id, per_run).where(_span(windows)).order_by(r.c.started_at.desc(), r.c.id.desc())
     return conn.execution_options(yield_per=STREAM_ROWS).execute(query)
@@ -308,7 +310,7 @@ def _failed(conn: sa.Connection, tonight: Span, prints: list[str | None] | None)
     query = _by_fingerprint(
         sa.select(b.c.run_id, b.c.fingerprint, sa.func.count())
         .join(r, r.c.id == b.c.run_id)
-        .where(_span([tonight]), sa.or_(b.c.images_per_sec.is_(None), b.c.images_per_sec <= 0))
+        .where(_span([tonight]), sa.or_(b.c.throughput.is_(None), b.c.throughput <= 0))
         .group_by(b.c.run_id, b.c.fingerprint),
         prints,
     )

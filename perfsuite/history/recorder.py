@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from perfsuite.analysis import changes
 from perfsuite.common.text import redact
 from perfsuite.history import db, spool
-from perfsuite.history.document import row_fingerprint
+from perfsuite.history.document import THROUGHPUT, for_history, row_fingerprint
 from perfsuite.history.retry import Retry, detail
 from perfsuite.history.url import shown
 
@@ -140,9 +140,9 @@ def spooled_points(doc: dict[str, Any], fingerprints: list[str]) -> Iterator[tup
     run = doc["run"]
     meta = {f: run.get(f) for f in db.META_FIELDS}
     seen: set[tuple[str, str]] = set()
-    for row in doc["results"]:
+    for row in map(for_history, doc["results"]):  # spooled by an older perfsuite: named by unit
         fp = row_fingerprint(run, row)
-        ips = row.get("images_per_sec")
+        ips = row.get(THROUGHPUT)
         if (
             fp is not None
             and fp in fingerprints

@@ -3,12 +3,14 @@
 A server refuses a connection for a while and then takes it again: too many clients
 (SQLSTATE 53300), starting up or shutting down (57P03, 57P01), a connection refused or lost
 (class 08, "Connection refused", a pooler's queue timing out). A fleet's nodes that end
-their sessions together at 02:00 meet exactly that. Such a refusal is retried with
-exponential backoff and full jitter (a random wait below a ceiling that doubles up to
-``LONGEST_WAIT_S``, so that nodes refused together do not come back together), within one
-bound for everything a write or a command does: the ``perf-history-retry`` option, a
-command's ``--retry``. Anything else is permanent and raised at once: a wrong password, a
-database or role that does not exist, a schema newer than this perfsuite.
+their sessions together at 02:00 meet exactly that. So does a transaction that lost to a
+concurrent one, a serialization failure (40001) or a deadlock (40P01): tried again, it runs
+after the other. Such a refusal is retried with exponential backoff and full jitter (a random
+wait below a ceiling that doubles up to ``LONGEST_WAIT_S``, so that nodes refused together do
+not come back together), within one bound for everything a write or a command does: the
+``perf-history-retry`` option, a command's ``--retry``. Anything else is permanent and raised
+at once: a wrong password, a database or role that does not exist, a schema newer than this
+perfsuite.
 
 libpq gives no SQLSTATE for a connection it could not open (the server's FATAL line is in
 its message only): such a failure is transient unless its message names a permanent cause

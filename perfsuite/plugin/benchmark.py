@@ -4,10 +4,10 @@
 Each burst becomes one benchmark whose rounds are the burst's timed windows (seconds
 per window, all pooled bursts); throughput, device count, peak memory, their verdicts
 and, for a profiled burst, the attribution's top mover go into ``extra_info`` (named
-as in the --junitxml properties: a token model's throughput is ``tokens_per_sec``, with
-``sequences_per_sec``, ``baseline_tokens_per_sec`` and ``tokens_per_window``, where an image
-model's is ``images_per_sec``). Nothing here imports a framework: versions come from
-package metadata.
+as in the --junitxml properties: ``throughput`` and ``unit``, and the same figure under its
+unit's name, a token model's ``tokens_per_sec`` with ``sequences_per_sec``, an image model's
+``images_per_sec``; ``items_per_window`` beside ``tokens_per_window`` or ``images_per_window``).
+Nothing here imports a framework: versions come from package metadata.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from perfsuite.analysis.measurement import throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
 from perfsuite.plugin import record
@@ -102,10 +101,12 @@ def _fixture(result: BurstResult) -> _BurstFixture:
 
 
 def _extra_info(result: BurstResult, record: dict) -> dict:
-    name = throughput_name(result.unit)
+    work = result.spec.workload_kind
     keep = (
-        name,
-        "sequences_per_sec",
+        "throughput",
+        "unit",
+        work.figure,
+        *result.measurement.extra_figures,
         "ci_low",
         "ci_high",
         "devices",
@@ -116,7 +117,8 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
         "change",
         "p_value",
         "scaling_verdict",
-        f"baseline_{name}",
+        "baseline_throughput",
+        f"baseline_{work.figure}",
         "baseline_scaling_efficiency",
         "runs",
         "windows_run",
@@ -134,16 +136,15 @@ def _extra_info(result: BurstResult, record: dict) -> dict:
         "tests",
     )
     info = {k: record.get(k) for k in keep if k in record}
-    # The items a window trains (all ranks): images, or tokens for a token model.
-    per_window = "tokens_per_window" if result.spec.tokens else "images_per_window"
-    info[per_window] = result.record.images_per_window if result.record else None
+    # The items a window trains (all ranks), in the unit's items: images, or tokens.
+    info["items_per_window"] = info[work.per_window] = result.record.items_per_window if result.record else None
     found = result.attribution
     if found is not None:
         info["attribution"] = found.status
         if found.movers:
             top = found.movers[0]
             info.update(top_mover=top.name, top_mover_family=top.family, top_mover_delta_ms=top.delta_ms)
-    info["unit"] = f"seconds per window; throughput is extra_info.{name}"
+    info["rounds"] = "seconds per window; the throughput is extra_info.throughput, in extra_info.unit"
     return info
 
 

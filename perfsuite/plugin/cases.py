@@ -8,7 +8,6 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from perfsuite.analysis.mfu import TRAIN_FLOPS_PER_FORWARD
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
 from perfsuite.contract.frameworks import SHARDED_FP16, SUPPORTED, multinode_gap
@@ -113,14 +112,9 @@ def is_slow(case: Case) -> bool:
 
 
 def step_flops(info: ModelInfo, batch: int, seq_len: int | None, mode: str) -> float | None:
-    """One device's model FLOPs a step: training or inference FLOPs per image or token, times the
-    items of a batch; None where the model's FLOPs are not known before a burst."""
-    per_item = info.train_flops_per_item(seq_len)
-    if per_item is None:
-        return None
-    if mode == "infer":
-        per_item /= TRAIN_FLOPS_PER_FORWARD
-    return per_item * batch * (seq_len if info.workload == "token" and seq_len else 1)
+    """One device's model FLOPs a step: training or inference FLOPs per item, times the items of a
+    batch; None where the model's FLOPs are not known before a burst."""
+    return info.workload_kind.step_flops(info, batch, seq_len, mode)
 
 
 def framework_installed(framework: str) -> bool:
@@ -166,9 +160,9 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             continue  # one device has no variable update to vary
         if loc != "real" and augment != options.augment_on[0]:
             continue  # only `real` augments
-        token_model = get_model(fw, model).workload == "token"
-        if not token_model and seq != (options.seq_len or (None,))[0]:
-            continue  # an image model has no sequence length to vary
+        sized = "seq_len" in get_model(fw, model).workload_kind.dimensions
+        if not sized and seq != (options.seq_len or (None,))[0]:
+            continue  # a model without a sequence length has none to vary
         case = Case(
             fw,
             model,
@@ -182,7 +176,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             "" if layout == default_memory_format(fw, kind, get_model(fw, model).image_size or 0, prec) else layout,
             mode,
             augment if loc == "real" else "cpu",
-            seq if token_model else None,
+            seq if sized else None,
             ac,
         )
         if case not in seen:  # a layout asked for by name may be the default one
@@ -296,11 +290,9 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
     info = get_model(values["framework"], values["model_name"])
     kind = values["device_kind"]
     batch = values["batch_size"] or (info.cpu_batch_size if kind == "cpu" else info.batch_size)
-    seq_len = 0
-    if info.workload == "token":
-        seq_len = values.get("seq_len") or (info.cpu_seq_len if kind == "cpu" else info.seq_len) or 0
+    sized = info.workload_kind.spec_fields(info, kind, values.get("seq_len"))
     warm, steps, windows = burst_length(
-        options, kind, step_flops(info, batch, seq_len or None, values.get("mode") or "train")
+        options, kind, step_flops(info, batch, sized["seq_len"] or None, values.get("mode") or "train")
     )
     return BurstSpec(
         framework=values["framework"],
@@ -310,8 +302,8 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
         nodes=options.nnodes,
         data_location=values["data_location"],
         batch_size=batch,
-        image_size=info.image_size or BurstSpec.image_size,  # a token model's spec keeps the default
-        seq_len=seq_len,
+        **sized,
+        workload=info.workload,
         precision=values["precision"],
         variable_update=values["variable_update"],
         warmup_steps=warm,

@@ -210,7 +210,7 @@ class PerfGate:
             history=history,
             commit=git_commit(session.rootdir) if history else None,
             node=session.node if history else None,
-            peers=self._peers(spec, m.images_per_sec) if what == "throughput" else None,
+            peers=self._peers(spec, m.throughput) if what == "throughput" else None,
             attribute=not o.save_baseline,
         )
 

@@ -141,7 +141,8 @@ RULES: tuple[Rule, ...] = (
         {"warn": WARN, "fail": FAIL},
         saving=WARN,
         says="fleet check: node … is slow: …",
-        shaped_by="`--perf-history`, `--perf-fleet-window`, `--perf-fleet-tolerance`",
+        shaped_by="`--perf-history`, `--perf-fleet-window`, `--perf-fleet-tolerance`, `--perf-fleet-alpha`, "
+        "`--perf-fleet-nights`, `--perf-fleet-min-nodes`",
     ),
     Rule(
         "baseline",
@@ -252,7 +253,7 @@ def _throughput(f: Findings, drift: str | None, options: PerfOptions) -> str:
         f"tolerance {t.tolerance:.1%}, the baseline's noise floor" if t.noise_floor else f"tolerance {t.tolerance:.0%}"
     )
     detail = (
-        f"{m.spec.label}: {fixed(m.images_per_sec or 0.0)} {m.unit} vs baseline "
+        f"{m.spec.label}: {fixed(m.throughput or 0.0)} {m.unit} vs baseline "
         f"{fixed(t.baseline)} {m.unit} ({verdict.change:+.1%}, {bound}"
         + (f", p={verdict.p_value:.2g}" if verdict.p_value is not None else "")
         + f", {m.runs} burst{'s' if m.runs > 1 else ''}) [baseline {f.baseline_file}]"
@@ -299,7 +300,7 @@ def _input_efficiency(f: Findings) -> str:
     found, unit = f.input_efficiency, f.measurement.unit
     assert found is not None and found.ratio is not None and found.device_ips is not None
     return (
-        f"input efficiency: {f.spec.label}: {fixed(f.measurement.images_per_sec or 0.0)} {unit} is "
+        f"input efficiency: {f.spec.label}: {fixed(f.measurement.throughput or 0.0)} {unit} is "
         f"{found.ratio:.2f} of the device data location's {fixed(found.device_ips)} {unit} (floor {found.floor:.2f})"
         + (f"\ndiagnosis: {found.diagnosis}" if found.diagnosis else "")
     )

@@ -112,7 +112,8 @@ def check_history(options: PerfOptions, installed=lambda name: importlib.util.fi
     be reached must not fail the gate (the run is spooled instead)."""
     if options.perf_history is None:
         return
-    needed = ["sqlalchemy"] + ([] if options.perf_history.startswith("sqlite:") else ["psycopg"])
+    # alembic: a writer that creates the database, or brings it forward, runs its migrations
+    needed = ["sqlalchemy", "alembic"] + ([] if options.perf_history.startswith("sqlite:") else ["psycopg"])
     missing = [name for name in needed if not installed(name)]
     if missing:
         raise PreflightError(f"{_named(options, 'perf_history')} needs {', '.join(missing)}: {HISTORY_INSTALL}")

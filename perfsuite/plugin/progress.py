@@ -4,7 +4,7 @@ On a terminal one line below pytest's own is rewritten in place and erased when 
 burst ends, leaving the cursor where pytest left it. Elsewhere (CI logs) a plain line
 per timed window. Silent under -q and where pytest has no terminal reporter (xdist
 workers). The launcher calls the display with the worker's progress state: ``{}`` when
-the burst starts, ``{"step", "steps", "images_per_sec", "windows"}`` while it runs (the last finished
+the burst starts, ``{"step", "steps", "throughput", "windows"}`` while it runs (the last finished
 window's rate), and None when it is over.
 """
 
@@ -67,8 +67,8 @@ class ProgressDisplay:
             if state is None:
                 self._end()
                 return
-            if state.get("images_per_sec") is not None:
-                self._rate = float(state["images_per_sec"])
+            if state.get("throughput") is not None:
+                self._rate = float(state["throughput"])
             if self.tty:
                 self._rewrite(spec, state)
                 return

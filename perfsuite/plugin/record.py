@@ -17,7 +17,6 @@ from collections.abc import Sequence
 import pytest
 
 from perfsuite.analysis.findings import SCALING, THROUGHPUT, Findings
-from perfsuite.analysis.measurement import throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common import hardware
 from perfsuite.common.files import shown_path
@@ -26,6 +25,7 @@ from perfsuite.plugin.session import PerfSession
 from perfsuite.reporting import terminal
 from perfsuite.reporting.view import RunView
 from perfsuite.store import baseline
+from perfsuite.workloads import named
 
 # -- a case, as it ends ---------------------------------------------------------------------
 
@@ -37,9 +37,10 @@ def case(session: PerfSession, item: pytest.Item, f: Findings) -> None:
 
 
 def junit_properties(f: Findings) -> list[tuple[str, object]]:
-    """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them); a
-    token model's throughput is ``tokens_per_sec`` (with ``sequences_per_sec``) where an image
-    model's is ``images_per_sec``, and its baseline figure ``baseline_tokens_per_sec``."""
+    """The case's figures and verdicts as --junitxml writes them (and CI dashboards read them): the
+    throughput as ``throughput`` with its ``unit``, and under its unit's name (a token model's
+    ``tokens_per_sec``, with ``sequences_per_sec``; an image model's ``images_per_sec``), and its
+    baseline figure as ``baseline_throughput`` and ``baseline_tokens_per_sec`` or the like."""
     if f.errors:
         return [("verdict", "error"), ("burst_error", f.errors[0])]
     if f.rerun_error:  # the confirming burst measured nothing: the test fails as an error would
@@ -51,13 +52,11 @@ def _judged_properties(f: Findings) -> list[tuple[str, object]]:
     if not f.judged:
         return []
     m, scaling = f.measurement, f.kind == SCALING
-    name = throughput_name(m.unit)
     props: list[tuple[str, object]] = [("burst", f.spec.key())]
-    if m.images_per_sec is not None and m.interval is not None:
+    if m.throughput is not None and m.interval is not None:
         lo, hi = m.interval
-        props.append((name, round(m.images_per_sec, 3)))
-        if m.sequences_per_sec is not None:
-            props.append(("sequences_per_sec", round(m.sequences_per_sec, 3)))
+        props += named({"throughput": round(m.throughput, 3)}, m.unit).items()
+        props += [(k, round(v, 3)) for k, v in m.extra_figures.items() if v is not None]
         props += [
             ("ci_low", round(lo, 3)),
             ("ci_high", round(hi, 3)),
@@ -84,7 +83,8 @@ def _judged_properties(f: Findings) -> list[tuple[str, object]]:
         if verdict.change is not None:
             props.append(("change", round(verdict.change, 4)))
     if f.throughput is not None and f.throughput.baseline is not None:
-        props.append((f"baseline_{name}", round(f.throughput.baseline, 3)))
+        baseline = named({"baseline_throughput": round(f.throughput.baseline, 3)}, m.unit)
+        props += [(k, v) for k, v in baseline.items() if k != "unit"]
     if scaling and f.scaling is not None:
         props.append(("scaling_efficiency", round(f.scaling.efficiency, 4)))
         if f.scaling.baseline is not None:
@@ -155,7 +155,7 @@ def cases(session: PerfSession, shown: Sequence[BurstResult]) -> tuple[tuple[str
         seen = dataclasses.replace(
             by_spec[f.spec],
             measurement=f.measurement,
-            throughput=f if f.kind == THROUGHPUT else None,
+            throughput_case=f if f.kind == THROUGHPUT else None,
             scaling_case=f if f.kind == SCALING else None,
         )
         out.append((f.test, f.kind, seen))
@@ -185,7 +185,7 @@ def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
 
     out = {}
     for result in shown:
-        check, ips = result.drift_check, result.images_per_sec
+        check, ips = result.drift_check, result.throughput
         if check is None or not check.past or ips is None:
             continue
         try:
@@ -196,7 +196,7 @@ def trends(session: PerfSession, shown: Sequence[BurstResult]) -> dict:
         out[result.id] = Trend(
             title=f"{result.spec.key()} on {where}",
             runs=[str(p.date)[:10] for p in check.past] + ["this run"],
-            images_per_sec=[p.images_per_sec for p in check.past] + [ips],
+            throughput=[p.throughput for p in check.past] + [ips],
             ci_low=[p.ci_low for p in check.past] + [lo],
             ci_high=[p.ci_high for p in check.past] + [hi],
             change_points=[(c.index, c.change) for c in check.points],

@@ -200,15 +200,16 @@ class PerfSession:
         return None if history is None else (fingerprint, history)
 
     def tonight(self, spec: BurstSpec) -> dict[str, float]:
-        """Key -> this run's img/s so far on ``spec``'s hardware: what its throughput cases judged."""
+        """Key -> this run's throughput (in the key's unit) so far on ``spec``'s hardware: what its
+        throughput cases judged."""
         kind = short_kind(spec.device_kind)
         return {
-            f.spec.key(): f.measurement.images_per_sec
+            f.spec.key(): f.measurement.throughput
             for f in self.findings
             if f.kind == "throughput"
             and f.judged
             and short_kind(f.spec.device_kind) == kind
-            and f.measurement.images_per_sec is not None
+            and f.measurement.throughput is not None
         }
 
     # -- what the records read ---------------------------------------------------------------

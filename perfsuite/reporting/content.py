@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfsuite import workloads
 from perfsuite.analysis.attribution import ATTRIBUTED
-from perfsuite.analysis.measurement import TOKENS_PER_SEC, figure_of
 from perfsuite.analysis.stats import (
     ERROR,
     IMPROVEMENT,
@@ -22,7 +22,6 @@ from perfsuite.analysis.stats import (
     worst,
 )
 from perfsuite.common.numbers import finite, fixed, gib
-from perfsuite.contract.spec import UNITS
 
 
 @dataclass(frozen=True)
@@ -120,23 +119,20 @@ def fmt(x, spec: str = ".4g", suffix: str = "") -> str:
 
 # -- throughput: in each row's unit ------------------------------------------------------
 
-MIXED = "throughput"  # the column's name where a run has both units: each figure says its own
-
 
 def unit(rec: dict) -> str:
-    """A row's throughput unit: tokens/s where it names its throughput tokens_per_sec, else img/s."""
-    return UNITS[1] if TOKENS_PER_SEC in rec else UNITS[0]
+    """A row's throughput unit: its ``unit``, or the one its unit-named figure says."""
+    return workloads.unit_of_row(rec)
 
 
 def throughput(rec: dict, prefix: str = ""):
     """The row's throughput (``prefix`` "baseline_": its baseline figure), in its unit."""
-    return figure_of(rec, prefix)
+    return workloads.figure_of(rec, prefix)
 
 
 def throughput_column(records: list[dict]) -> str:
     """The throughput column's name: the rows' one unit, else MIXED."""
-    units = {unit(r) for r in records}
-    return units.pop() if len(units) == 1 else (MIXED if units else UNITS[0])
+    return workloads.unit_column(unit(r) for r in records)[0]
 
 
 # -- optional columns: shown only when some record carries the figure -----------------
@@ -256,7 +252,7 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             str(r.get("data_location")),
             *("-" if r.get(k) is None else str(r.get(k)) for _, k in varying),
         ]
-        shown = f" {unit(r)}" if named == MIXED else ""
+        shown = f" {unit(r)}" if named == workloads.MIXED else ""
         cells += [
             fmt(throughput(r), suffix=shown),
             _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),

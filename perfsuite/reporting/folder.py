@@ -4,7 +4,7 @@ DIR/results.json    the --perf-json payload
 DIR/report.md       header, regressions first, results table, findings, attributions, plot links
 DIR/report.html     the same, self-contained (inline CSS, plots embedded as data: URIs)
 DIR/*.png           scaling curve (and data-location bars) per framework x model
-DIR/trend-*.png     with --perf-history: each entry's img/s over its runs, change points marked
+DIR/trend-*.png     with --perf-history: each entry's throughput (its key's unit) over its runs, change points marked
 DIR/utilisation/    each burst's raw utilisation series (JSON) and its plot
 DIR/traces/         the profiled steps' Chrome trace (Perfetto opens it) of every regressed or
                     --perf-profile burst that has an attribution

@@ -11,7 +11,8 @@ has keys, nodes and fingerprints:
 - ``perfsuite_tokens_per_second``: a token model's, tokens per second. A metric has one unit
   (Prometheus' naming practice: the unit in the name, never in a label), so a token model's
   throughput is not an image model's metric with a unit label; which one a key's figure goes
-  to is its unit (``perfsuite.contract.spec.unit_of_key``);
+  to is its unit (``perfsuite.workloads.unit_of_key``), each workload's named by it
+  (``metric_name``);
 - ``perfsuite_change_ratio``: that figure over a reference, named by the label ``reference``:
   ``baseline`` (the gate's: this run's median over the baseline entry's) or ``peers`` (the
   fleet's: the node's figure over the median of the key's group tonight, the node included);
@@ -32,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfsuite import workloads
 from perfsuite.analysis import stats
-from perfsuite.analysis.measurement import figure_of
 from perfsuite.common.files import atomic_write
-from perfsuite.contract.spec import SHORT_KINDS, UNITS, unit_of_key
+from perfsuite.contract.spec import SHORT_KINDS
+from perfsuite.workloads import Workload, figure_of, unit_of_key
 
 NO_FINGERPRINT = "-"
 LABELS = ("key", "node", "fingerprint")
@@ -51,11 +53,20 @@ VERDICT_CODES = {
     stats.SAVED: 6,
     stats.MEASURED: 7,
 }
+
+
+def metric_name(work: Workload) -> str:
+    """A workload's throughput metric, its unit in the name: images_per_second, tokens_per_second."""
+    return f"{work.item}s_per_second"
+
+
 # No quotes in the help: OpenMetrics escapes them, the text format node_exporter parses does not.
 HELP = {
-    "images_per_second": "Throughput of the burst: images per second over its timed windows, all ranks together",
-    "tokens_per_second": "Throughput of a token model burst: tokens per second over its timed windows, "
-    "all ranks together",
+    **{
+        metric_name(w): f"Throughput of {'an' if w.name[0] in 'aeiou' else 'a'} {w.name} model burst: "
+        f"{w.item}s per second over its timed windows, all ranks together"
+        for w in workloads.all_kinds()
+    },
     "change_ratio": "The throughput over a reference: baseline (the gate) or peers (the fleet, the key group median)",
     "verdict": "The gate verdict against the baseline: "
     + ", ".join(f"{code} {name}" for name, code in VERDICT_CODES.items()),
@@ -70,7 +81,7 @@ class KeyFigures:
     key: str
     node: str
     fingerprint: str | None
-    images_per_second: float | None = None  # the throughput, in the key's unit (tokens/s for a token model)
+    throughput: float | None = None  # in the key's unit (img/s, tokens/s)
     change_ratio: float | None = None
     reference: str = BASELINE
     verdict: str | None = None
@@ -87,16 +98,17 @@ def render(keys: Iterable[KeyFigures], flagged: Mapping[tuple[str, str | None], 
         return Gauge(f"perfsuite_{name}", HELP[name], labels, registry=registry)
 
     keys = sorted(keys, key=lambda k: (_fp(k.fingerprint), k.key, k.node))  # a stable file: diffs read well
-    throughput = {UNITS[0]: gauge("images_per_second", LABELS)}
-    if any(unit_of_key(k.key) == UNITS[1] for k in keys):  # a file of image models alone stays as it was
-        throughput[UNITS[1]] = gauge("tokens_per_second", LABELS)
+    # The oldest kind's gauge always, the others' where a key has their unit: a file of image
+    # models alone stays as it was.
+    shown = {workloads.DEFAULT.unit} | {unit_of_key(k.key) for k in keys}
+    throughput = {w.unit: gauge(metric_name(w), LABELS) for w in workloads.all_kinds() if w.unit in shown}
     ratio = gauge("change_ratio", (*LABELS, "reference"))
     verdict = gauge("verdict", LABELS)
     fleet = gauge("fleet_flagged", ("node", "fingerprint"))
     for k in keys:
         labels = (k.key, k.node, _fp(k.fingerprint))
-        if k.images_per_second is not None:
-            throughput[unit_of_key(k.key)].labels(*labels).set(k.images_per_second)
+        if k.throughput is not None:
+            throughput[unit_of_key(k.key)].labels(*labels).set(k.throughput)
         if k.change_ratio is not None:
             ratio.labels(*labels, k.reference).set(k.change_ratio)
         if k.verdict in VERDICT_CODES:

@@ -19,6 +19,11 @@ Version 7 adds ``activation_checkpointing`` (true where each block recomputed it
 backward pass) and ``hfu`` beside ``mfu``: the FLOPs the devices executed, that recomputation
 included, over the same peak (null without checkpointing or a peak); ``variable_update`` may be
 ``sharded`` (torch's FSDP2).
+Version 8 names every figure neutrally beside its unit's name: each row has ``throughput`` and
+``unit`` ("img/s" or "tokens/s") before ``images_per_sec`` or ``tokens_per_sec``, and
+``baseline_throughput`` before ``baseline_images_per_sec`` or ``baseline_tokens_per_sec``; each
+rank's entry has ``throughput`` and its unit-named figure too; and ``workload`` ("image" or
+"token") names the model's kind. Version 7's fields are all still there.
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ import json
 from pathlib import Path
 
 from perfsuite.analysis import mfu
-from perfsuite.analysis.measurement import figure_of, throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.analysis.utilisation import summary as utilisation_summary
 from perfsuite.common.files import atomic_write, json_safe
 from perfsuite.contract import phases
 from perfsuite.store.run import RunInfo
+from perfsuite.workloads import figure_of, named
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def document(run: RunInfo, rows: list[dict]) -> dict:
@@ -52,19 +57,21 @@ def write_json(path: Path, run: RunInfo, rows: list[dict]) -> None:
 
 
 def row(result: BurstResult) -> dict:
-    """One burst's row: its spec, its figures and what the run's cases found of it."""
-    return {
+    """One burst's row: its spec, its figures and what the run's cases found of it, each figure also
+    under its unit's name (perfsuite.workloads.named)."""
+    neutral = {
         **_spec(result),
         **_figures(result),
         **_memory(result),
         **_profile(result),
-        **mfu.fields(result.record, result.spec, result.images_per_sec),
+        **mfu.fields(result.record, result.spec, result.throughput),
         **_verdicts(result),
         **_history(result),
         "saved": result.saved,
         "error": result.error or result.rerun_error,
         "tests": result.tests,
     }
+    return named(neutral, result.unit)
 
 
 def _spec(result: BurstResult) -> dict:
@@ -77,6 +84,7 @@ def _spec(result: BurstResult) -> dict:
         "framework": s.framework,
         "framework_version": rec.framework_version if rec else None,
         "model": s.model,
+        "workload": s.workload,
         # As registered, or counted by the worker where the registration left them out.
         "model_params": rec.model.params if rec else None,
         "model_flops": rec.model.flops if rec else None,
@@ -88,7 +96,7 @@ def _spec(result: BurstResult) -> dict:
         "threads_per_worker": s.threads if s.device_kind == "cpu" else None,
         "data_location": s.data_location,
         "batch_size": s.batch_size,
-        **({"seq_len": s.seq_len} if s.tokens else {"image_size": s.image_size}),
+        **s.workload_kind.json_fields(s),
         "precision": s.precision,
         "precision_dtype": rec.precision_dtype if rec else None,
         "input_workers": rec.input_workers if rec else None,
@@ -114,7 +122,7 @@ def _spec(result: BurstResult) -> dict:
 def _figures(result: BurstResult) -> dict:
     """What it measured, as its cases judged it, in its unit; the scaling figures only where a
     scaling case did."""
-    rec, name = result.record, throughput_name(result.unit)
+    rec = result.record
     lo, hi = result.interval or (None, None)
     return {
         "input_efficiency": result.input_efficiency,
@@ -122,8 +130,8 @@ def _figures(result: BurstResult) -> dict:
         "windows_run": [len(r) for r in result.run_samples],  # per pooled burst; above windows when lengthened
         "runs": result.runs,
         "run_medians": result.run_medians,
-        name: result.images_per_sec,
-        **({"sequences_per_sec": result.sequences_per_sec} if result.spec.tokens else {}),
+        "throughput": result.throughput,
+        **result.measurement.extra_figures,
         "ci_low": lo,
         "ci_high": hi,
         "samples": result.samples,
@@ -133,7 +141,7 @@ def _figures(result: BurstResult) -> dict:
                 "rank": r.rank,
                 "host": r.host,
                 "device": r.device,
-                name: r.images_per_sec,
+                **named({"throughput": r.throughput}, result.unit),
                 "peak_memory_bytes": r.peak_memory_bytes,
                 "utilisation": r.utilisation,
             }
@@ -183,14 +191,13 @@ def _profile(result: BurstResult) -> dict:
 def _verdicts(result: BurstResult) -> dict:
     """The cases' verdicts, the baseline figures they compared with, and their diagnoses."""
     verdict, base = result.verdict, result.baseline or {}
-    name = throughput_name(result.unit)
     return {
         "verdict": verdict.status if verdict else ("error" if result.error else None),
         "verdict_reason": verdict.reason if verdict else result.error,
         "change": verdict.change if verdict else None,
         "p_value": verdict.p_value if verdict else None,
         "scaling_verdict": result.scaling_verdict.status if result.scaling_verdict else None,
-        f"baseline_{name}": result.baseline_images_per_sec,
+        "baseline_throughput": result.baseline_throughput,
         "baseline_scaling_efficiency": result.baseline_scaling_efficiency,
         # The entry's saved throughput, oldest first, ending with the one saved last.
         "baseline_trend": [figure_of(h) for h in base.get("history") or [] if isinstance(h, dict)] + [figure_of(base)]

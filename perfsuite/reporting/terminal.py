@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfsuite import workloads
 from perfsuite.analysis import stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
@@ -23,7 +24,7 @@ from perfsuite.reporting.view import RunView
 # fullest device's peak (its verdict joins the throughput one when it is not a pass).
 HEADER = (
     "test",
-    "img/s",
+    workloads.DEFAULT.unit,  # the column's head: the run's unit (throughput_column)
     "95% CI",
     "baseline",
     "change",
@@ -36,20 +37,18 @@ HEADER = (
     "verdict",
 )
 MEMORY_SHOWN = (stats.REGRESSION, stats.INCONCLUSIVE, stats.IMPROVEMENT)  # a passing peak adds nothing
-MIXED = "throughput"  # the column's name where a run has both units
 
 
 def throughput_column(view: RunView) -> str:
     """The throughput column's name: the run's one unit, else MIXED (each figure then says its own)."""
-    units = {r.unit for r in view.results} | {r.unit for _, _, r in view.rows}
-    return units.pop() if len(units) == 1 else (MIXED if units else HEADER[1])
+    return workloads.unit_column([r.unit for r in view.results] + [r.unit for _, _, r in view.rows])[0]
 
 
 def rows(view: RunView) -> list[tuple[str, ...]]:
     out = []
     gated = set()
     evidence: dict[int, tuple[str, ...]] = {}  # per result, however many tests read it
-    mixed = throughput_column(view) == MIXED
+    mixed = throughput_column(view) == workloads.MIXED
     for nodeid, kind, result in view.rows:
         gated.add(result.spec)
         out.append(_row(_short_id(nodeid), kind, result, evidence, mixed))
@@ -60,19 +59,19 @@ def rows(view: RunView) -> list[tuple[str, ...]]:
 
 
 def _row(name: str, kind: str, r: BurstResult, evidence: dict, mixed: bool = False) -> tuple[str, ...]:
-    case = r.scaling_case if kind == "scaling" else r.throughput
+    case = r.scaling_case if kind == "scaling" else r.throughput_case
     if not r.ok or (case is not None and (case.errors or case.rerun_error)):  # a burst of the case failed
         return (name, *["-"] * (len(HEADER) - 2), "error")
     if r.remote:
         return (name, *["-"] * (len(HEADER) - 2), f"ran ranks of node {r.remote.node_rank}")
-    if r.images_per_sec is None or r.interval is None:  # a record without windows
+    if r.throughput is None or r.interval is None:  # a record without windows
         return (name, *["-"] * (len(HEADER) - 2), "error")
     cells = evidence.get(id(r))
     if cells is None:
         cells = evidence[id(r)] = _evidence(r)
     lo, hi = r.interval
     # Each case's own baseline figure: the throughput verdict's img/s, the scaling verdict's efficiency.
-    base = r.baseline_images_per_sec if kind != "scaling" else None
+    base = r.baseline_throughput if kind != "scaling" else None
     verdict = r.scaling_verdict if kind == "scaling" else r.verdict
     change = verdict.change if verdict is not None and kind != "scaling" else None
     eff = "-"
@@ -104,7 +103,7 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict, mixed: bool = Fal
     unit = f" {r.unit}" if mixed else ""
     return (
         name,
-        fixed(r.images_per_sec) + unit,
+        fixed(r.throughput) + unit,
         f"{fixed(lo)}-{fixed(hi)}",
         fmt(base, suffix=unit),
         f"{change:+.1%}" if change is not None else "-",

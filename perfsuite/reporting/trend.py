@@ -12,14 +12,14 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.workloads import unit_of_key
 
 
 @dataclass(frozen=True)
 class Trend:
     title: str  # the key first, then the hardware it ran on
     runs: Sequence[str]  # each point's run, as a tick label: "2026-11-20" (with its commit in the table)
-    images_per_sec: Sequence[float]  # the throughput, in the key's unit
+    throughput: Sequence[float]  # in the key's unit
     ci_low: Sequence[float | None] = ()
     ci_high: Sequence[float | None] = ()
     # (index of the first run after the change, its relative change) per change point
@@ -41,12 +41,12 @@ def trend_png(trend: Trend) -> bytes:
     """The PNG; matplotlib is imported here, when a trend is drawn."""
     from matplotlib.figure import Figure
 
-    n = len(trend.images_per_sec)
+    n = len(trend.throughput)
     width = max(6.0, min(14.0, 4 + n * 0.12))
     fig = Figure(figsize=(width, 3.6), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     xs = list(range(n))
-    ys = list(trend.images_per_sec)
+    ys = list(trend.throughput)
     ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, color="#1f77b4", label=f"{trend.shown_unit} (median)")
     known = [(x, lo, hi) for x, lo, hi in zip(xs, trend.ci_low, trend.ci_high) if lo is not None and hi is not None]
     if known:

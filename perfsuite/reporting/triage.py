@@ -13,8 +13,8 @@ from html import escape
 from typing import Any
 
 from perfsuite.common.numbers import fixed
-from perfsuite.contract.spec import unit_of_key
 from perfsuite.reporting.html import CSS
+from perfsuite.workloads import unit_column, unit_of_key
 
 MARKDOWN_LIMIT = 60_000
 TEXT_KEYS = 5  # keys shown per incident in the terminal
@@ -261,10 +261,8 @@ def markdown_incident(i: dict[str, Any], rows: int = TABLE_KEYS) -> str:
 def _units(keys: list[dict[str, Any]]) -> tuple[str, Any]:
     """(the before column's head: "img/s " where every key has that unit, else "", and the unit each
     figure then says): keys of image and token models in one table say their units figure by figure."""
-    units = {unit_of_key(k["key"]) for k in keys}
-    if len(units) == 1:
-        return f"{units.pop()} ", lambda k: ""
-    return "", lambda k: f" {unit_of_key(k['key'])}"
+    head, says = unit_column((unit_of_key(k["key"]) for k in keys), mixed="")
+    return f"{head} " if head else "", lambda k: says(unit_of_key(k["key"]))
 
 
 def markdown(report: dict[str, Any], limit: int = MARKDOWN_LIMIT) -> str:

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
-from perfsuite.contract.spec import unit_of_key
 from perfsuite.history.fleet import DAY, Fleet, Run, read_fleet
 from perfsuite.history.retry import Retry
+from perfsuite.workloads import unit_of_key
 
 __all__ = ["NO_FINGERPRINT", "fp_name"]
 
@@ -63,11 +63,13 @@ class KeyData:
     reference: str  # what ``change`` is against
     change: float | None  # tonight's median against the reference
     status: str
-    flagged: list[str]  # nodes of the fingerprint the fleet's verdict finds slow
+    flagged: list[str]  # nodes the fleet's verdict finds slow in this key
     affected: list[str]  # nodes an incident of this key names
     incidents: list[int]  # their ids
     change_points: list[dict[str, Any]] = field(default_factory=list)  # of the fleet's median
     bisects: list[dict[str, Any]] = field(default_factory=list)
+    # flagged node -> the position of its first bad night in this key (an incident's onset)
+    slow_from: dict[str, int] = field(default_factory=dict)
 
     @property
     def latest(self) -> float | None:
@@ -261,11 +263,12 @@ def _key(
     change = latest / against - 1 if latest is not None and against else None
     fleet = next((f for f in fleets if f.fingerprint == fingerprint), None)
     nodes = [history.nodes[i] for i in rows.tolist()]
-    flagged = [v["node"] for v in fleet.flagged] if fleet else []
+    # A node slow in some keys of its fingerprint (the token models only, say) is slow in those.
+    flagged = [v["node"] for v in fleet.flagged if key in v.get("slow_in", ()) and v["node"] in nodes] if fleet else []
     mine = [i for i in incidents if any(k["key"] == key and k["fingerprint"] == fingerprint for k in i["keys"])]
     affected = sorted({n for i in mine for n in i["nodes"]})
     fleet_wide = any(i["open"] and i["scope"] not in NODE_SCOPES for i in mine)  # a slow node's is its own
-    slow = (set(flagged) & set(nodes)) or any(i["open"] for i in mine)
+    slow = flagged or any(i["open"] for i in mine)
     status = _status(latest, change, tolerance, fleet_wide, bool(slow))
     return KeyData(
         fingerprint,
@@ -279,12 +282,26 @@ def _key(
         reference,
         change,
         status,
-        [n for n in flagged if n in set(nodes)],
+        flagged,
         affected,
         [i["id"] for i in mine],
         _change_points(median),
         [v for v in verdicts if v.get("key") == key and v.get("fingerprint") in (fingerprint, None)],
+        _onsets(mine, fingerprint, key, flagged, figures.shape[1]),
     )
+
+
+def _onsets(incidents: list[dict[str, Any]], fingerprint: str | None, key: str, nodes: list[str],
+            nights: int) -> dict[str, int]:  # fmt: skip
+    """Each of ``nodes``' first bad night in ``key``, as a position of the ``nights`` read (oldest
+    first): its incident's onset, the latest where it has stepped down more than once."""
+    out: dict[str, int] = {}
+    for i in incidents:
+        for s in i["steps"]:
+            if s["node"] in nodes and s["key"] == key and s["fingerprint"] == fingerprint:
+                at = nights - 1 - int(s["bad_night"])
+                out[s["node"]] = max(out.get(s["node"], at), at)
+    return out
 
 
 def _status(latest: float | None, change: float | None, tolerance: float, open_incident: bool, slow: bool) -> str:

@@ -10,10 +10,10 @@ from html import escape
 from typing import Any
 
 from perfsuite.common.numbers import fixed
-from perfsuite.contract.spec import unit_of_key
 from perfsuite.reporting import triage as words
 from perfsuite.site import plots
 from perfsuite.site.data import NO_RUN, REGRESSION, SLOW_NODE, FleetData, KeyData, SiteData, fp_name
+from perfsuite.workloads import unit_column, unit_of_key
 
 RUNS_SHOWN = 300  # rows of a key page's table of runs
 SEVERITY = {REGRESSION: 0, SLOW_NODE: 1, NO_RUN: 2}
@@ -65,10 +65,8 @@ def _page(title: str, body: list[str], up: str, data: dict[str, dict[str, Any]] 
 def _units(keys: list[str]) -> tuple[str, Any]:
     """(what a figure column's head says of the unit: the keys' one unit, else nothing; the unit
     each figure then says): a table of image and token models says each figure's."""
-    units = {unit_of_key(k) for k in keys}
-    if len(units) == 1:
-        return units.pop(), lambda key: ""
-    return "", lambda key: f" {unit_of_key(key)}"
+    head, says = unit_column((unit_of_key(k) for k in keys), mixed="")
+    return head, lambda key: says(unit_of_key(key))
 
 
 def _table(header: list[str], rows: list[str], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
@@ -274,7 +272,9 @@ def _runs_table(site: SiteData, k: KeyData) -> list[str]:
             value = float(k.figures[i, night])
             middle = medians[night]
             against = value / middle - 1 if middle else None
-            slow = k.nodes[i] in k.flagged or (against is not None and against < -site.tolerance)
+            # A slow node's rows from its onset on: the nights before it it ran as fast as its peers.
+            onset = k.slow_from.get(k.nodes[i])
+            slow = (onset is not None and night >= onset) or (against is not None and against < -site.tolerance)
             rows.append(
                 f"<tr{' class=regression' if slow else ''}><td>{escape(site.nights[night])}</td>"
                 f"<td>{escape(k.nodes[i])}</td><td class=n>{run_id}</td>"

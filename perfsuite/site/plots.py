@@ -12,9 +12,10 @@ import math
 from html import escape
 from typing import Any
 
-from perfsuite.contract.spec import unit_of_key
+from perfsuite.common.numbers import fixed
 from perfsuite.history.fleet import Run
 from perfsuite.site.data import FleetData, KeyData
+from perfsuite.workloads import unit_of_key
 
 EACH_NODE_UP_TO = 40  # nodes drawn each as a line of its own, hover and legend included
 HIGHLIGHTED = 20  # of a larger fleet, the flagged or affected nodes drawn on top
@@ -25,8 +26,16 @@ COLOURS = {"regression": "#c62828", "slow node": "#e65100", "improvement": "#2e7
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 
 
-def _num(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(f"{x:.5g}")
+def _num(x: float | None) -> float | None:
+    """A figure as the page keeps it: whole, so that it is rounded once, where it is shown."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _shown(x: float | None) -> str:
+    """A figure as a hover shows it: the digits the page's tables write (``fixed``), not a second
+    rounding of its own (plotly's formats round a half up where Python rounds it to even)."""
+    value = _num(x)
+    return "" if value is None else fixed(value)
 
 
 def _base_layout(title: str, unit: str) -> dict[str, Any]:
@@ -53,9 +62,10 @@ def key_figure(k: KeyData, dates: list[str], runs: dict[int, Run], env: list[dic
             "mode": "lines",
             "name": "fleet median",
             "x": dates,
-            "y": [_num(x) if x is not None else None for x in k.median],
+            "y": [_num(x) for x in k.median],
+            "customdata": [_shown(x) for x in k.median],
             "line": {"width": 3, "color": "#222", "dash": "dot"},
-            "hovertemplate": f"median %{{x}}: %{{y:,.1f}} {k.unit}<extra></extra>",
+            "hovertemplate": f"median %{{x}}: %{{customdata}} {k.unit}<extra></extra>",
         }
     )
     layout = _base_layout(escape(f"{k.key} [{k.fingerprint or '-'}]"), k.unit)
@@ -111,7 +121,9 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
                     "x": dates,
                     "y": ys,
                     "text": hover,
-                    "hovertemplate": f"<b>{escape(node)}</b><br>%{{x}}: %{{y:.4~s}} {unit}<br>%{{text}}<extra></extra>",
+                    "customdata": [_shown(y) for y in ys],
+                    "hovertemplate": f"<b>{escape(node)}</b><br>%{{x}}: %{{customdata}} {unit}<br>%{{text}}"
+                    "<extra></extra>",
                     "line": {"width": 2.2 if node in special else 1.2, "color": colour},
                     "marker": {"size": 4},
                     "connectgaps": False,
@@ -120,7 +132,7 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
         else:
             background_x += [*dates, None]
             background_y += [*ys, None]
-            background_text += [node] * len(dates) + [None]
+            background_text += [f"{escape(node)}: {_shown(y)}" for y in ys] + [None]
     if background_x:
         data.insert(
             0,
@@ -131,7 +143,7 @@ def _node_lines(k: KeyData, dates: list[str], runs: dict[int, Run]) -> list[dict
                 "x": background_x,
                 "y": background_y,
                 "text": background_text,
-                "hovertemplate": f"%{{text}}<br>%{{x}}: %{{y:,.1f}} {unit}<extra></extra>",
+                "hovertemplate": f"%{{text}} {unit}<br>%{{x}}<extra></extra>",
                 "line": {"width": 1, "color": "rgba(120,120,120,0.25)"},
             },
         )
@@ -196,14 +208,14 @@ def fleet_figure(f: FleetData, tolerance: float) -> dict[str, Any]:
             low, high = q1 - 1.5 * (q3 - q1), q3 + 1.5 * (q3 - q1)
             inside = deviation[(deviation >= low) & (deviation <= high)]
             for name, value in zip(boxes, (q1, median, q3, float(inside.min()), float(inside.max()))):
-                boxes[name].append(round(value, 3))
+                boxes[name].append(value)
         for node, d, ips, flag in zip(s["nodes"], deviation.tolist(), np.asarray(s["figure"]).tolist(),
                                       np.asarray(s["flagged"], dtype=bool).tolist()):  # fmt: skip
             if summarised and not flag and low <= d <= high:
                 continue
-            xs[flag].append(round(d, 3))
+            xs[flag].append(d)
             ys[flag].append(row)
-            text[flag].append(escape(f"{node}: {ips:,.1f} {unit}"))
+            text[flag].append(escape(f"{node}: {_shown(ips)} {unit}"))
     data: list[dict[str, Any]] = []
     if summarised:
         data.append({"type": "box", "orientation": "h", "name": "nodes (quartiles)", "y": list(range(len(strips))),

@@ -4,7 +4,7 @@ Saving must never lose data: a file that cannot be read is never overwritten, ot
 entries are kept as they were, and writes are atomic under a lock shared by every
 pytest session that touches the same file.
 
-An entry's figures are in its key's unit (``perfsuite.contract.spec.unit_of_key``): an image
+An entry's figures are in its key's unit (``perfsuite.workloads.unit_of_key``): an image
 model's entry holds its throughput as ``images_per_sec``, a token model's as ``tokens_per_sec``;
 ``samples``, ``ci_low``, ``ci_high``, ``run_medians`` and the history's figures are in the
 same unit. ``throughput`` reads either.
@@ -26,17 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.analysis import memory, stats
-from perfsuite.analysis.measurement import IMAGES_PER_SEC, TOKENS_PER_SEC, figure_of, throughput_name
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import atomic_write, cache_root, shown_path
 from perfsuite.common.hardware import Fingerprint, describe_cpu
 from perfsuite.common.numbers import finite
+from perfsuite.workloads import all_kinds, figure_name, figure_of
 
 SCHEMA_VERSION = 1
 HISTORY_LIMIT = 20
 HISTORY_FIELDS = (
-    IMAGES_PER_SEC,
-    TOKENS_PER_SEC,  # a token model's entry: the one it has of the two
+    *(w.figure for w in all_kinds()),  # an entry has the one its unit names
     "ci_low",
     "ci_high",
     "scaling_efficiency",
@@ -196,7 +195,7 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
     assert record is not None and interval is not None, f"{result.id} has no measurement to save"
     lo, hi = interval
     entry = {
-        throughput_name(result.unit): result.images_per_sec,
+        figure_name(result.unit): result.throughput,
         "ci_low": lo,
         "ci_high": hi,
         "samples": result.samples,

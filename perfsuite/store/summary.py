@@ -15,10 +15,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from perfsuite.analysis import stats
-from perfsuite.analysis.measurement import throughput_name
 from perfsuite.common import hardware
-from perfsuite.contract.spec import unit_of_key
 from perfsuite.store import baseline
+from perfsuite.workloads import figure_name, unit_of_key
 
 
 def as_number(value: Any) -> float | None:
@@ -72,7 +71,7 @@ def summarize(bf: baseline.BaselineFile) -> dict[str, Any]:
         history = _history_ips(entry)
         oldest = history[0] if history else None
         unit = unit_of_key(key)
-        name = throughput_name(unit)
+        name = figure_name(unit)
         rows.append(
             {
                 "key": key,
@@ -110,7 +109,7 @@ def compare(old: baseline.BaselineFile, new: baseline.BaselineFile, threshold: f
         a, b = old.entries[key], new.entries[key]
         ips_a, ips_b = baseline.throughput(a), baseline.throughput(b)
         unit = unit_of_key(key)
-        name = throughput_name(unit)
+        name = figure_name(unit)
         eff_a, eff_b = as_number(a.get("scaling_efficiency")), as_number(b.get("scaling_efficiency"))
         change = ips_b / ips_a - 1 if ips_a and ips_b is not None else None
         points = eff_b - eff_a if eff_a is not None and eff_b is not None else None

@@ -190,16 +190,16 @@ def stable_within(width: float) -> Callable[[list[float]], bool]:
     return check
 
 
-def combine_ranks(rank_window_seconds: list[list[float]], images_per_window_per_rank: int) -> list[float]:
-    """Global throughput per window: all ranks' images over the slowest rank's time.
+def combine_ranks(rank_window_seconds: list[list[float]], items_per_window_per_rank: int) -> list[float]:
+    """Global throughput per window: all ranks' items over the slowest rank's time.
 
     Ranks step in lockstep through their gradient all-reduce, so the slowest rank's
-    window is the wall time the whole job spent on those images.
+    window is the wall time the whole job spent on those items.
     """
     world = len(rank_window_seconds)
     n = min(len(s) for s in rank_window_seconds)
     out = []
     for w in range(n):
         slowest = max(s[w] for s in rank_window_seconds)
-        out.append(world * images_per_window_per_rank / slowest)
+        out.append(world * items_per_window_per_rank / slowest)
     return out

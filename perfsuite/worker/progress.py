@@ -16,11 +16,12 @@ MIN_WRITE_INTERVAL_S = 0.5
 
 def progress_writer(
     path: str | None,
-    images_per_window: int,
+    items_per_window: int,
     clock: Callable[[], float] = time.monotonic,
     write: Callable[[Path, dict], None] = write_progress,
 ) -> Callable[[int, int, float | None], None] | None:
-    """``on_step`` callback: k/n and the last window's img/s, at most every MIN_WRITE_INTERVAL_S."""
+    """``on_step`` callback: k/n and the last window's throughput (in the spec's unit), at most every
+    MIN_WRITE_INTERVAL_S."""
     if path is None:
         return None
     target = Path(path)
@@ -32,7 +33,7 @@ def progress_writer(
         nonlocal rate, windows, written
         # Every state repeats the last window's rate: the launcher polls and misses edges.
         if window_seconds:
-            rate = images_per_window / window_seconds
+            rate = items_per_window / window_seconds
             windows += 1
         now = clock()
         if now - written < MIN_WRITE_INTERVAL_S and done < total:
@@ -43,7 +44,7 @@ def progress_writer(
             {
                 "step": done,
                 "steps": total,
-                "images_per_sec": rate,
+                "throughput": rate,
                 "windows": windows,
                 "t": time.time(),
             },

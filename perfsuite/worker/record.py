@@ -22,16 +22,16 @@ from perfsuite.worker.measure import WindowTimings, combine_ranks
 
 def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], float]) -> ModelInfo:
     """``info`` with the parameter count and forward FLOPs its registration left out, counted
-    by the framework (``params()``, ``flops()``) before the burst: never inside a window. A token
-    model's FLOPs per token come from its structure (ModelInfo.train_flops_per_item): only its
-    parameters may need counting."""
-    image = info.workload == "image"
-    if info.params is not None and (info.flops is not None or not image):
+    by the framework (``params()``, ``flops()``) before the burst: never inside a window. Whether
+    the forward FLOPs need counting is the workload's to say (a token model's come from its
+    structure: only its parameters may need counting)."""
+    count_flops = info.workload_kind.counts_forward_flops(info)
+    if info.params is not None and not count_flops:
         return info
     return dataclasses.replace(
         info,
         params=int(params()) if info.params is None else info.params,
-        flops=float(flops()) if info.flops is None and image else info.flops,
+        flops=float(flops()) if count_flops else info.flops,
     )
 
 
@@ -50,15 +50,15 @@ def fp32_kind(allowed: bool, capability: tuple[int, int]) -> str:
 
 
 def rank_entry(
-    rank: int, device_name: str, timings: WindowTimings, images_per_window: int, peak_memory_bytes: int
+    rank: int, device_name: str, timings: WindowTimings, items_per_window: int, peak_memory_bytes: int
 ) -> RankEntry:
-    """One rank's figures; ``images_per_window`` is what this rank (or process) trained per window."""
+    """One rank's figures; ``items_per_window`` is what this rank (or process) trained per window."""
     return RankEntry(
         rank=rank,
         host=socket.gethostname(),
         device=device_name,
         window_seconds=tuple(timings.window_seconds),
-        images_per_sec=images_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
+        throughput=items_per_window * len(timings.window_seconds) / sum(timings.window_seconds),
         loss_first=timings.loss_first,
         loss_last=timings.loss_last,
         peak_memory_bytes=peak_memory_bytes,
@@ -72,7 +72,7 @@ def build_record(
     info: ModelInfo,
     timings: WindowTimings,
     ranks: list[RankEntry],
-    images_per_window: int,
+    items_per_window: int,
     *,
     framework_version: str,
     device_name: str,
@@ -94,7 +94,7 @@ def build_record(
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
     # The series live once, in the record's utilisation.
     ranks = [dataclasses.replace(r, utilisation=summary(r.utilisation)) for r in ranks]
-    samples = combine_ranks([list(r.window_seconds) for r in ranks], images_per_window)
+    samples = combine_ranks([list(r.window_seconds) for r in ranks], items_per_window)
     phases.mark(RECORDED)
     return WorkerRecord(
         spec=job.spec,
@@ -105,7 +105,7 @@ def build_record(
         fp32_math=fp32_math,
         samples=tuple(samples),
         window_seconds=tuple(max(r.window_seconds[w] for r in ranks) for w in range(len(samples))),
-        images_per_window=images_per_window * len(ranks),
+        items_per_window=items_per_window * len(ranks),
         per_rank=tuple(ranks),
         loss_first=timings.loss_first,
         loss_last=timings.loss_last,

@@ -16,11 +16,15 @@ from keras import layers
 
 
 @contextlib.contextmanager
-def image_data_format(memory_format: str) -> Iterator[None]:
-    """Build layers in ``memory_format`` (channels_last: NHWC, channels_first: NCHW).
+def image_data_format(memory_format: str | None) -> Iterator[None]:
+    """Build layers in ``memory_format`` (channels_last: NHWC, channels_first: NCHW; None: a
+    model without image inputs, built as the setting stands).
 
     Each layer keeps the format it was built with, so the global setting is restored after.
     """
+    if memory_format is None:
+        yield
+        return
     before = keras.config.image_data_format()
     keras.config.set_image_data_format(memory_format)
     try:

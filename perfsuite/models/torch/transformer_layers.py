@@ -1,7 +1,9 @@
 """Shared building blocks of the torch transformers (imported only inside builders).
 
 Attention goes through ``F.scaled_dot_product_attention``, so a GPU runs its fused kernels
-(flash, memory-efficient, cuDNN) and a CPU its flash kernel. A model keeps its blocks in an
+(flash, memory-efficient, cuDNN). On a CPU, torch's flash kernel runs only without attention
+dropout: a model trained with dropout (GPT-2 and BERT, 0.1) runs the math kernel there, one
+without (Llama, ViT) the flash kernel. A model keeps its blocks in an
 ``nn.ModuleList`` named ``blocks``: sharding (FSDP2's ``fully_shard``) and activation
 checkpointing wrap one block at a time.
 """

@@ -95,7 +95,7 @@ def run(job: Job) -> WorkerRecord | None:
     keras.utils.set_random_seed(spec.seed)
     with strategy.scope(), image_data_format(spec.layout):
         model = build()
-        if not spec.tokens:
+        if spec.layout is not None:
             _check_layout(spec, model)
         info = completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size))
         optimizer = make_optimizer(info.optimizer)
@@ -146,23 +146,17 @@ def _builder(job: Job) -> Callable[[], Any]:
     from perfsuite.models.registry import resolve_builder
 
     builder = resolve_builder(job.model)
-    if job.model.workload == "token":
-        return lambda: builder(vocab_size=job.model.vocab_size, seq_len=job.spec.seq_len)
-    kwargs = {"num_classes": job.model.num_classes}
-    if "image_size" in inspect.signature(builder).parameters:
-        kwargs["image_size"] = job.spec.image_size
+    accepts = frozenset(inspect.signature(builder).parameters)
+    kwargs = job.spec.workload_kind.builder_kwargs(job.model, job.spec, accepts)
     return lambda: builder(**kwargs)
 
 
 def _feed(spec: BurstSpec, strategy, info: ModelInfo):
-    """The data location's feed: images and labels, or a token model's ids and targets."""
-    if info.workload == "token":
-        from perfsuite.worker.backends.tf import tokens
+    """The data location's feed, from the pipeline the workload names: images and labels, or a
+    token model's ids and targets."""
+    from perfsuite.worker.pipelines import pipeline
 
-        return tokens.feed(spec, strategy, info, seed=spec.seed + 1000)
-    from perfsuite.worker.backends.tf.data import feed
-
-    return feed(spec, strategy, info.num_classes, seed=spec.seed + 1000)
+    return pipeline(spec)(spec, strategy, info, spec.seed + 1000)
 
 
 def _watching_matrix_kernels(spec: BurstSpec, step) -> tuple[Callable, Callable[[], str | None]]:

@@ -111,14 +111,3 @@ def real_feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
         return batched.map(pair, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
     return Feed(iter(strategy.distribute_datasets_from_function(dataset)), next)
-
-
-PIPELINES = {"device": device_feed, "host": host_feed, "python": python_feed, "real": real_feed}
-
-
-def feed(spec: BurstSpec, strategy, info: ModelInfo, seed: int) -> Feed:
-    try:
-        make = PIPELINES[spec.data_location]
-    except KeyError:
-        raise ValueError(f"data location {spec.data_location!r} is not implemented for token models") from None
-    return make(spec, strategy, info, seed)

@@ -12,6 +12,7 @@ from perfsuite.contract.spec import BurstSpec
 from perfsuite.data.tokens import IGNORE
 from perfsuite.worker.backends.tf.feed import Feed
 from perfsuite.worker.backends.tf.precision import DynamicLossScale
+from perfsuite.worker.pipelines import loss as workload_loss
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -43,16 +44,19 @@ def make_optimizer(name: str = "sgd") -> keras.optimizers.Optimizer:
     return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
 
-def replica_loss(labels: tf.Tensor, logits: tf.Tensor, global_batch: int, replicas: int) -> tf.Tensor:
-    """This replica's share of the step's loss, so that summing the replicas' gives its mean.
-
-    An image model: cross-entropy per image over the global batch. A token model ([batch, seq,
-    vocabulary] logits): the mean over this replica's targets, IGNORE left out, over the
-    replicas; as torch's data parallelism averages its ranks' means."""
+def class_replica_loss(labels: tf.Tensor, logits: tf.Tensor, global_batch: int, replicas: int) -> tf.Tensor:
+    """An image model's: this replica's share of the step's loss, so that summing the replicas'
+    gives its mean: cross-entropy per image over the global batch."""
     logits = tf.cast(logits, tf.float32)
-    if logits.shape.rank == 2:
-        per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+    per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+
+def token_replica_loss(labels: tf.Tensor, logits: tf.Tensor, global_batch: int, replicas: int) -> tf.Tensor:
+    """A token model's ([batch, seq, vocabulary] logits): this replica's share of the step's loss,
+    the mean over its targets, IGNORE left out, over the replicas; as torch's data parallelism
+    averages its ranks' means."""
+    logits = tf.cast(logits, tf.float32)
     kept = tf.cast(labels != IGNORE, tf.float32)
     per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(tf.maximum(labels, 0), logits)
     return tf.reduce_sum(per_token * kept) / tf.maximum(tf.reduce_sum(kept), 1.0) / replicas
@@ -111,6 +115,7 @@ def make_step(
     touch variables on its own device.
     """
     global_batch = spec.batch_size * strategy.num_replicas_in_sync
+    replica_loss = workload_loss(spec)  # what the workload learns by
     weights_vars = model.trainable_variables
     state_vars = model.non_trainable_variables
     independent = spec.variable_update == "independent" and strategy.num_replicas_in_sync > 1
@@ -188,6 +193,7 @@ def _infer_step(
 ) -> Callable[[], tf.Tensor]:
     """Forward passes only (``training=False``: batch norm uses its moving statistics), the
     loss computed for the record; with XLA the forward pass is what is compiled."""
+    replica_loss = workload_loss(spec)
 
     def forward(images, labels, weights, state):
         logits, _ = model.stateless_call(weights, state, images, training=False)

@@ -7,6 +7,7 @@ its figures to the leader (local rank 0 of node 0) through all_gather_object.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -110,22 +111,17 @@ def _model(info: ModelInfo, spec: BurstSpec, device):
     from perfsuite.worker.record import completed
 
     builder = resolve_builder(info)
-    if info.workload == "token":
-        model = builder(vocab_size=info.vocab_size, seq_len=spec.seq_len).to(device)
-    else:
-        model = builder(num_classes=info.num_classes).to(device)
+    accepts = frozenset(inspect.signature(builder).parameters)
+    model = builder(**spec.workload_kind.builder_kwargs(info, spec, accepts)).to(device)
     return model, completed(info, lambda: parameter_count(model), lambda: forward_flops(model, spec.image_size, device))
 
 
 def _batches(spec: BurstSpec, info: ModelInfo, device, seed: int):
-    """The data location's batches: (images, labels), or a token model's (ids, targets)."""
-    if info.workload == "token":
-        from perfsuite.worker.backends.torch import tokens
+    """The data location's batches, from the pipeline the workload names: (images, labels), or a
+    token model's (ids, targets)."""
+    from perfsuite.worker.pipelines import pipeline
 
-        return tokens.batches(spec, info, device, seed)
-    from perfsuite.worker.backends.torch.data import batches
-
-    return batches(spec, info.num_classes, device, seed)
+    return pipeline(spec)(spec, info, device, seed)
 
 
 def _cpu_facts(spec: BurstSpec, step, sync, leader: bool) -> CpuFacts | None:

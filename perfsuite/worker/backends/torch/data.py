@@ -1,4 +1,5 @@
-"""Input pipelines, one per data location. Each yields (images, labels) on the compute device."""
+"""An image model's input pipelines, one per data location (named by perfsuite.workloads.image).
+Each takes (spec, info, device, seed) and yields (images, labels) on the compute device."""
 
 from __future__ import annotations
 
@@ -21,19 +22,19 @@ def _synthetic(spec: BurstSpec, num_classes: int, device: torch.device, seed: in
     return images.to(device), labels.to(device)
 
 
-def device_batches(spec, num_classes, device, seed) -> Iterator:
+def device_batches(spec, info, device, seed) -> Iterator:
     """Synthetic tensors created once on the compute device and reused (tensorpack 'gpu'), in
     the burst's layout: the step's conversion to channels_last is then no copy at all."""
-    images, labels = _synthetic(spec, num_classes, device, seed)
+    images, labels = _synthetic(spec, info.num_classes, device, seed)
     if spec.layout == "channels_last":
         images = images.contiguous(memory_format=torch.channels_last)
     while True:
         yield images, labels
 
 
-def host_batches(spec, num_classes, device, seed) -> Iterator:
+def host_batches(spec, info, device, seed) -> Iterator:
     """Synthetic tensors in host memory, copied to the device every step (tensorpack 'cpu')."""
-    images, labels = _synthetic(spec, num_classes, torch.device("cpu"), seed)
+    images, labels = _synthetic(spec, info.num_classes, torch.device("cpu"), seed)
     if device.type == "cuda":
         images, labels = images.pin_memory(), labels.pin_memory()
         while True:
@@ -86,9 +87,9 @@ def input_workers(spec: BurstSpec) -> int:
     return loader_workers(spec) if spec.data_location in ("python", "real") else 0
 
 
-def python_batches(spec, num_classes, device, seed) -> Iterator:
+def python_batches(spec, info, device, seed) -> Iterator:
     loader = DataLoader(
-        _PythonBatches(spec.batch_size, spec.image_size, num_classes, seed),
+        _PythonBatches(spec.batch_size, spec.image_size, info.num_classes, seed),
         batch_size=None,
         num_workers=loader_workers(spec),
         prefetch_factor=4,
@@ -100,24 +101,8 @@ def python_batches(spec, num_classes, device, seed) -> Iterator:
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
-def _real(spec, num_classes, device, seed) -> Iterator:
+def real_batches(spec, info, device, seed) -> Iterator:
     # Imported on use: the real pipeline needs Pillow, the synthetic ones do not.
-    from perfsuite.worker.backends.torch.real import real_batches
+    from perfsuite.worker.backends.torch.real import real_batches as make
 
-    return real_batches(spec, num_classes, device, seed, loader_workers(spec))
-
-
-PIPELINES = {
-    "device": device_batches,
-    "host": host_batches,
-    "python": python_batches,
-    "real": lambda *args: _real(*args),
-}
-
-
-def batches(spec: BurstSpec, num_classes: int, device: torch.device, seed: int) -> Iterator:
-    try:
-        make = PIPELINES[spec.data_location]
-    except KeyError:
-        raise ValueError(f"data location {spec.data_location!r} is not implemented for torch") from None
-    return make(spec, num_classes, device, seed)
+    return make(spec, info.num_classes, device, seed, loader_workers(spec))

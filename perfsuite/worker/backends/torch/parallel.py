@@ -1,8 +1,9 @@
 """How a torch model is wrapped for its step: activation checkpointing on each block, then the
 variable update's wrapper (DDP for replicated, FSDP2 for sharded), then torch.compile.
 
-The order is torchtitan's: checkpointing inside the shard (each block checkpointed, then each
-checkpointed block sharded, then the root), and the compiler over the whole. A model keeps its
+Checkpointing and sharding go in torchtitan's order: each block checkpointed, then each
+checkpointed block sharded, then the root. The compiler does not: torchtitan compiles each block
+before ``fully_shard``, where here ``torch.compile`` wraps the whole wrapped model once. A model keeps its
 transformer blocks in an ``nn.ModuleList`` named ``blocks`` (perfsuite/models/torch/): a model
 without one is sharded as one root module, and cannot be checkpointed.
 """
@@ -94,18 +95,15 @@ def sharded_dtype(autocast_dtype: str) -> torch.dtype:
 
 
 def recomputed_flops(spec: BurstSpec, info: ModelInfo, model: nn.Module) -> float | None:
-    """The FLOPs per image or token that checkpointing adds to a step: one more forward of every
-    block. A token model's, as its 6N + 12LHQT are counted (ModelInfo.train_flops_per_item): 2 x
-    the blocks' parameters plus attention's 4LHQT; an image model's: its blocks' forward on one
-    image, counted by torch. None where the burst does not checkpoint, or the structure is unknown."""
+    """The FLOPs per item that checkpointing adds to a step: one more forward of every block. From
+    the structure where the workload counts it so (a token model's, as its 6N + 12LHQT are
+    counted), else the blocks' forward on one item, counted by torch. None where the burst does
+    not checkpoint."""
     from perfsuite.worker.backends.torch.flops import block_forward_flops
 
     blocks = blocks_of(model)
     if not spec.activation_checkpointing or blocks is None:
         return None
-    if not spec.tokens:
-        return block_forward_flops(model, spec.image_size, next(model.parameters()).device)
-    if info.layers is None or info.heads is None or info.head_dim is None:
-        return None
     weights = sum(p.numel() for p in blocks.parameters())
-    return float(2 * weights + 4 * info.layers * info.heads * info.head_dim * spec.seq_len)
+    measure = lambda: block_forward_flops(model, spec.image_size, next(model.parameters()).device)
+    return spec.workload_kind.recomputed_flops_per_item(info, spec, weights, measure)

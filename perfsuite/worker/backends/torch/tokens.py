@@ -118,14 +118,3 @@ def real_batches(spec: BurstSpec, info: ModelInfo, device: torch.device, seed: i
     dataset = _TokenFile(spec, info, seed)
     sampler = torch.utils.data.RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
     return _loaded(dataset, spec, device, batch_size=spec.batch_size, sampler=sampler, drop_last=True)
-
-
-PIPELINES = {"device": device_batches, "host": host_batches, "python": python_batches, "real": real_batches}
-
-
-def batches(spec: BurstSpec, info: ModelInfo, device: torch.device, seed: int) -> Iterator:
-    try:
-        make = PIPELINES[spec.data_location]
-    except KeyError:
-        raise ValueError(f"data location {spec.data_location!r} is not implemented for token models") from None
-    return make(spec, info, device, seed)

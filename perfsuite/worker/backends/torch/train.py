@@ -15,6 +15,7 @@ from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.data.tokens import IGNORE
 from perfsuite.worker.backends.torch.parallel import sharded_dtype, wrap
+from perfsuite.worker.pipelines import loss as workload_loss
 
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
@@ -36,9 +37,14 @@ def make_optimizer(name: str, params: list[nn.Parameter], device: torch.device) 
     return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM)
 
 
-def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of an image model's [batch, classes] logits, or a token model's [batch, seq,
-    vocabulary] ones against its targets (IGNORE where there is none), over every target."""
+def class_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """An image model's: cross-entropy of its [batch, classes] logits against each image's class."""
+    return F.cross_entropy(logits, labels)
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """A token model's: cross-entropy of its [batch, seq, vocabulary] logits against its targets
+    (IGNORE where there is none), over every target."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
 
 
@@ -173,7 +179,8 @@ def make_step(
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     world = dist.get_world_size() if distributed else 1
     policy = precision_policy(spec, device)
-    channels_last = spec.layout == "channels_last" and not spec.tokens
+    loss_of = workload_loss(spec)  # what the workload learns by
+    channels_last = spec.layout == "channels_last"
     if channels_last:
         # Module.to takes memory_format at run time; torch's overloads for it leave it out.
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -184,7 +191,7 @@ def make_step(
         policy = Precision(contextlib.nullcontext, None, policy.dtype)
     net = wrap(spec, model, device, distributed, dtype)
     if spec.mode == "infer":
-        return _infer_step(net, data, policy, channels_last)
+        return _infer_step(net, data, policy, channels_last, loss_of)
     params = list(model.parameters())
     # independent: every rank updates its own replica and never talks to the others.
     updates_here = not distributed or spec.variable_update != "parameter_server" or dist.get_rank() == 0
@@ -221,7 +228,9 @@ def make_step(
     return step
 
 
-def _infer_step(net: nn.Module, data: Iterator, policy: Precision, channels_last: bool) -> Callable[[], torch.Tensor]:
+def _infer_step(
+    net: nn.Module, data: Iterator, policy: Precision, channels_last: bool, loss_of: Callable
+) -> Callable[[], torch.Tensor]:
     """Forward passes only, in eval mode and without autograd; the loss is still computed
     (a cheap reduction) so the record shows the model produced finite outputs."""
     net.eval()
