@@ -1,4 +1,4 @@
-"""perfsuite.analysis.fleet: the per-key hint, each node's figure of a key on a night against its
+"""perfsuite.analysis.key_hint: the per-key hint, each node's figure of a key on a night against its
 group's (modified z-score), written once and used by the gate's evidence line and history fleet."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfsuite.analysis import fleet
+from perfsuite.analysis import key_hint
 
 TOLERANCE, MIN_NODES = 0.05, 3
 # Whole numbers scaled by a power of two and shifted by a whole number stay exact in floating
@@ -22,15 +22,15 @@ powers = st.integers(min_value=-10, max_value=10)
 shifts = st.integers(min_value=0, max_value=1_000_000)
 
 
-def judge(values, tolerance=TOLERANCE, cutoff=fleet.CUTOFF) -> list[fleet.Judgement | None]:
+def judge(values, tolerance=TOLERANCE, cutoff=key_hint.CUTOFF) -> list[key_hint.Judgement | None]:
     """Each value's judgement in one group (a column of its own)."""
     column = np.array(values, dtype=np.float64)[:, None]
-    found = fleet.judge_columns(column, tolerance, MIN_NODES, cutoff)
+    found = key_hint.judge_columns(column, tolerance, MIN_NODES, cutoff)
     return [found.judgement(i, 0) for i in range(len(values))]
 
 
 def scores(values) -> list[float]:
-    return [float(z) for z in fleet.judge_columns(np.array(values, dtype=np.float64)[:, None], 0.0, 3).score[:, 0]]
+    return [float(z) for z in key_hint.judge_columns(np.array(values, dtype=np.float64)[:, None], 0.0, 3).score[:, 0]]
 
 
 def _same(a: list[float], b: list[float]) -> bool:
@@ -72,7 +72,7 @@ def test_a_far_slow_node_among_equal_peers_is_always_flagged(level, peers, slowe
     judged = judge(values, tolerance)
     assert judged[-1].flagged and judged[-1].score == -math.inf
     assert not any(j.flagged or j.outlier for j in judged[:-1])
-    alone = fleet.judge_node(level * (1 - slower), [level] * peers, tolerance, MIN_NODES)
+    alone = key_hint.judge_node(level * (1 - slower), [level] * peers, tolerance, MIN_NODES)
     assert alone.flagged and alone.median == level and alone.deviation == pytest.approx(-slower)
 
 
@@ -85,7 +85,7 @@ def test_a_far_slow_node_among_close_peers_is_flagged(peers, slower):
     # them scores beyond -6.
     values = [*peers, 100.0 * (1 - slower)]
     assert judge(values)[-1].flagged
-    assert fleet.judge_node(values[-1], peers, TOLERANCE, MIN_NODES).flagged
+    assert key_hint.judge_node(values[-1], peers, TOLERANCE, MIN_NODES).flagged
 
 
 @given(st.lists(st.floats(min_value=1.0, max_value=1e6), min_size=3, max_size=40))
@@ -99,10 +99,10 @@ def test_a_fast_node_is_never_flagged(values):
 @given(st.lists(st.floats(min_value=1.0, max_value=1e6), min_size=1, max_size=5), st.integers(3, 6))
 def test_a_group_below_the_fleets_minimum_is_not_judged(values, least):
     column = np.array(values)[:, None]
-    found = fleet.judge_columns(column, TOLERANCE, least)
+    found = key_hint.judge_columns(column, TOLERANCE, least)
     judged = [found.judgement(i, 0) for i in range(len(values))]
     assert all(j is None for j in judged) == (len(values) < least)
-    assert (fleet.judge_node(values[0], values[1:], TOLERANCE, least) is None) == (len(values) < least)
+    assert (key_hint.judge_node(values[0], values[1:], TOLERANCE, least) is None) == (len(values) < least)
 
 
 def test_mad_zero_leaves_the_tolerance_to_decide():
@@ -126,16 +126,16 @@ def test_a_wide_group_flags_no_node_inside_its_own_spread():
 
 def test_a_column_judges_each_night_and_key_alone_and_skips_missing_figures():
     values = np.array([[100.0, 50.0], [100.0, np.nan], [100.0, 50.0], [80.0, 40.0]])
-    found = fleet.judge_columns(values, TOLERANCE, MIN_NODES)
+    found = key_hint.judge_columns(values, TOLERANCE, MIN_NODES)
     assert found.judgement(3, 0).flagged and found.judgement(3, 1).flagged
     assert found.judgement(1, 1) is None and found.judgement(0, 1).median == 50.0
 
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="tolerance"):
-        fleet.judge_columns(np.ones((3, 1)), 1.5, MIN_NODES)
+        key_hint.judge_columns(np.ones((3, 1)), 1.5, MIN_NODES)
     with pytest.raises(ValueError, match="cutoff"):
-        fleet.judge_columns(np.ones((3, 1)), TOLERANCE, MIN_NODES, cutoff=0.0)
+        key_hint.judge_columns(np.ones((3, 1)), TOLERANCE, MIN_NODES, cutoff=0.0)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -152,5 +152,5 @@ def test_an_eight_percent_slower_node_among_eight(seed):
 
 
 def test_a_fingerprint_not_recorded_is_named_by_a_dash():
-    assert fleet.fingerprint_name(None) == fleet.NO_FINGERPRINT == "-"
-    assert fleet.fingerprint_name("cpu-x") == "cpu-x"
+    assert key_hint.fingerprint_name(None) == key_hint.NO_FINGERPRINT == "-"
+    assert key_hint.fingerprint_name("cpu-x") == "cpu-x"

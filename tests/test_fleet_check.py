@@ -241,7 +241,7 @@ def test_the_history_is_read_once_for_every_key(faked, probe):
     faked.makeconftest(
         FAKE_BURSTS
         + """
-import perfsuite.history.fleet as fleet
+import perfsuite.history.fleet_read as fleet
 _read = fleet.read_for_gate
 def counted(*args, **kwargs):
     with open("peer-reads.log", "a") as log:

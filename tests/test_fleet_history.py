@@ -239,7 +239,7 @@ def test_plot(slow_fleet, tmp_path, capsys):
 
 def test_the_plot_labels_each_strip_by_what_sets_it_apart():
     """The long keys' shared parts are said once, so the labels leave the width to the strips."""
-    from perfsuite.reporting.fleet import MAX_LABEL, Strip, short_labels
+    from perfsuite.reporting.fleet_plot import MAX_LABEL, Strip, short_labels
 
     strips = [Strip(key, FINGERPRINT, [], (("pool", "a"),)) for key in KEYS]
     strips.append(Strip(KEYS[0], "gpu-a100-sxm-40gb-x8", [], (("pool", "b"),)))

@@ -1,4 +1,4 @@
-"""The fleet read (perfsuite.history.fleet.read_fleet) against the rule it states, written out
+"""The fleet read (perfsuite.history.fleet_read.read_fleet) against the rule it states, written out
 plainly: in each night's window, each node's figure of each key is that of its latest run
 there, a run stands in one night at most (the newest whose window holds it), and of a key a run
 measured twice, the most pooled burst stands. Histories are drawn by hypothesis: runs at random
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from perfsuite.history import db  # noqa: E402
-from perfsuite.history.fleet import night_windows, read_fleet  # noqa: E402
+from perfsuite.history.fleet_read import night_windows, read_fleet  # noqa: E402
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 END = (START + timedelta(hours=100)).replace(tzinfo=None)

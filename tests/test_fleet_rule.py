@@ -29,7 +29,7 @@ from perfsuite.commands import site as site_command  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
 from perfsuite.config import project  # noqa: E402
 from perfsuite.history import db  # noqa: E402
-from perfsuite.history.fleet import DAY, read_for_gate  # noqa: E402
+from perfsuite.history.fleet_read import DAY, read_for_gate  # noqa: E402
 from perfsuite.site import data  # noqa: E402
 
 START = datetime.datetime(2026, 3, 1, 2, 0)  # naive UTC: night 0's runs start here

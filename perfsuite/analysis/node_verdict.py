@@ -41,7 +41,7 @@ before. The steps:
    worth draining. How long it has been slow is said apart: the nights of the last
    ``nights`` on which it was more than ``tolerance`` below its peers.
 
-A single night's per-key flag (perfsuite.analysis.fleet) stays a hint; this is the verdict.
+A single night's per-key flag (perfsuite.analysis.key_hint) stays a hint; this is the verdict.
 """
 
 from __future__ import annotations

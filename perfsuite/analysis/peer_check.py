@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis import fleet
-from perfsuite.analysis.fleet import Judgement
+from perfsuite.analysis import key_hint
+from perfsuite.analysis.key_hint import Judgement
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.common.numbers import fixed
 
@@ -39,7 +39,7 @@ class Peers:
 class FleetCheck:
     """The gate's peer check of one burst (--perf-fleet-check): the node's verdict, its evidence
     pooled over its keys and nights by the fleet rule, and this key's figure tonight among the
-    latest of the other nodes of its fingerprint (``fleet.judge_node``, the per-key hint)."""
+    latest of the other nodes of its fingerprint (``key_hint.judge_node``, the per-key hint)."""
 
     node: str
     fingerprint: str
@@ -94,7 +94,7 @@ def fleet_check(m: Measurement, peers: Peers | None) -> FleetCheck | None:
     nodes, figures, column = _with_tonight(peers, m.spec.key())
     me = nodes.index(peers.node)
     others = [float(x) for i, x in enumerate(figures[:, column, 0]) if i != me and x == x]  # x == x: not NaN
-    judged = fleet.judge_node(ips, others, rule.tolerance, rule.min_nodes)
+    judged = key_hint.judge_node(ips, others, rule.tolerance, rule.min_nodes)
     found = node_verdict.judge_fleet(nodes, figures, rule)
     verdict = found.verdicts[me]
     check = FleetCheck(
@@ -103,7 +103,7 @@ def fleet_check(m: Measurement, peers: Peers | None) -> FleetCheck | None:
         len(others),
         peers.window_hours,
         rule.tolerance,
-        fleet.CUTOFF,
+        key_hint.CUTOFF,
         peers.policy,
         judged,
         verdict if verdict.status != node_verdict.NOT_JUDGED else None,

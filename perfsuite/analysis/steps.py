@@ -46,7 +46,7 @@ SCREEN_T, SIDE = 5.0, 3
 
 @dataclass(frozen=True)
 class Fleet:
-    """One fingerprint's figures, as perfsuite.history.fleet reads them."""
+    """One fingerprint's figures, as perfsuite.history.fleet_read reads them."""
 
     fingerprint: str | None
     nodes: Sequence[str]

@@ -1,7 +1,7 @@
 """``python -m perfsuite``: the command-line tools. ``main`` builds the parser and runs the command
 given; a module per command adds it to that parser (``fleet`` and ``site`` under ``history``).
 ``shared`` holds what the history's commands share (their common arguments, defined once),
-``fleet_text`` and ``triage_report`` parts of a command; no module of the package imports one
+``history_fleet_text`` and ``triage_report`` parts of a command; no module of the package imports one
 that imports it back.
 
 A command that cannot do what it was asked raises one of these; ``main`` prints it as one

@@ -14,7 +14,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from perfsuite.commands import Failure, UsageError, fleet, history_import, named_by_unit, shared, site, write_plot
+from perfsuite.commands import (
+    Failure,
+    UsageError,
+    history_fleet,
+    history_import,
+    named_by_unit,
+    shared,
+    site,
+    write_plot,
+)
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.config import arguments
@@ -487,7 +496,7 @@ def add_parser(sub: Any) -> None:
         help="list runs, trends and change points of a results history; import files",
         description="Read the results history that --perf-history fills, or back-fill it.",
         epilog=shared.epilog(EXIT_CODES)
-        + f" (fleet: also {fleet.FLAGGED_EXIT}, see history fleet --help; import: also {shared.SPOOLED[0]}, "
+        + f" (fleet: also {history_fleet.FLAGGED_EXIT}, see history fleet --help; import: also {shared.SPOOLED[0]}, "
         "see history import --help)",
     )
     cmds = p.add_subparsers(dest="history_command", required=True, metavar="{runs,trend,changes,fleet,site,import}")
@@ -550,7 +559,7 @@ def add_parser(sub: Any) -> None:
         help=f"the newest N change points (default: {DEFAULT_LIMIT}; 0: all)",
     )
     history_import.add_parser(command)
-    fleet.add_parser(command)
+    history_fleet.add_parser(command)
     site.add_parser(command)
 
 

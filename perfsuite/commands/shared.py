@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
+from perfsuite.analysis.key_hint import NO_FINGERPRINT, fingerprint_name
 from perfsuite.commands import Failure, UsageError
 from perfsuite.config import arguments, project
 from perfsuite.config.options import FLEET_RULE, OptionError, default

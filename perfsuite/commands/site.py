@@ -26,7 +26,7 @@ from perfsuite.commands import Failure, UsageError, shared
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when the command runs
     from perfsuite.analysis.node_verdict import FleetRule
-    from perfsuite.history.fleet import Fleet
+    from perfsuite.history.fleet_read import Fleet
 
 EXIT_CODES = (
     shared.DONE,
@@ -109,7 +109,7 @@ def judgements(
     verdicts; each fingerprint's node verdicts as ``history fleet`` gives them): both from the
     fleet as the fleet rule reads it."""
     from perfsuite.commands import triage_report
-    from perfsuite.history.fleet import read_for_rule
+    from perfsuite.history.fleet_read import read_for_rule
 
     judged = read_for_rule(engine, history.windows[0][1], window, rule, read=history)
     with engine.connect() as conn:
@@ -124,16 +124,16 @@ def _verdicts(judged: Fleet, rule: FleetRule) -> list[dict[str, Any]]:
     ``history fleet`` gives them at its defaults."""
     import numpy as np
 
-    from perfsuite.analysis import fleet as hint
+    from perfsuite.analysis import key_hint as hint
     from perfsuite.analysis.node_verdict import NOT_JUDGED
-    from perfsuite.commands import fleet as command
+    from perfsuite.history import fleet_groups as groups_of
 
-    groups = command.fleet_groups(judged, lambda _: True, [])
-    missing, failed = command.absent(judged, groups, rule.nights, [])
+    groups = groups_of.fleet_groups(judged, lambda _: True, [])
+    missing, failed = groups_of.absent(judged, groups, rule.nights, [])
     out = []
-    for g, found in zip(groups, command.judge(judged, groups, rule)):
+    for g, found in zip(groups, groups_of.judge(judged, groups, rule)):
         # tonight's strips only: each key-night is judged on its own, so one night gives tonight's same figures
-        ev = command.key_evidence(judged, g, rule, hint.CUTOFF, 1)
+        ev = groups_of.key_evidence(judged, g, rule, hint.CUTOFF, 1)
         strips = []
         for j, column in enumerate(g.keys):
             rows = np.flatnonzero(ev.has[:, j])

@@ -68,7 +68,7 @@ def _triage(args: argparse.Namespace, url: str) -> dict[str, Any]:
     from perfsuite.analysis import changes
     from perfsuite.commands import triage_report
     from perfsuite.history import db
-    from perfsuite.history.fleet import DAY, read_fleet, read_for_rule
+    from perfsuite.history.fleet_read import DAY, read_fleet, read_for_rule
     from perfsuite.history.url import shown
 
     rule, window, end = shared.rule(args), shared.fleet_window(args), shared.end(args)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when a command runs
     from perfsuite.analysis.node_verdict import FleetRule
     from perfsuite.analysis.steps import Fleet as Figures
     from perfsuite.analysis.steps import SlowNodes, Step
-    from perfsuite.history.fleet import Fleet
+    from perfsuite.history.fleet_read import Fleet
 
 TOP_OPS = 5
 TREND_NODES = 8  # nodes drawn one by one in an incident's trend; the rest as their median
@@ -30,7 +30,7 @@ def report(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(the report of ``history``: its fleet, slow nodes, incidents and swaps; the bisect verdicts
     recorded in the nights read). ``judged``: the fleet as the fleet rule reads it
-    (perfsuite.history.fleet.read_for_rule), whose verdicts name the slow nodes."""
+    (perfsuite.history.fleet_read.read_for_rule), whose verdicts name the slow nodes."""
     import numpy as np
 
     from perfsuite.analysis import incidents
@@ -69,8 +69,8 @@ def fleets_of(history: Fleet) -> list[Figures]:
     import numpy as np
 
     from perfsuite.analysis.steps import Fleet as Figures
-    from perfsuite.commands.fleet import positions
-    from perfsuite.history.fleet import fingerprint_columns
+    from perfsuite.history.fleet_groups import positions
+    from perfsuite.history.fleet_read import fingerprint_columns
 
     out = []
     for fp, columns in sorted(fingerprint_columns(history).items(), key=lambda kv: shared.fp(kv[0])):
@@ -95,7 +95,7 @@ def fleets_of(history: Fleet) -> list[Figures]:
 def slow_nodes(judged: Fleet, rule: FleetRule) -> dict[str | None, SlowNodes]:
     """Each fingerprint's verdicts by the fleet rule, as ``history fleet`` gives them."""
     from perfsuite.analysis.steps import SlowNodes
-    from perfsuite.commands.fleet import fleet_groups, judge
+    from perfsuite.history.fleet_groups import fleet_groups, judge
 
     groups = fleet_groups(judged, lambda _: True, [])
     return {

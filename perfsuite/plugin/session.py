@@ -27,7 +27,7 @@ from perfsuite.store.run import RunInfo, describe_run, node_name
 
 if TYPE_CHECKING:
     from perfsuite.history.db import SeriesPoint
-    from perfsuite.history.fleet import Fleet
+    from perfsuite.history.fleet_read import Fleet
 
 
 @dataclass
@@ -65,7 +65,7 @@ class PerfSession:
     # oldest first; None where the history could not be read.
     _history: dict[str, dict[str, list] | None] = field(default_factory=dict, repr=False)
     # --perf-fleet-check, read once per hardware fingerprint: its fleet in the history
-    # (perfsuite.history.fleet.Fleet); None where the history could not be read.
+    # (perfsuite.history.fleet_read.Fleet); None where the history could not be read.
     _fleet: dict[str, Fleet | None] = field(default_factory=dict, repr=False)
     _run_numbers: Iterator[int] = field(default_factory=itertools.count, repr=False)  # a folder per burst run
     # Live progress: called with {} when a burst starts, the worker's progress state while
@@ -190,7 +190,7 @@ class PerfSession:
             return None
         fingerprint = self.fingerprint(spec.device_kind).id
         if fingerprint not in self._fleet:
-            from perfsuite.history.fleet import read_for_gate
+            from perfsuite.history.fleet_read import read_for_gate
 
             found, warning = read_for_gate(o.perf_history, fingerprint, o.fleet_window, o.fleet_rule, self.node)
             self._fleet[fingerprint] = found

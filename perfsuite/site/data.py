@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from perfsuite.analysis.fleet import NO_FINGERPRINT, fingerprint_name
-from perfsuite.history.fleet import DAY, Fleet, Run, read_fleet
+from perfsuite.analysis.key_hint import NO_FINGERPRINT, fingerprint_name
+from perfsuite.history.fleet_read import DAY, Fleet, Run, read_fleet
 from perfsuite.history.retry import Retry
 from perfsuite.workloads import unit_of_key
 

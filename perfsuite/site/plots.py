@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from perfsuite.common.numbers import fixed
-from perfsuite.history.fleet import Run
+from perfsuite.history.fleet_read import Run
 from perfsuite.site.data import FleetData, KeyData
 from perfsuite.workloads import unit_of_key
 

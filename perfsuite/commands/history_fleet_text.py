@@ -1,7 +1,7 @@
 """``history fleet``'s report as a person reads it in a terminal: the slow nodes, those that did
 not report or failed, and each key's figure tonight, worst first, in the key's unit (img/s, or
 tokens/s for a token model; a table of both says each figure's). It prints what the report holds
-(perfsuite.commands.fleet) and judges nothing."""
+(perfsuite.commands.history_fleet) and judges nothing."""
 
 from __future__ import annotations
 
