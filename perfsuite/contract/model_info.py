@@ -47,6 +47,9 @@ class ModelInfo:
     heads: int | None = None
     head_dim: int | None = None
     embedding_params: int | None = None
+    # A mixture of experts: the parameters one token's forward pass uses (all but the experts it
+    # is not routed to), which its FLOPs count; None: every parameter is used (a dense model).
+    active_params: int | None = None
 
     @property
     def workload_kind(self) -> Workload:

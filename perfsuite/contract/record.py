@@ -108,6 +108,11 @@ class WorkerRecord:
     # Activation checkpointing: the FLOPs per image or token that a step computes again (one more
     # forward of every checkpointed block), for HFU beside MFU; None without it.
     recomputed_flops_per_item: float | None = None
+    # A mixture of experts (a model with ``router_stats``): the leader's routing over the timed
+    # windows, {"balance", "layers", "experts", "top_k", "kernel"}; None for a dense model.
+    # ``balance``: the busiest expert's share of the routed tokens over an even share (1/experts),
+    # averaged over the layers: 1.0 is even, experts / top_k the most uneven.
+    router: dict[str, Any] | None = None
     version: int = field(default=RECORD_VERSION)
 
     def as_dict(self) -> dict[str, Any]:

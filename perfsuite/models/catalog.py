@@ -123,6 +123,64 @@ class LlamaConfig:
 
 
 @dataclass(frozen=True)
+class MoEConfig:
+    """A Mixtral-style mixture-of-experts decoder (Jiang et al. 2024, "Mixtral of Experts"): the
+    Llama-style block (RMSNorm, rotary embeddings, grouped-query attention, no biases, an output
+    layer apart from the token embedding) with its SwiGLU MLP replaced by ``num_experts`` SwiGLU
+    experts, of which a linear router (no bias) picks ``top_k`` per token; the chosen experts'
+    outputs are weighted by the router's softmax renormalised over them. Switch Transformer's
+    load-balancing loss (Fedus et al. 2022: ``num_experts`` x the sum over experts of the share of
+    tokens routed to it x its mean router probability, 1 when even) is added to the language-model
+    loss with weight ``aux_loss_weight``, as Mixtral's training and Hugging Face's ``MixtralConfig``
+    (``router_aux_loss_coef`` 0.02; 0.01 here, Switch Transformer's)."""
+
+    layers: int = 8
+    d_model: int = 512
+    heads: int = 8
+    kv_heads: int = 2  # each key/value head serves heads / kv_heads query heads
+    d_ff: int = 1024  # each expert's SwiGLU hidden width
+    num_experts: int = 8
+    top_k: int = 2
+    vocab_size: int = 32_000  # Llama's and Mixtral's SentencePiece BPE
+    eps: float = 1e-5  # RMSNorm
+    rope_theta: float = 10_000.0
+    init_std: float = 0.02  # residual projections: init_std / sqrt(2 x layers)
+    aux_loss_weight: float = 0.01
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def embedding_params(self) -> int:
+        """Left out of N: the token table, only looked up; the output layer is a matmul of its own."""
+        return self.vocab_size * self.d_model
+
+    @property
+    def expert_params(self) -> int:
+        """One expert's weights: SwiGLU's gate, up and down projections."""
+        return 3 * self.d_model * self.d_ff
+
+    @property
+    def params(self) -> int:
+        """Every parameter: the token table, each layer's attention (q and o d x d, k and v d x kv
+        width), router (d x experts), experts and two RMSNorm scales, the final RMSNorm and the
+        output layer."""
+        kv = self.kv_heads * self.head_dim
+        attention = self.d_model * (2 * self.d_model + 2 * kv)
+        layer = attention + self.d_model * self.num_experts + self.num_experts * self.expert_params + 2 * self.d_model
+        return 2 * self.vocab_size * self.d_model + self.layers * layer + self.d_model
+
+    @property
+    def active_params(self) -> int:
+        """The parameters one token's forward pass uses: all but the experts it is not routed to
+        (top_k of num_experts' weights counted, as torchtitan counts a routed expert's FLOPs), the
+        router's own matmul included."""
+        idle = self.layers * (self.num_experts - self.top_k) * self.expert_params
+        return self.params - idle
+
+
+@dataclass(frozen=True)
 class ViTConfig:
     """ViT-B/16: Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words", Table 1's ViT-Base
     with 16x16 patches at 224 px, as timm's ``vit_base_patch16_224`` and torchvision's ``vit_b_16``."""
@@ -146,6 +204,7 @@ class ViTConfig:
 GPT2_SMALL = GPT2Config()
 BERT_BASE = BertConfig()
 LLAMA_SMALL = LlamaConfig()
+MOE_SMALL = MoEConfig()
 VIT_B16 = ViTConfig()
 
 
@@ -156,7 +215,7 @@ class FlopsStructure(TypedDict):
     embedding_params: int
 
 
-def flops_structure(config: GPT2Config | BertConfig | LlamaConfig) -> FlopsStructure:
+def flops_structure(config: GPT2Config | BertConfig | LlamaConfig | MoEConfig) -> FlopsStructure:
     """What a token model's FLOPs per token come from (register_token_model's arguments)."""
     return {
         "layers": config.layers,
@@ -188,6 +247,14 @@ TOKEN_SHAPES: dict[str, dict] = {
         "vocab_size": LLAMA_SMALL.vocab_size,
         "seq_len": 2048,
         "batch_size": 4,
+        "cpu_seq_len": 128,
+        "cpu_batch_size": 1,
+    },
+    # Mixtral's 32,768 context halved and halved again: the GPU session runs it at 1,024.
+    "moe": {
+        "vocab_size": MOE_SMALL.vocab_size,
+        "seq_len": 4096,
+        "batch_size": 2,
         "cpu_seq_len": 128,
         "cpu_batch_size": 1,
     },

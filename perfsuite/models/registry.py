@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,35 +21,16 @@ from perfsuite.contract.model_info import OBJECTIVES, OPTIMIZERS, ModelInfo
 
 FRAMEWORKS = ("torch", "tf")
 
-# Built-in model modules, imported on first use of the registry.
-_BUILTIN_MODULES = {
-    "torch": (
-        "perfsuite.models.torch.cifar10",
-        "perfsuite.models.torch.alexnet",
-        "perfsuite.models.torch.googlenet",
-        "perfsuite.models.torch.inception3",
-        "perfsuite.models.torch.inception4",
-        "perfsuite.models.torch.resnet",
-        "perfsuite.models.torch.vgg",
-        "perfsuite.models.torch.vit",
-        "perfsuite.models.torch.gpt2",
-        "perfsuite.models.torch.bert",
-        "perfsuite.models.torch.llama",
-    ),
-    "tf": (
-        "perfsuite.models.tf.cifar10",
-        "perfsuite.models.tf.alexnet",
-        "perfsuite.models.tf.googlenet",
-        "perfsuite.models.tf.inception3",
-        "perfsuite.models.tf.inception4",
-        "perfsuite.models.tf.resnet",
-        "perfsuite.models.tf.vgg",
-        "perfsuite.models.tf.vit",
-        "perfsuite.models.tf.gpt2",
-        "perfsuite.models.tf.bert",
-        "perfsuite.models.tf.llama",
-    ),
-}
+# The zoo's packages: every module in them registers its models, imported on first use of the
+# registry, so a new model is one module there. Modules named ``*layers`` are the zoo's shared
+# building blocks, which import their framework at the top.
+_ZOO = {"torch": "perfsuite.models.torch", "tf": "perfsuite.models.tf"}
+
+
+def _zoo_modules(framework: str) -> list[str]:
+    package = importlib.import_module(_ZOO[framework])
+    names = (m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+    return [f"{package.__name__}.{name}" for name in sorted(names) if not name.endswith("layers")]
 
 
 _REGISTRY: dict[tuple[str, str], ModelInfo] = {}
@@ -120,6 +102,7 @@ def register_token_model(
     head_dim: int,
     embedding_params: int,
     params: int | None = None,
+    active_params: int | None = None,
     cpu_batch_size: int | None = None,
     cpu_seq_len: int | None = None,
     optimizer: str = "adamw",
@@ -143,12 +126,19 @@ def register_token_model(
     heads), ``head_dim`` and ``embedding_params`` give the FLOPs per token,
     ``6 * (params - embedding_params) + 12 * layers * heads * head_dim * seq_len``
     (``ModelInfo.train_flops_per_item`` says which embeddings to leave out). ``params``
-    may be left out: the burst worker then counts it.
+    may be left out: the burst worker then counts it. A mixture of experts gives
+    ``active_params`` too, the parameters one token's forward pass uses (all but the experts it
+    is not routed to): its FLOPs count those in the place of ``params``.
     """
     figures = {"seq_len": seq_len, "vocab_size": vocab_size, "batch_size": batch_size}
     figures |= {"layers": layers, "heads": heads, "head_dim": head_dim}
     _check_framework(framework)
-    optional = {"params": params, "cpu_batch_size": cpu_batch_size, "cpu_seq_len": cpu_seq_len}
+    optional = {
+        "params": params,
+        "active_params": active_params,
+        "cpu_batch_size": cpu_batch_size,
+        "cpu_seq_len": cpu_seq_len,
+    }
     _check_positive(name, required=figures, optional=optional, integers=True)
     _check_choice(name, "objective", objective, OBJECTIVES)
     _check_choice(name, "optimizer", optimizer, OPTIMIZERS)
@@ -156,6 +146,11 @@ def register_token_model(
         raise ModelError(f"model {name!r}: embedding_params must be a whole number >= 0, got {embedding_params!r}")
     if params is not None and embedding_params >= params:
         raise ModelError(f"model {name!r}: embedding_params ({embedding_params}) must be below params ({params})")
+    if active_params is not None and (params is None or not embedding_params < active_params <= params):
+        raise ModelError(
+            f"model {name!r}: active_params ({active_params}) must be above embedding_params ({embedding_params}) "
+            f"and at most params ({params})"
+        )
     fields = {
         **figures,
         "name": name,
@@ -164,6 +159,7 @@ def register_token_model(
         "cpu_batch_size": cpu_batch_size or max(1, batch_size // 16),
         "cpu_seq_len": cpu_seq_len or min(seq_len, 128),
         "params": params,
+        "active_params": active_params,
         "flops": None,  # per token, from the structure: ModelInfo.train_flops_per_item
         "num_classes": vocab_size,
         "optimizer": optimizer,
@@ -218,8 +214,8 @@ def _load_builtins() -> None:
     if _loaded:
         return
     _loaded = True
-    for modules in _BUILTIN_MODULES.values():
-        for module in modules:
+    for framework in _ZOO:
+        for module in _zoo_modules(framework):
             importlib.import_module(module)
 
 

@@ -189,6 +189,8 @@ OPTIONAL = (  # header, getter (the column is shown where a row has it), cell
     ("GPU util (mean)", gpu_mean, lambda r: fmt(gpu_mean(r), ".0f", "%")),
     # The timed windows' share of the burst's wall time (perfsuite.contract.phases).
     ("duty cycle", lambda r: r.get("duty_cycle"), lambda r: fmt(r.get("duty_cycle"), ".2f")),
+    # A mixture of experts: the busiest expert's share over an even one (1.00: even).
+    ("router balance", lambda r: r.get("router_balance"), lambda r: fmt(r.get("router_balance"), ".2f")),
 )
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.

@@ -23,7 +23,8 @@ Version 8 names every figure neutrally beside its unit's name: each row has ``th
 ``unit`` ("img/s" or "tokens/s") before ``images_per_sec`` or ``tokens_per_sec``, and
 ``baseline_throughput`` before ``baseline_images_per_sec`` or ``baseline_tokens_per_sec``; each
 rank's entry has ``throughput`` and its unit-named figure too; and ``workload`` ("image" or
-"token") names the model's kind. Version 7's fields are all still there.
+"token") names the model's kind; ``router_balance`` and ``expert_kernel`` a mixture of experts'
+routing over the timed windows (null for a dense model). Version 7's fields are all still there.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def row(result: BurstResult) -> dict:
         **_memory(result),
         **_profile(result),
         **mfu.fields(result.record, result.spec, result.throughput),
+        **_router(result),
         **_verdicts(result),
         **_history(result),
         "saved": result.saved,
@@ -159,6 +161,13 @@ def _figures(result: BurstResult) -> dict:
         # Summary only: the time series stay in the record's utilisation.
         "utilisation": utilisation_summary(rec.utilisation) if rec else None,
     }
+
+
+def _router(result: BurstResult) -> dict:
+    """A mixture of experts' routing over the timed windows (the worker record's ``router``): how
+    unevenly its tokens went to the experts, and how the experts' matmuls ran; null for a dense model."""
+    router = (result.record.router if result.record else None) or {}
+    return {"router_balance": router.get("balance"), "expert_kernel": router.get("kernel")}
 
 
 def _memory(result: BurstResult) -> dict:

@@ -88,6 +88,7 @@ def build_record(
     compile_seconds: float | None = None,
     cpu: CpuFacts | None = None,
     recomputed_flops_per_item: float | None = None,
+    router: dict | None = None,
 ) -> WorkerRecord:
     """The leader's record from every rank's entry; ``timings`` are the leader's own."""
     ranks = sorted(ranks, key=lambda r: r.rank)
@@ -122,5 +123,6 @@ def build_record(
         compile_seconds=compile_seconds,
         cpu=cpu,
         recomputed_flops_per_item=recomputed_flops_per_item,
+        router=router,
         phase_marks=phases.marks(),
     )

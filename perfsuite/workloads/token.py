@@ -63,7 +63,10 @@ class TokenWorkload(Workload):
         Causal attention is counted in full, as if every token saw all T: the convention of both
         references, although a causal kernel does about half that work.
 
-        N holds every weight that does a matmul. The parameters left out of it
+        N holds every weight that does a matmul for the token. A mixture of experts counts its
+        ``active_params`` in the place of ``params``: the shared weights, the router's and top_k of
+        num_experts experts' in each layer, as torchtitan weights routed experts. The parameters
+        left out of it
         (``embedding_params``) are the ones that are only looked up: position and token-type
         embeddings, and a token embedding that is not also the output layer. A token embedding
         tied to the output layer (GPT-2, BERT) does its matmul as the output layer and stays in
@@ -72,7 +75,7 @@ class TokenWorkload(Workload):
         """
         length = seq_len if seq_len is not None else info.seq_len
         params, embedding, layers, heads, width = (
-            info.params,
+            info.active_params if info.active_params is not None else info.params,
             info.embedding_params,
             info.layers,
             info.heads,

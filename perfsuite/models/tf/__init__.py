@@ -1,7 +1,8 @@
 """TensorFlow / Keras model zoo: one module per architecture, each registering its builder.
 
-A model module imports only the registry and the catalog (perfsuite.models.catalog) at top
-level; keras, TensorFlow and the shared layer modules (``layers``, ``transformer_layers``,
+The registry imports every module here but the shared building blocks (a module whose name
+ends in ``layers``), so a new model is one module. A model module imports only the registry and
+the catalog (perfsuite.models.catalog) at top level; keras, TensorFlow and the shared layer modules (``layers``, ``transformer_layers``,
 which import keras themselves) are imported inside the builders, so listing models works
 without TensorFlow installed.
 

@@ -73,7 +73,8 @@ def run(job: Job) -> WorkerRecord | None:
     phases.mark(FED)
 
     sync = _synchronizer(device)
-    timings = _timed_windows(job, step, sync, device, dist, leader)
+    timings = _timed_windows(job, step, sync, device, dist, leader, _router_reset(model))
+    router = _router_stats(model) if leader else None  # before any step the profiler or CPU facts run
     phases.mark(STEPPED)
     peak, device_name = _peak_memory(device)
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
@@ -100,6 +101,7 @@ def run(job: Job) -> WorkerRecord | None:
         compile_seconds=timings.compile_seconds,
         cpu=cpu,
         recomputed_flops_per_item=recomputed,
+        router=router,
         **profiled.fields(),
     )
 
@@ -175,8 +177,23 @@ def _synchronizer(device) -> Callable[[], None]:
     return sync
 
 
-def _timed_windows(job: Job, step, sync: Callable[[], None], device, dist, leader: bool) -> WindowTimings:
-    """The warm-up and the timed windows, this rank's heartbeat beating, the leader's progress written."""
+def _router_reset(model) -> Callable[[], None] | None:
+    """A mixture of experts counts the tokens its router sends each expert (``router_stats``):
+    its counts start again after the warm-up, so the record's balance is the timed windows'."""
+    return getattr(model, "reset_router_stats", None)
+
+
+def _router_stats(model) -> dict | None:
+    """The model's routing over the timed windows, where it routes (``router_stats``)."""
+    stats = getattr(model, "router_stats", None)
+    return dict(stats()) if stats is not None else None
+
+
+def _timed_windows(
+    job: Job, step, sync: Callable[[], None], device, dist, leader: bool, after_warmup: Callable[[], None] | None
+) -> WindowTimings:
+    """The warm-up and the timed windows, this rank's heartbeat beating, the leader's progress written;
+    ``after_warmup()`` (a router's counts reset) runs between them."""
     import torch
 
     from perfsuite.worker.heartbeat import Heartbeat
@@ -198,9 +215,23 @@ def _timed_windows(job: Job, step, sync: Callable[[], None], device, dist, leade
             max_windows=spec.max_windows,
             stable=_stability_check(spec, dist, device),
             sample_gpus=[gpu] if gpu is not None else None,  # each rank watches its own GPU
-            after_warmup=(lambda: torch.cuda.reset_peak_memory_stats(device)) if gpu is not None else None,
+            after_warmup=_both(
+                (lambda: torch.cuda.reset_peak_memory_stats(device)) if gpu is not None else None, after_warmup
+            ),
             compiles=spec.compile,
         )
+
+
+def _both(*calls: Callable[[], None] | None) -> Callable[[], None] | None:
+    todo = [c for c in calls if c is not None]
+    if not todo:
+        return None
+
+    def each() -> None:
+        for call in todo:
+            call()
+
+    return each
 
 
 def _peak_memory(device) -> tuple[int, str]:
