@@ -18,8 +18,9 @@
 #     tests: perfsuite's own tests that touch the CUDA path;
 #  3. suite-core: resnet50 and cifar10 in fp32 on 1 GPU, saving baselines into
 #     $OUT/baselines (op profiles and peak memory with them), 2 bursts an entry;
-#  4. transformers: gpt2 and llama in bf16 at sequence length 1,024, saved beside them, with
-#     what torchtitan reports of each (tokens/s per device, MFU, peak memory) in
+#  4. transformers: gpt2, llama and moe (the mixture of experts, its router's balance and
+#     which expert path ran) in bf16 at sequence length 1,024, saved beside them, with what
+#     torchtitan reports of each (tokens/s per device, MFU, peak memory) in
 #     $OUT/transformers-summary.log;
 #  5. gate: resnet50 gated against its entry, profiled and attributed;
 #  6. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
@@ -69,7 +70,7 @@ run 150 suite-core $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs
     --perf-model resnet50 --perf-model cifar10 --perf-report "$OUT/report" --perf-json "$OUT/results.json" \
     --junitxml "$OUT/junit.xml"
 run 150 transformers $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision bf16 \
-    --perf-model gpt2 --perf-model llama --perf-seq-len 1024 --perf-report "$OUT/report-transformers" \
+    --perf-model gpt2 --perf-model llama --perf-model moe --perf-seq-len 1024 --perf-report "$OUT/report-transformers" \
     --perf-json "$OUT/results-transformers.json"
 run 20 transformers-summary $PY benchmarks/token_summary.py "$OUT/results-transformers.json"
 # Against the entry just saved (with its op profile: kernels, NCCL, copies): the burst

@@ -1,5 +1,6 @@
 """What torchtitan logs of a training run, from a --perf-json file's token rows: tokens/s per
-device, MFU and peak memory, one line a burst.
+device, MFU and peak memory, one line a burst; a mixture of experts' router balance and expert
+path beside them.
 
     python benchmarks/token_summary.py results.json
 """
@@ -25,6 +26,11 @@ def lines(results: dict) -> list[str]:
             f"MFU {'-' if mfu is None else f'{mfu:.1%}'}"
             + (f" ({row['mfu_note']})" if row.get("mfu_note") else "")
             + f", peak memory {'-' if not peak else f'{peak / 2**30:.2f} GiB'}"
+            + (
+                f", router balance {row['router_balance']:.2f} ({row.get('expert_kernel')})"
+                if row.get("router_balance") is not None
+                else ""
+            )
         )
     return out
 
