@@ -49,10 +49,11 @@ test: setup lint docs
 test-e2e: setup
 	$(PYTEST_TIER) -m e2e
 
-# tests/slurm starts slurmctld, 5 slurmd and munged on 127.0.0.1 (Debian's packages installed
-# where missing, as root) and submits the recipes with sbatch; where Slurm cannot run, its tests
-# skip with the reason (-rs).
+# tests/slurm starts slurmctld, 8 slurmd and munged on 127.0.0.1 and submits the recipes with
+# sbatch. The first step installs Debian's Slurm and MUNGE packages where missing (as root),
+# before pytest starts; where Slurm cannot run, it says why and the tests skip with the reason (-rs).
 slurm-test: setup
+	$(BIN)/python tests/slurm_cluster.py
 	$(BIN)/python -m pytest tests/slurm -rs
 
 # The documentation site (docs/, mkdocs.yml) into build/site: a warning, a broken link or

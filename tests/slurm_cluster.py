@@ -3,7 +3,9 @@
 One ``slurmctld`` and ``slurmd -N n1``, ``-N n2``, ... on 127.0.0.1, each slurmd on a port
 of its own, authenticated by a private ``munged``; every file lives in one temporary
 folder and every daemon is stopped by its own pid. Debian's ``slurmctld slurmd
-slurm-client munge`` packages are installed where they are missing and this runs as root.
+slurm-client munge`` packages are installed where they are missing and this runs as root:
+by ``make slurm-test`` before pytest starts (``python tests/slurm_cluster.py``), else by the
+first cluster a session starts, never when a test module is imported.
 
     with SlurmCluster(nodes=4, slow_nodes=("n3",)) as cluster:
         cluster.sbatch("--wrap", "hostname")    # sbatch --wait; SLURM_CONF points at the cluster
@@ -16,11 +18,13 @@ third of the time, its Epilog ends that.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +34,9 @@ from suite_files import free_ports
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "scancel", "munged")
 INSTALL_TIMEOUT_S = 300
+# One install at a time: pytest-xdist's workers would otherwise race for dpkg's lock, and the
+# loser would report Slurm as missing while the winner installs it.
+INSTALL_LOCK = Path(tempfile.gettempdir(), "perfsuite-slurm-install.lock")
 READY_TIMEOUT_S = 20
 STOP_TIMEOUT_S = 10
 LOG_TAIL_LINES = 20
@@ -39,9 +46,10 @@ LOG_TAIL_LINES = 20
 # pid where the Epilog, or the cluster's stop, kills it by. It lets the job's processes run
 # for THROTTLE_SHARE of every THROTTLE_PERIOD_S and stops them for the rest, as cpulimit
 # does: whatever else loads this machine, the job gets a third of the time it would get on
-# its peers, like a node held back by a CPU quota or by its clocks. (Half would not do on a
-# busy machine: peers measured one after another under a varying load spread apart, and a
-# slow node must stand further out than that spread to be flagged.)
+# its peers, like a node held back by a CPU quota or by its clocks. It holds back a process
+# that sleeps as much as one that computes (a sleep that ends while it stands stopped waits
+# for the next run), so a model whose step is a sleep, which runs as fast on a busy machine
+# as on an idle one, is slower there than on its peers by about two thirds.
 THROTTLE_PERIOD_S = 0.3
 THROTTLE_SHARE = 1 / 3
 PROLOG = """#!/bin/sh
@@ -97,6 +105,13 @@ def ensure_installed() -> None:
     if shutil.which("apt-get") is None:
         missing = ", ".join(missing_binaries())
         raise SlurmUnavailable(f"Slurm is not installed ({missing} missing) and there is no apt-get")
+    with INSTALL_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if missing_binaries():  # not installed meanwhile by whoever held the lock
+            _install()
+
+
+def _install() -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
     result = subprocess.run(install, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
@@ -339,3 +354,10 @@ class SlurmCluster:
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             pid_file.unlink()
+
+
+if __name__ == "__main__":  # make slurm-test's first step
+    try:
+        ensure_installed()
+    except SlurmUnavailable as exc:  # the tests then skip, saying the same
+        print(f"warning: Slurm cannot run here: {exc}", file=sys.stderr)

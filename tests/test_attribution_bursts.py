@@ -163,13 +163,13 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
     assert entry["peak_memory_bytes"] > 0 and entry["peak_memory_runs"] == [entry["peak_memory_bytes"]]
 
     monkeypatch.setenv("PERFSUITE_EXTRA_MEMORY_MB", "512")
-    # A throughput tolerance no shared machine's noise reaches: this test is about memory.
+    # A throughput tolerance no load reaches (a hundredfold slowdown): this test is about memory.
     result = pytester.runpytest_inprocess(
         *ARGS,
         "--perf-framework",
         framework,
         "--perf-tolerance",
-        "0.9",
+        "0.99",
         "--perf-json",
         "gated.json",
         "--junitxml",
@@ -187,20 +187,31 @@ def test_an_extra_tensor_fails_as_a_memory_regression_not_a_throughput_one(pytes
     assert int(props["peak_memory_bytes"]) > int(props["baseline_peak_memory_bytes"]) + 400 * 2**20
 
 
+# How each attribution status opens its lines. A burst that did not regress may still have
+# slowed (a busy host slows every step, 1.6 -> 6.0 ms has been seen): whichever status its
+# profiles gave is an honest one, and its lines must open as that status's do.
+FIRST_LINES = {
+    "attributed": "attribution (step ",
+    "uniform": "attribution (step ",
+    "inconclusive": "attribution inconclusive (step ",
+    "unattributable": "cannot attribute (step ",
+}
+
+
 @needs("torch")
 def test_profile_attributes_a_burst_that_did_not_regress(pytester, saved):
     saved("torch")
-    # A throughput tolerance no shared machine's noise reaches: the verdict is not the point.
+    # A throughput tolerance no load reaches (a hundredfold slowdown): the verdict is not the point.
     result = pytester.runpytest_inprocess(
-        *ARGS, "--perf-framework", "torch", "--perf-profile", "--perf-tolerance", "0.9", "--perf-report", "report"
+        *ARGS, "--perf-framework", "torch", "--perf-profile", "--perf-tolerance", "0.99", "--perf-report", "report"
     )
     result.assert_outcomes(passed=1)
     (row,) = json.loads((pytester.path / "report" / "results.json").read_text())["results"]
-    assert row["runs"] == 1 and row["attribution"]["status"] in (
-        "attributed",
-        "uniform",
-        "inconclusive",
-        "unattributable",
-    )
-    assert row["attribution_lines"][0].startswith("attribution")
+    # Profiled without a confirming rerun, and compared with the baseline entry's profile.
+    assert row["runs"] == 1 and row["op_profile"]["ops"] and row["profile_error"] is None
+    found, lines = row["attribution"], row["attribution_lines"]
+    assert found["base_step_ms"] > 0 and found["now_step_ms"] > 0, found
+    assert lines[0].startswith(FIRST_LINES[found["status"]]), lines
+    if found["status"] == "unattributable":  # withdrawn, with the reason in its line
+        assert found["reason"] and found["reason"] in lines[0] and not found["movers"], found
     assert len(list((pytester.path / "report" / "traces").glob("*.json.gz"))) == 1
