@@ -60,6 +60,8 @@ E2E_MODULES = frozenset(
         "test_bisect.py",
         "test_dimension_bursts.py",
         "test_hang.py",
+        "test_moe_bursts.py",
+        "test_moe_tf_bursts.py",
         "test_multinode.py",
         "test_sharded_bursts.py",
         "test_sharded_parity.py",

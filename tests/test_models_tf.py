@@ -33,7 +33,7 @@ PUBLISHED_PARAMS = {
     "vgg16": (138_357_544, "total"),  # keras.applications.VGG16
 }
 NAMES = sorted(PUBLISHED_PARAMS)
-TRANSFORMERS = ["bert", "gpt2", "llama", "vit_b16"]  # tests/test_transformers_tf.py
+TRANSFORMERS = ["bert", "gpt2", "llama", "moe", "vit_b16"]  # tests/test_transformers_tf.py, test_moe_tf.py
 
 
 @pytest.fixture(scope="module", params=NAMES)

@@ -28,7 +28,7 @@ PUBLISHED_PARAMS = {
     "vgg16": 138_357_544,
 }
 NAMES = sorted(PUBLISHED_PARAMS)
-TRANSFORMERS = ["bert", "gpt2", "llama", "vit_b16"]  # tests/test_transformers_torch.py
+TRANSFORMERS = ["bert", "gpt2", "llama", "moe", "vit_b16"]  # tests/test_transformers_torch.py, test_moe_torch.py
 TRAIN_STEP_MODELS = ("cifar10", "alexnet", "resnet50")
 
 

@@ -90,6 +90,7 @@ def test_tiny_burst(changes, tmp_path):
     assert [r.rank for r in record.per_rank] == [0]  # one process drives every device
     assert record.peak_memory_bytes > 0
     assert record.framework_version
+    assert record.router is None  # a dense model routes nothing
 
 
 def test_failing_burst_raises_one_line(tmp_path):

@@ -89,10 +89,12 @@ class TokenWorkload(Workload):
         self, info: ModelInfo, spec: BurstSpec, block_params: int, measure: Callable[[], float]
     ) -> float | None:
         """One more forward of every block, as 6N + 12LHQT count it: 2 x the blocks' parameters
-        plus attention's 4LHQT; None where the structure is not registered."""
+        plus attention's 4LHQT; None where the structure is not registered. A mixture of experts'
+        idle experts (``params - active_params``, all in its blocks) do no work for the token."""
         if info.layers is None or info.heads is None or info.head_dim is None:
             return None
-        return float(2 * block_params + 4 * info.layers * info.heads * info.head_dim * spec.seq_len)
+        idle = info.params - info.active_params if info.params is not None and info.active_params is not None else 0
+        return float(2 * (block_params - idle) + 4 * info.layers * info.heads * info.head_dim * spec.seq_len)
 
 
 TOKEN = TokenWorkload(

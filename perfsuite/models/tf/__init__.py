@@ -1,10 +1,10 @@
 """TensorFlow / Keras model zoo: one module per architecture, each registering its builder.
 
 The registry imports every module here but the shared building blocks (a module whose name
-ends in ``layers``), so a new model is one module. A model module imports only the registry and
-the catalog (perfsuite.models.catalog) at top level; keras, TensorFlow and the shared layer modules (``layers``, ``transformer_layers``,
-which import keras themselves) are imported inside the builders, so listing models works
-without TensorFlow installed.
+ends in ``layers``: ``layers``, ``transformer_layers``, ``moe_layers``, which import keras
+themselves), so a new model is one module. A model module imports only the registry and the
+catalog (perfsuite.models.catalog) at top level; keras, TensorFlow and the building blocks are
+imported inside the builders, so listing models works without TensorFlow installed.
 
 An image model's builder takes ``num_classes`` and ``image_size`` (None: the registered size)
 and returns an uncompiled Keras model that outputs logits, built in the layout

@@ -110,7 +110,8 @@ def run(job: Job) -> WorkerRecord | None:
     gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
     # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
     sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
-    timings = _timed_windows(job, step, sync, gpus, len(devices), leader)
+    timings = _timed_windows(job, step, sync, gpus, len(devices), leader, getattr(model, "reset_router_stats", None))
+    router = _router_stats(model) if leader else None  # before any step the profiler runs
     phases.mark(STEPPED)
     device = _device_facts(gpus)
     # Peak memory is read first: the profiler's own buffers are not the model's memory.
@@ -137,6 +138,7 @@ def run(job: Job) -> WorkerRecord | None:
         compute_capability=device.compute_capability,
         compile_seconds=timings.compile_seconds,
         cpu=cpu_facts.facts(spec.threads * len(devices), matmul()) if not gpus else None,
+        router=router,
         **profiled.fields(),
     )
 
@@ -183,10 +185,24 @@ def _watching_matrix_kernels(spec: BurstSpec, step) -> tuple[Callable, Callable[
     return watched, lambda: found[0] if found else None
 
 
+def _router_stats(model) -> dict | None:
+    """A mixture of experts' routing over the timed windows (``router_stats``); None for a dense model."""
+    stats = getattr(model, "router_stats", None)
+    return dict(stats()) if stats is not None else None
+
+
 def _timed_windows(
-    job: Job, step, sync: Callable[[], None], gpus: list[str], replicas: int, leader: bool
+    job: Job,
+    step,
+    sync: Callable[[], None],
+    gpus: list[str],
+    replicas: int,
+    leader: bool,
+    reset_router: Callable[[], None] | None = None,
 ) -> WindowTimings:
-    """The warm-up and the timed windows, this node's heartbeat beating, the leader's progress written."""
+    """The warm-up and the timed windows, this node's heartbeat beating, the leader's progress
+    written; a router's counts (``reset_router``) restart after the warm-up, so its balance is
+    the timed windows'."""
     import tensorflow as tf
 
     from perfsuite.worker.heartbeat import Heartbeat
@@ -196,9 +212,11 @@ def _timed_windows(
     spec = job.spec
     global_batch = spec.batch_size * replicas
 
-    def reset_peaks() -> None:
+    def after_warmup() -> None:
         for gpu in gpus:
             tf.config.experimental.reset_memory_stats(gpu)
+        if reset_router is not None:
+            reset_router()
 
     with Heartbeat(job.folder, job.node_rank) as heartbeat:
         return run_windows(
@@ -217,7 +235,7 @@ def _timed_windows(
             max_windows=spec.max_windows if spec.nodes == 1 else 0,
             stable=stable_within(spec.stable_within) if spec.stable_within and spec.nodes == 1 else None,
             sample_gpus=list(range(len(gpus))) if gpus else None,
-            after_warmup=reset_peaks,
+            after_warmup=after_warmup,
             compiles=spec.xla,
         )
 

@@ -71,7 +71,7 @@ def to_model_layout(spec: BurstSpec, images: tf.Tensor) -> tf.Tensor:
 
 
 def _write_state(variables: list, values: list, independent: bool = False) -> None:
-    """Store the replicas' new batch-norm statistics (and dropout seeds) in cross-replica
+    """Store the replicas' new batch-norm statistics (dropout seeds, a router's counts) in cross-replica
     context: a variable in central storage exists once, so the replicas' values are
     averaged (integer seed state: the first replica's) rather than each written over it.
     All averages go through one batched reduction, not one per variable. Independent
@@ -132,9 +132,12 @@ def make_step(
     def gradients(images, labels, weights, state, scale):
         with tf.GradientTape() as tape:
             tape.watch(weights)
-            logits, state = model.stateless_call(weights, state, images, training=True)
+            logits, state, own = model.stateless_call(weights, state, images, training=True, return_losses=True)
             loss = replica_loss(labels, logits, global_batch, strategy.num_replicas_in_sync)
-            target = loss * scale if loss_scale is not None else loss
+            # The step reports the workload's loss; it learns by that and the model's own losses
+            # (add_loss: a router's load balancing), each this replica's share of their mean.
+            learnt = (loss + _own_losses(own, strategy.num_replicas_in_sync)) if own else loss
+            target = learnt * scale if loss_scale is not None else learnt
         return loss, tape.gradient(target, weights), state
 
     if spec.xla:
@@ -168,6 +171,12 @@ def make_step(
     return lambda: train_step(feed.source)
 
 
+def _own_losses(losses: list, replicas: int) -> tf.Tensor:
+    """The model's own losses (``add_loss``, each over this replica's batch) as this replica's
+    share: summed over the replicas, their mean."""
+    return tf.add_n([tf.cast(x, tf.float32) for x in losses]) / replicas
+
+
 def _apply_independently(optimizer: keras.optimizers.Optimizer, grads: list, variables: list) -> None:
     """SGD with momentum, as Keras's SGD computes it, on each replica's own copy of the
     variables and momenta with that replica's gradients: no all-reduce. Mirrored variables
@@ -192,12 +201,17 @@ def _infer_step(
     spec: BurstSpec, strategy: tf.distribute.Strategy, model: keras.Model, feed: Feed, global_batch: int
 ) -> Callable[[], tf.Tensor]:
     """Forward passes only (``training=False``: batch norm uses its moving statistics), the
-    loss computed for the record; with XLA the forward pass is what is compiled."""
+    loss computed for the record; with XLA the forward pass is what is compiled. The state a
+    forward pass changes even so (a router's counts) is written back; state it leaves alone
+    (batch norm's statistics) is not, so a model without such state costs nothing more."""
     replica_loss = workload_loss(spec)
+    state_vars = model.non_trainable_variables
+    changed: list[int] = []  # which state the forward pass assigns, found as it is traced
 
     def forward(images, labels, weights, state):
-        logits, _ = model.stateless_call(weights, state, images, training=False)
-        return replica_loss(labels, logits, global_batch, strategy.num_replicas_in_sync)
+        logits, new = model.stateless_call(weights, state, images, training=False)
+        changed[:] = [i for i, (old, value) in enumerate(zip(state, new)) if value is not old]
+        return replica_loss(labels, logits, global_batch, strategy.num_replicas_in_sync), [new[i] for i in changed]
 
     if spec.xla:
         forward = tf.function(forward, jit_compile=True, autograph=False)
@@ -205,8 +219,10 @@ def _infer_step(
     def replica_step(images, labels):
         images = to_model_layout(spec, images)
         weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
-        state = [tf.convert_to_tensor(v.value) for v in model.non_trainable_variables]
-        return forward(images, labels, weights, state)
+        state = [tf.convert_to_tensor(v.value) for v in state_vars]
+        loss, new = forward(images, labels, weights, state)
+        _write_state([state_vars[i] for i in changed], new)
+        return loss
 
     @tf.function(autograph=False)
     def infer_step(source):
