@@ -21,7 +21,7 @@ pytest.importorskip("alembic", reason="the history needs its extra: pip install 
 
 import sqlalchemy as sa  # noqa: E402
 
-from perfsuite.history import db, document, fleet, recorder, schema  # noqa: E402
+from perfsuite.history import db, document, fleet_read, recorder, schema  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FINGERPRINT = "cpu-test-2c"
@@ -110,7 +110,7 @@ def _fleet_statement(engine: sa.Engine) -> tuple[str, object]:
 
     sa.event.listen(engine, "before_cursor_execute", seen)
     try:
-        fleet.read_fleet(engine, END, datetime.timedelta(hours=24), NIGHTS)
+        fleet_read.read_fleet(engine, END, datetime.timedelta(hours=24), NIGHTS)
     finally:
         sa.event.remove(engine, "before_cursor_execute", seen)
     (found,) = sent
@@ -159,7 +159,7 @@ def test_a_version_2_history_is_brought_to_version_3_in_place(request, tmp_path,
         assert [p.throughput for p in series[(FINGERPRINT, IMAGE_KEY, "node-c")]] == [120.0, 121.0, 122.0]
         assert db.series_keys(engine) == [(FINGERPRINT, key, NIGHTS * len(NODES)) for key in KEYS]
 
-        read = fleet.read_fleet(engine, END, datetime.timedelta(hours=24), NIGHTS)
+        read = fleet_read.read_fleet(engine, END, datetime.timedelta(hours=24), NIGHTS)
         assert read.nodes == list(NODES) and read.keys == [(FINGERPRINT, key) for key in KEYS]
         for n in range(len(NODES)):
             for j, key in enumerate(KEYS):

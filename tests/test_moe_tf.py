@@ -1,14 +1,11 @@
 """The Keras mixture of experts: its counts, its dispatch against a dense reference, its router's
 balance, its auxiliary loss reaching the training step's gradient, and a tiny config trained
 through the burst worker's own step (one replica here; two, with XLA and inference, in a fresh
-interpreter)."""
+interpreter: tests/test_moe_tf_bursts.py)."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -45,22 +42,35 @@ def _size(variables) -> int:
     return sum(int(np.prod(v.shape)) for v in variables)
 
 
-def test_the_registered_size_has_the_catalogs_counts():
-    """Built for real at a CPU sequence length (the weights are the same at any): every weight,
-    and the active ones, those of top_k of the experts in each layer and all the rest."""
+@pytest.mark.parametrize(
+    "config",
+    [TINY, MoEConfig(layers=3, d_model=96, heads=6, kv_heads=3, d_ff=80, num_experts=6, top_k=3, vocab_size=300)],
+    ids=["tiny", "other"],
+)
+def test_the_built_model_has_the_catalogs_counts(config):
+    """The catalog's counts from the structure, against the Keras model built at two small sizes
+    that differ in every dimension: every weight, and the active ones, those of top_k of the
+    experts in each layer and all the rest. The registered size's are the catalog's at its size
+    (the torch model, built on the meta device, holds them at full size: tests/test_moe_torch.py);
+    building it here would cost 15 s of initialising 139M weights."""
     import keras
 
+    from perfsuite.models.tf.moe import build
     from perfsuite.models.tf.moe_layers import MoE
 
     keras.backend.clear_session()
-    info = registry.get_model("tf", "moe")
-    model = registry.resolve_builder(info)(vocab_size=info.vocab_size, seq_len=info.cpu_seq_len)
-    assert _size(model.trainable_weights) == info.params == MOE_SMALL.params == 138_715_648
+    model = build(config, SEQ)
+    assert _size(model.trainable_weights) == config.params
     experts = [w for layer in model.moe_layers() for w in (layer.gate, layer.up, layer.down)]
-    assert len(model.moe_layers()) == MOE_SMALL.layers and all(isinstance(m, MoE) for m in model.moe_layers())
-    idle = _size(experts) * (MOE_SMALL.num_experts - MOE_SMALL.top_k) // MOE_SMALL.num_experts
-    assert _size(model.trainable_weights) - idle == info.active_params == 63_218_176
-    assert model.output_shape == (None, info.cpu_seq_len, info.vocab_size)
+    assert len(model.moe_layers()) == config.layers and all(isinstance(m, MoE) for m in model.moe_layers())
+    idle = _size(experts) * (config.num_experts - config.top_k) // config.num_experts
+    assert _size(model.trainable_weights) - idle == config.active_params
+    assert model.output_shape == (None, SEQ, config.vocab_size)
+
+
+def test_the_registration_names_the_catalogs_counts():
+    info = registry.get_model("tf", "moe")
+    assert (info.params, info.active_params) == (MOE_SMALL.params, MOE_SMALL.active_params) == (138_715_648, 63_218_176)
     assert "138.7M" in info.description and "63.2M active" in info.description
 
 
@@ -232,83 +242,3 @@ def test_the_step_learns_by_the_models_own_losses(weight):
     for b, v, g in zip(before, model.trainable_variables, learnt):
         np.testing.assert_allclose(v.numpy(), b - LEARNING_RATE * g, rtol=1e-5, atol=1e-7)
     assert (weight > 0) == (not np.allclose(learnt[0], alone[0], rtol=1e-3))  # the penalty moves the embedding
-
-
-REPLICATED = r"""
-import json, os, sys
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-import tensorflow as tf
-import keras
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-from types import SimpleNamespace
-
-from perfsuite.contract.spec import BurstSpec
-from perfsuite.models.catalog import MoEConfig
-from perfsuite.models.tf.moe import build
-from perfsuite.worker.backends.tf.precision import DynamicLossScale, precision_policy
-from perfsuite.worker.backends.tf.strategy import make_strategy
-from perfsuite.worker.backends.tf.tokens import device_feed
-from perfsuite.worker.backends.tf.train import make_optimizer, make_step
-
-config = MoEConfig(**json.loads(sys.argv[1]))
-steps = 6
-out = {}
-for name, changes in json.loads(sys.argv[2]).items():
-    spec = BurstSpec(framework="tf", model="tiny_moe", devices=2, seq_len=32, batch_size=4, **changes)
-    precision = precision_policy(spec)
-    keras.backend.clear_session()
-    keras.mixed_precision.set_global_policy(precision.policy)
-    keras.utils.set_random_seed(0)
-    strategy = make_strategy(spec, ["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        model = build(config, spec.seq_len)
-        optimizer = make_optimizer("adamw")
-        optimizer.build(model.trainable_variables)
-        scale = DynamicLossScale() if precision.loss_scaling else None
-    feed = device_feed(spec, strategy, SimpleNamespace(vocab_size=config.vocab_size, objective="causal"), 1000)
-    step = make_step(spec, strategy, model, optimizer, feed, scale)
-    step()
-    model.reset_router_stats()  # as the burst does after its warm-up
-    losses = [float(step()) for _ in range(steps)]
-    routed = [float(layer.routed.numpy().sum()) for layer in model.moe_layers()]
-    out[name] = {"losses": losses, "routed": routed, "stats": model.router_stats()}
-print(json.dumps(out))
-"""
-
-CASES = {
-    "replicated": {},
-    "xla": {"xla": True},
-    "infer": {"mode": "infer"},
-    "infer-xla": {"mode": "infer", "xla": True},
-    "fp16": {"precision": "fp16"},  # the loss scale multiplies the auxiliary loss too
-}
-
-
-def test_two_replicas_count_every_routed_token_once():
-    """MirroredStrategy over two CPU devices: each step's counts are the replicas' mean, so a
-    layer's rows over the timed steps are steps x batch x seq x top_k; XLA runs the tiles
-    kernel; inference counts too; fp16 with its loss scale trains."""
-    import dataclasses
-
-    proc = subprocess.run(
-        [sys.executable, "-c", REPLICATED, json.dumps(dataclasses.asdict(TINY)), json.dumps(CASES)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, case in out.items():
-        losses, stats = case["losses"], case["stats"]
-        assert case["routed"] == [6 * 4 * SEQ * TINY.top_k] * TINY.layers, name
-        assert 1.0 <= stats["balance"] <= TINY.num_experts / TINY.top_k, name
-        assert 0.9 <= stats["aux_loss"] <= TINY.num_experts, name
-        assert stats["kernel"] == ("tiles" if CASES[name].get("xla") else "loop"), name
-        assert losses[0] == pytest.approx(math.log(VOCAB), rel=0.1), name
-        if CASES[name].get("mode") == "infer":
-            assert losses == [losses[0]] * 6  # nothing learnt, the same batch
-        else:
-            assert losses[-1] < losses[0] - 0.1, (name, losses)

@@ -23,7 +23,7 @@ from pgbouncer_server import pgbouncer, through  # noqa: E402
 from postgres_server import create_database  # noqa: E402
 
 from perfsuite.commands.main import main  # noqa: E402
-from perfsuite.history import db, fleet, recorder  # noqa: E402
+from perfsuite.history import db, fleet_read, recorder  # noqa: E402
 from perfsuite.history.url import engine_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,14 +134,14 @@ def test_the_fleet_reads_cursor_streams_inside_its_transaction(direct, bouncer, 
     connection another client writes on between the reads: each read is whole, and equal to
     the direct one."""
     LOAD.seed(direct)
-    monkeypatch.setattr(fleet, "STREAM_ROWS", 2)
+    monkeypatch.setattr(fleet_read, "STREAM_ROWS", 2)
     pooled, plain = db.open_history(through(direct, bouncer)), db.open_history(direct)
     end, since = LOAD.AT, datetime.timedelta(hours=24)
     try:
-        expected = fleet.read_fleet(plain, end, since, LOAD.SEED_NIGHTS)
+        expected = fleet_read.read_fleet(plain, end, since, LOAD.SEED_NIGHTS)
         for day in range(3):
             db.write_run(pooled, run_doc(50.0, day=30 + day, node=f"other-{day}"))  # after the nights read
-            got = fleet.read_fleet(pooled, end, since, LOAD.SEED_NIGHTS)
+            got = fleet_read.read_fleet(pooled, end, since, LOAD.SEED_NIGHTS)
             assert got.nodes == expected.nodes and got.keys == expected.keys
             assert (got.runs_at == expected.runs_at).all()
             assert ((got.figures == expected.figures) | (got.figures != got.figures)).all()
