@@ -3,8 +3,9 @@
 Every question whose answer differs between an image model and a token model is asked of a
 ``Workload`` (perfsuite.workloads.base): ``get(name)`` for a model's or a spec's kind,
 ``of_key(key)`` for a baseline key, ``of_unit(unit)`` for a stored figure. Figures travel as
-``throughput`` with their ``unit``; ``figure_name(unit)`` gives the unit-named field
-(``images_per_sec``, ``tokens_per_sec``) at the edges that write one.
+``throughput`` with their ``unit``; ``named(row, unit)`` adds the unit-named field
+(``images_per_sec``, ``tokens_per_sec``) where a row is written, and ``figure_name(unit)`` names
+it where a baseline entry keeps it.
 """
 
 from __future__ import annotations
@@ -17,20 +18,26 @@ from perfsuite.workloads.image import IMAGE
 from perfsuite.workloads.token import TOKEN
 
 __all__ = [
+    "DEFAULT",
     "MIXED",
+    "NEUTRAL",
     "TRAIN_FLOPS_PER_FORWARD",
-    "units",
     "Workload",
     "WorkloadError",
+    "all_kinds",
     "figure_name",
     "figure_of",
     "get",
+    "implied_by",
+    "named",
     "names",
     "of_key",
     "of_unit",
     "register",
     "unit_column",
     "unit_of_key",
+    "unit_of_row",
+    "units",
 ]
 
 # The column's head where figures of several units share it: each figure then names its own.
