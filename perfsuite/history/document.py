@@ -22,7 +22,7 @@ from typing import Any
 
 from perfsuite.contract.spec import SHORT_KINDS
 from perfsuite.history.url import HistoryError
-from perfsuite.workloads import all_kinds, figure_name, figure_of, unit_of_key, unit_of_row, units
+from perfsuite.workloads import NEUTRAL, all_kinds, figure_name, figure_of, unit_of_key, unit_of_row, units
 
 MODES = ("gate", "save")
 BISECT_MODE = "bisect"  # a bisect's verdict: no bursts, its outcome in run["bisect"]
@@ -35,7 +35,7 @@ def outcome_of(exitstatus: int, interrupted: bool) -> str:
     return {0: "passed", 1: "failed", 5: "passed"}.get(int(exitstatus), "error")
 
 
-THROUGHPUT, UNIT = "throughput", "unit"
+THROUGHPUT, UNIT = NEUTRAL, "unit"
 
 
 def for_history(row: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,6 @@ class Workload:
     key_field: str = ""
     key_option: str | None = None
     dimensions: tuple[str, ...] = ()  # the case dimensions only this workload sweeps ("seq_len")
-    describes: str = ""  # what a burst learns, for people: "cross-entropy over classes"
 
     # -- the spec ---------------------------------------------------------------------------
 

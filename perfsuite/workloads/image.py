@@ -69,5 +69,4 @@ IMAGE = ImageWorkload(
     },
     key_field="image_size",
     key_option=None,
-    describes="cross-entropy of the logits against each image's class",
 )

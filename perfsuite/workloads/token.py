@@ -116,5 +116,4 @@ TOKEN = TokenWorkload(
     key_field="seq_len",
     key_option="--perf-seq-len",
     dimensions=("seq_len",),
-    describes="cross-entropy of the logits against the next token (causal) or the masked ones (masked)",
 )
