@@ -21,7 +21,7 @@ OTAVA := "apache-otava==0.8.0"
 PERF_REPORT ?= perf-report
 # GPT-2 small on one CPU worker a framework, at its CPU sequence length (128): the transformer
 # case beside the CNNs (docs/figures.md, "The CPU suite").
-PERF_ARGS ?= --model cifar10 --model resnet50 --model gpt2 -k "not gpt2-cpu2"
+PERF_ARGS ?= --model cifar10 --model resnet50 --model gpt2 -k "not gpt2-cpu2" --perf-missing-baseline save
 
 .PHONY: setup perf test test-e2e slurm-test lint docs clean
 setup: $(VENV)/.installed

@@ -192,7 +192,8 @@ def test_a_machine_kind_without_baselines_measures_reports_and_says_how_to_keep_
     result.stdout.fnmatch_lines(
         [
             f"no baseline file for this hardware (baselines/{here.id}.json): 1 burst was measured and reported, "
-            "not gated; run the same command with --perf-save-baseline to keep them as its baseline"
+            "not gated; run the same command with --perf-save-baseline to keep them as its baseline, or with "
+            "--perf-missing-baseline save to keep them as this machine's local one"
         ]
     )
     assert "names the CPU by model name" not in result.stdout.str()

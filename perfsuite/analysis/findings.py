@@ -38,6 +38,10 @@ from perfsuite.workloads import figure_of
 
 THROUGHPUT = "throughput"
 SCALING = "scaling"
+# Which baseline a case was gated against: the reviewed files of --perf-baseline-dir, or the
+# machine's own (--perf-missing-baseline save), kept outside the repository.
+COMMITTED = "committed"
+LOCAL = "local"
 # The noise floor of a baseline entry (its bursts' spread) widens a tolerance at most this
 # many times: three bursts estimate the spread roughly, and one stray burst must not blind
 # the gate to a large drop.
@@ -108,6 +112,7 @@ class Context:
     node: str | None = None  # whose series ``history`` is (a fleet's shared history holds several)
     peers: Peers | None = None
     attribute: bool = True  # compare op profiles (not in a save run: it replaces the entry)
+    baseline_source: str | None = None  # the entry's file: COMMITTED or LOCAL (this machine's own)
 
 
 # --- the findings -------------------------------------------------------------------------
@@ -198,6 +203,7 @@ class Findings:
     attribution_note: str | None = None  # why there is no attribution where one was asked for
     missing: str | None = None  # no baseline to compare with: the sentence that says so
     diagnosis: tuple[Diagnosis, ...] = ()  # why the burst runs as it does, where the evidence says
+    baseline_source: str | None = None  # COMMITTED or LOCAL: which baseline the entry came from
 
     @property
     def spec(self) -> BurstSpec:
@@ -221,7 +227,9 @@ class Findings:
 def judge_throughput(test: str, burst_id: str, measured: Measured, context: Context) -> Findings:
     """The throughput case's findings."""
     m, entry = measured.burst, context.baseline
-    found = Findings(test, THROUGHPUT, m, burst_id, entry, context.baseline_file)
+    found = Findings(
+        test, THROUGHPUT, m, burst_id, entry, context.baseline_file, baseline_source=context.baseline_source
+    )
     if not m.ok or m.remote is not None:
         return found
     throughput = throughput_verdict(m, entry, context.limits, measured.confirmed, measured.rerun_error)
@@ -244,13 +252,16 @@ def judge_throughput(test: str, burst_id: str, measured: Measured, context: Cont
         attribution_note=note,
         missing=context.missing if entry is None else None,
         diagnosis=_shown(slow_input or diagnosis.compute(m)),
+        baseline_source=context.baseline_source,
     )
 
 
 def judge_scaling(test: str, burst_id: str, measured: Measured, context: Context) -> Findings:
     """The scaling case's findings; without a 1-device burst (or a throughput to divide) none."""
     m, single, entry, limits = measured.burst, measured.single, context.baseline, context.limits
-    found = Findings(test, SCALING, m, burst_id, entry, context.baseline_file, single=single)
+    found = Findings(
+        test, SCALING, m, burst_id, entry, context.baseline_file, single=single, baseline_source=context.baseline_source
+    )
     scaling = scaling_verdict(m, single, entry, limits) if m.ok and m.remote is None else None
     if scaling is None:
         return found
@@ -270,6 +281,7 @@ def judge_scaling(test: str, burst_id: str, measured: Measured, context: Context
         communication_overhead=overhead,
         missing=missing,
         diagnosis=scaling_diagnosis(m, single, scaling, overhead),
+        baseline_source=context.baseline_source,
     )
 
 

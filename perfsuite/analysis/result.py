@@ -117,6 +117,15 @@ class BurstResult:
         return None
 
     @property
+    def baseline_source(self) -> str | None:
+        """Which baseline the entry came from: committed (--perf-baseline-dir) or local (this
+        machine's own, --perf-missing-baseline save)."""
+        for case in (self.throughput_case, self.scaling_case):
+            if case is not None and case.baseline_source is not None:
+                return case.baseline_source
+        return None
+
+    @property
     def memory_verdict(self) -> MemoryVerdict | None:
         return self.throughput_case.memory if self.throughput_case is not None else None
 

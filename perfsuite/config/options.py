@@ -60,6 +60,7 @@ class PerfOptions:
     hang_floor: float
     start: str
     baseline_dir: Path
+    local_baseline_dir: Path | None  # None: perfsuite's cache (local_baselines)
     save_baseline: bool
     baseline_runs: int
     perf_tolerance: float
@@ -93,6 +94,14 @@ class PerfOptions:
     rdzv_endpoint: str | None
     worker_hosts: tuple[str, ...]
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # dest -> where the value came from
+
+    @property
+    def local_baselines(self) -> Path:
+        """Where this machine's local baselines live: outside the repository, as
+        pytest-benchmark's autosave keeps a machine's own runs."""
+        from perfsuite.common.files import cache_root
+
+        return self.local_baseline_dir or cache_root() / "baselines"
 
     @property
     def fleet_rule(self) -> FleetRule:

@@ -20,7 +20,7 @@ from perfsuite.contract.spec import DATA_LOCATIONS, MEMORY_FORMATS, MODES, PRECI
 from perfsuite.models.registry import FRAMEWORKS
 
 PREFIX = "--perf-"
-MISSING_POLICIES = ("skip", "fail", "pass")
+MISSING_POLICIES = ("skip", "fail", "pass", "save")
 MISSING_GPU_POLICIES = ("fail", "skip")
 MIN_WINDOWS = MIN_SAMPLES
 WHY_MIN_WINDOWS = f"with fewer, the one-sided rank test cannot reach p < {ALPHA:g}, so no drop could ever fail the gate"
@@ -282,6 +282,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DIR",
     ),
     Option(
+        "local-baseline-dir",
+        "directory of this machine's local baselines, which --perf-missing-baseline save writes "
+        "and a case without a committed entry gates against (committed entries take precedence; "
+        "default: baselines/ in perfsuite's cache, $PERFSUITE_CACHE or ~/.cache/perfsuite)",
+        "path",
+        metavar="DIR",
+    ),
+    Option(
         "save-baseline",
         "merge this run's measurements into the baseline file instead of gating",
         "flag",
@@ -342,11 +350,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "missing-baseline",
-        "what a test does without a baseline entry",
+        "what a test does without a baseline entry: skip, fail, pass, or save (measure it with a "
+        "save's bursts into this machine's local baseline, which the next run gates against)",
         "choice",
         choices=MISSING_POLICIES,
         default="skip",
-        metavar="{skip,fail,pass}",
+        metavar="{skip,fail,pass,save}",
     ),
     Option(
         "missing-gpus",

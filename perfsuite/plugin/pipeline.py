@@ -195,7 +195,8 @@ class PerfGate:
                 pytrace=False,
             )
         try:
-            return self.session.baseline_entry(spec), str(shown_path(self.session.baseline_path(spec.device_kind)))
+            entry, _, path = self.session.baseline_source(spec)
+            return entry, str(shown_path(path or self.session.baseline_path(spec.device_kind)))
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 
@@ -212,6 +213,7 @@ class PerfGate:
             node=session.node if history else None,
             peers=self._peers(spec, m.throughput) if what == "throughput" else None,
             attribute=not o.save_baseline,
+            baseline_source=session.baseline_source(spec)[1] if entry is not None else None,
         )
 
     def _peers(self, spec: BurstSpec, tonight: float | None) -> Peers | None:
@@ -243,6 +245,12 @@ class PerfGate:
         unused = self.session.baselines_unused.get(short_kind(spec.device_kind))
         if unused is not None:
             message = f"no {what} baseline for {spec.key()}: {unused}"
+        if self.session.saves_locally(spec):
+            local = shown_path(self.session.local_baseline_path(spec.device_kind))
+            return (
+                f"no {what} baseline for {spec.key()} in {path}: measured as a save measures, kept in this "
+                f"machine's local baseline {local} for the next run to gate against"
+            )
         file = self.session.baseline_file(spec.device_kind)
         near = nearest_key(spec.key(), file.entries) if file else None
         if near is not None and near[1]:

@@ -149,10 +149,10 @@ RULES: tuple[Rule, ...] = (
         NO_ENTRY,
         None,
         "missing_baseline",
-        {"skip": SKIP, "fail": FAIL, "pass": PASS},
+        {"skip": SKIP, "fail": FAIL, "pass": PASS, "save": PASS},
         saving=PASS,
         says="no throughput baseline for … (or: no scaling efficiency baseline)",
-        shaped_by="`--perf-baseline-dir`",
+        shaped_by="`--perf-baseline-dir`, `--perf-local-baseline-dir`",
     ),
 )
 _BY = {(r.finding, r.when): r for r in RULES}

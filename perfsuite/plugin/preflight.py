@@ -138,11 +138,16 @@ def check_outputs(options: PerfOptions) -> None:
     where = _named(options, "baseline_dir")
     if options.save_baseline:
         _writable_dir(options.baseline_dir, where)
+    elif options.missing_baseline == "save":
+        # The machine's own baselines are written at the end of the run: a folder that cannot
+        # take them stops the run before any burst, not after.
+        _writable_dir(options.local_baselines, _named(options, "local_baseline_dir"))
     elif not options.baseline_dir.is_dir() and options.missing_baseline != "pass":
         state = "is not a directory" if options.baseline_dir.exists() else "does not exist"
         raise PreflightError(
             f"{where}: {options.baseline_dir} {state}, so nothing could be gated "
-            "(--perf-save-baseline creates it; --perf-missing-baseline pass measures without baselines)"
+            "(--perf-save-baseline creates it; --perf-missing-baseline pass measures without baselines, "
+            "save keeps this machine's own)"
         )
 
 

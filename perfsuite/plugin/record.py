@@ -174,6 +174,12 @@ def view(session: PerfSession, command: Sequence[str] = ()) -> RunView:
         fingerprints=fingerprints,
         fingerprint_errors=errors,
         baseline_files={kind: baseline.baseline_path(o.baseline_dir, fp) for kind, fp in fingerprints.items()},
+        local_baseline_files={
+            kind: baseline.baseline_path(o.local_baselines, fp)
+            for kind, fp in fingerprints.items()
+            if session.local_baselines.get(kind) is not None
+            or any(short_kind(s.device_kind) == kind and session.saves_locally(s) for s in session.saved)
+        },
         trends=trends(session, shown),
     )
 
@@ -217,6 +223,8 @@ def finish(session: PerfSession, exitstatus: int, command: Sequence[str] = (), c
     status = exitstatus
     if session.options.save_baseline and session.bursts:
         status = _save(session, exitstatus, status)
+    elif session.options.missing_baseline == "save" and session.bursts:
+        status = _save(session, exitstatus, status, local=True)
     shown = bursts(session)
     status = _write_results(session, shown, command, exitstatus, status)
     _write_history(session, shown, command, status)
@@ -257,17 +265,19 @@ def _entries_lacking(session: PerfSession) -> dict[str, set[str]]:
 
 def _no_baseline_file(session: PerfSession) -> list[str]:
     """A machine kind the suite has no baseline for: measured and reported, and how to keep it."""
-    if session.options.save_baseline:
+    if session.options.save_baseline or session.options.missing_baseline == "save":
         return []
     lines = []
     for kind, found in sorted(session.baselines.items()):
         measured = [s for s, b in session.bursts.items() if short_kind(s.device_kind) == kind and b.measurement.ok]
-        if found is None and kind not in session.baselines_unused and measured:
+        local = session.local_baselines.get(kind) is not None
+        if found is None and not local and kind not in session.baselines_unused and measured:
             path = shown_path(session.baseline_path(device_kind_of(kind)))
             lines.append(
                 f"no baseline file for this hardware ({path}): "
                 f"{len(measured)} burst{'s were' if len(measured) != 1 else ' was'} measured and reported, not "
-                "gated; run the same command with --perf-save-baseline to keep them as its baseline"
+                "gated; run the same command with --perf-save-baseline to keep them as its baseline, or with "
+                "--perf-missing-baseline save to keep them as this machine's local one"
             )
     return lines
 
@@ -284,23 +294,33 @@ def _nothing_ran(session: PerfSession) -> str:
     return f"{head}, all skipped: {reasons}"
 
 
-def _save(session: PerfSession, exitstatus: int, status: int) -> int:
+def _save(session: PerfSession, exitstatus: int, status: int, local: bool = False) -> int:
+    what = "local baselines" if local else "baselines"
     if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
-        session.messages.append("baselines not saved: the run was interrupted")
+        session.messages.append(f"{what} not saved: the run was interrupted")
     elif session.options.node_rank != 0:
-        session.messages.append(f"baselines are saved by node 0; this is node {session.options.node_rank}")
+        if not local:
+            session.messages.append(f"baselines are saved by node 0; this is node {session.options.node_rank}")
     else:
         try:
-            for path, count in save_baselines(session):
-                session.messages.append(f"saved {count} baseline entr{'y' if count == 1 else 'ies'} to {path}")
+            for path, count in save_baselines(session, local):
+                entries = f"{count} baseline entr{'y' if count == 1 else 'ies'}"
+                session.messages.append(
+                    f"saved {entries} to this machine's local baseline {path}: the next run gates against "
+                    f"{'it' if count == 1 else 'them'} (entries in {shown_path(session.options.baseline_dir)} "
+                    "take precedence; --perf-save-baseline writes there)"
+                    if local
+                    else f"saved {entries} to {path}"
+                )
         except baseline.BaselineError as exc:
-            session.messages.append(f"baselines not saved: {exc}")
+            session.messages.append(f"{what} not saved: {exc}")
             return pytest.ExitCode.TESTS_FAILED
     return status
 
 
-def entries_to_save(session: PerfSession) -> dict:
-    """Entries of every clean burst, grouped by baseline file: path -> (fingerprint, entries, versions)."""
+def entries_to_save(session: PerfSession, local: bool = False) -> dict:
+    """Entries of every clean burst, grouped by baseline file: path -> (fingerprint, entries,
+    versions). ``local``: only the bursts no baseline holds, for the machine's local file."""
     commit = baseline.git_commit(session.rootdir)
     date = baseline.now_iso()
     out: dict = {}
@@ -311,20 +331,25 @@ def entries_to_save(session: PerfSession) -> dict:
         if result.tests and all(t in session.failed_tests for t in result.tests):
             continue  # only bursts from tests that ran cleanly
         spec = result.spec
-        path = session.baseline_path(spec.device_kind)
+        if local and not session.saves_locally(spec):
+            continue
+        path = session.local_baseline_path(spec.device_kind) if local else session.baseline_path(spec.device_kind)
         fp, entries, versions = out.setdefault(path, (session.fingerprint(spec.device_kind), {}, {}))
-        entries[spec.key()] = baseline.entry_for(result, date, commit, session.baseline_entry(spec))
+        entries[spec.key()] = baseline.entry_for(result, date, commit, None if local else session.baseline_entry(spec))
         versions[spec.framework] = record.framework_version
     return out
 
 
-def save_baselines(session: PerfSession) -> list:
+def save_baselines(session: PerfSession, local: bool = False) -> list:
     saved = []
-    for path, (fp, entries, versions) in entries_to_save(session).items():
+    for path, (fp, entries, versions) in entries_to_save(session, local).items():
         baseline.save_entries(path, fp, entries, versions)
         saved.append((path, len(entries)))
         for spec in session.bursts:
-            if spec.key() in entries and session.baseline_path(spec.device_kind) == path:
+            if spec.key() in entries and path in (
+                session.baseline_path(spec.device_kind),
+                session.local_baseline_path(spec.device_kind),
+            ):
                 session.saved.add(spec)
     return saved
 

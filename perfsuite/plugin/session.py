@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfsuite.analysis.findings import Findings
+from perfsuite.analysis.findings import COMMITTED, LOCAL, Findings
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
@@ -51,6 +51,7 @@ class PerfSession:
     messages: list[str] = field(default_factory=list)  # end-of-run lines for the summary
     baselines: dict[str, baseline.BaselineFile | None] = field(default_factory=dict)
     baselines_unused: dict[str, str] = field(default_factory=dict)  # kind -> why a file there is not used
+    local_baselines: dict[str, baseline.BaselineFile | None] = field(default_factory=dict)  # kind -> its file
     fingerprints: dict[str, hardware.Fingerprint] = field(default_factory=dict)
     workdir: Path | None = None  # the bursts' folders; made on the first burst, removed at the end
     interrupted: bool = False  # the run was stopped (Ctrl-C, SIGTERM, SIGHUP): results are partial
@@ -87,13 +88,14 @@ class PerfSession:
             # Tests with their own tolerance run their own burst of a key others use.
             shared = any(s.key() == spec.key() for s in self.bursts)
             # A baseline entry keeps an op profile; --perf-profile asks for one on every burst.
-            measured = self._run(spec, self.options.save_baseline or self.options.profile)
+            saving = self.options.save_baseline or self.saves_locally(spec)
+            measured = self._run(spec, saving or self.options.profile)
             if unsupported_reason(measured.error):
                 self.unsupported[spec] = measured  # not a measurement: kept out of results and reports
                 return measured
             burst_id = f"{spec.key()}@{spec.stable_within:g}" if shared else spec.key()
             found = self.bursts[spec] = Burst(measured, burst_id)
-            if self.options.save_baseline and measured.ok and not measured.remote:
+            if saving and measured.ok and not measured.remote:
                 for _ in range(self.options.baseline_runs - 1):
                     self.rerun(spec)
         if test and test not in found.tests:
@@ -267,6 +269,45 @@ class PerfSession:
                     self.messages.append(f"warning: {unused}")
         return self.baselines[kind]
 
-    def baseline_entry(self, spec: BurstSpec) -> dict | None:
+    def local_baseline_path(self, device_kind: str) -> Path:
+        return baseline.baseline_path(self.options.local_baselines, self.fingerprint(device_kind))
+
+    def local_baseline_file(self, device_kind: str) -> baseline.BaselineFile | None:
+        """This machine's local baseline file (--perf-missing-baseline save writes it); None in a
+        save run, which gates nothing and writes the committed file."""
+        kind = short_kind(device_kind)
+        if self.options.save_baseline:
+            return None
+        if kind not in self.local_baselines:
+            found, unused = baseline.find(self.options.local_baselines, self.fingerprint(device_kind))
+            self.local_baselines[kind] = found
+            if unused is not None:
+                self.messages.append(f"warning: {unused}")
+        return self.local_baselines[kind]
+
+    def baseline_source(self, spec: BurstSpec) -> tuple[dict | None, str | None, Path | None]:
+        """The entry of the spec's key the gate compares with, which baseline holds it (COMMITTED
+        or LOCAL) and its file: a committed entry takes precedence over the machine's local one."""
         file = self.baseline_file(spec.device_kind)
-        return file.get(spec.key()) if file else None
+        entry = file.get(spec.key()) if file else None
+        if entry is not None:
+            return entry, COMMITTED, self.baseline_path(spec.device_kind)
+        local = self.local_baseline_file(spec.device_kind)
+        entry = local.get(spec.key()) if local else None
+        if entry is not None:
+            return entry, LOCAL, self.local_baseline_path(spec.device_kind)
+        return None, None, None
+
+    def baseline_entry(self, spec: BurstSpec) -> dict | None:
+        return self.baseline_source(spec)[0]
+
+    def saves_locally(self, spec: BurstSpec) -> bool:
+        """--perf-missing-baseline save, and no baseline holds the key: measured as a save
+        measures, and kept in the machine's local baseline at the end of the run."""
+        o = self.options
+        return (
+            o.missing_baseline == "save"
+            and not o.save_baseline
+            and o.node_rank == 0
+            and self.baseline_entry(spec) is None
+        )

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from perfsuite import workloads
 from perfsuite.analysis.attribution import ATTRIBUTED
+from perfsuite.analysis.findings import LOCAL
 from perfsuite.analysis.stats import (
     ERROR,
     IMPROVEMENT,
@@ -258,7 +259,7 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
         cells += [
             fmt(throughput(r), suffix=shown),
             _interval(r.get("ci_low"), r.get("ci_high"), ".4g"),
-            fmt(throughput(r, "baseline_"), suffix=shown),
+            fmt(throughput(r, "baseline_"), suffix=shown) + (" (local)" if r.get("baseline_source") == LOCAL else ""),
             fmt(r.get("change"), "+.1%"),
             _verdict(r, "verdict"),
         ]

@@ -66,9 +66,10 @@ def facts(view: RunView, records: list[dict]) -> list[tuple[str, str]]:
     out.append(("python", run.python))
     if run.git_commit:
         out.append(("git commit", run.git_commit))
-    files = sorted({r["baseline_file"] for r in records if r.get("baseline_file")})
+    # Which baseline each case was gated against: the committed files, or this machine's local one.
+    files = sorted({(r["baseline_file"], r.get("baseline_source")) for r in records if r.get("baseline_file")})
     if files:
-        out.append(("baseline", ", ".join(files)))
+        out.append(("baseline", ", ".join(f"{path} ({source})" if source else path for path, source in files)))
     if run.command:
         out.append(("command", "pytest " + shlex.join(run.command)))
     return out

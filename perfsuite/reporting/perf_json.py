@@ -213,6 +213,7 @@ def _verdicts(result: BurstResult) -> dict:
         if base
         else [],
         "baseline_file": result.baseline_file,
+        "baseline_source": result.baseline_source,  # committed or local (this machine's own); null: none
         "diagnosis": [{"kind": d.kind, "text": d.text, "flagged": d.flagged} for d in result.diagnosis],
     }
 

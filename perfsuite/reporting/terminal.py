@@ -6,6 +6,7 @@ from pathlib import Path
 
 from perfsuite import workloads
 from perfsuite.analysis import stats
+from perfsuite.analysis.findings import LOCAL
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import shown_path
 from perfsuite.common.hardware import describe
@@ -86,6 +87,8 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict, mixed: bool = Fal
         status = status.upper()  # what must catch the eye in a long table
     if r.runs > 1:
         status += f" ({r.runs} runs)"
+    if r.baseline_source == LOCAL:
+        status += ", vs local baseline"
     memory = r.memory_verdict
     if (
         kind != "scaling"
@@ -152,6 +155,9 @@ def terminal_summary(tr, view: RunView) -> None:
     for kind, fp in view.fingerprints.items():
         path = view.baseline_files.get(kind)
         where = f"  [baseline file {shown_path(path)}]" if path else ""
+        local = view.local_baseline_files.get(kind)
+        if local:
+            where += f"  [local baseline {shown_path(local)}]"
         tr.write_line(f"hardware ({fp.kind}): {describe(fp)}{where}")
     for r in view.results:
         if not r.ok:

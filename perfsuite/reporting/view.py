@@ -20,4 +20,5 @@ class RunView:
     fingerprints: dict[str, Fingerprint] = field(default_factory=dict)  # "cpu"/"gpu" -> hardware
     fingerprint_errors: dict[str, str] = field(default_factory=dict)  # "gpu" -> why it is unknown
     baseline_files: dict[str, Path] = field(default_factory=dict)  # "cpu"/"gpu" -> the file in use
+    local_baseline_files: dict[str, Path] = field(default_factory=dict)  # kind -> this machine's own, where used
     trends: dict[str, Trend] = field(default_factory=dict)  # burst id -> its history (--perf-history)
