@@ -7,6 +7,7 @@ A page asks for generated Markdown with a comment on a line of its own:
     <!-- perfsuite:options-rest TITLE --> a section TITLE with every option the page placed nowhere else
     <!-- perfsuite:fields MODULE CLASS -->  a dataclass's fields: name, type, default
     <!-- perfsuite:markers -->            the markers, as perfsuite.plugin.markers declares them
+    <!-- perfsuite:cpu-peaks -->          the CPU peak table (perfsuite.analysis.cpu_peaks.KINDS), with sources
     <!-- perfsuite:policy -->             what each finding does to its test (perfsuite.plugin.policy.RULES)
     <!-- perfsuite:commands -->           the command-line reference, from perfsuite.commands.main.parser()
     <!-- perfsuite:run COMMAND -->        COMMAND run now in the repository root, shown with its output;
@@ -88,6 +89,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
                 return fields_table(*arg.split())
             if name == "markers":
                 return markers_list()
+            if name == "cpu-peaks":
+                return cpu_peaks_table()
             if name == "policy":
                 return policy_table()
             if name == "commands":
@@ -204,6 +207,35 @@ def policy_table() -> str:
         saving = OUTCOMES[r.saving] if r.saving is not None else "the same"
         rows.append(
             f"| {r.finding} | {_cell(r.when)} | {outcome} | {saving} | `{r.says}` | {_cell(r.shaped_by) or '-'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def cpu_peaks_table() -> str:
+    """One row per kind of CPU core: what tells it apart, its FLOPs a cycle a core for each precision
+    (with the flag each needs), what it assumes, its sources."""
+    from perfsuite.analysis.cpu_peaks import KINDS
+
+    def figures(kind, precision: str) -> str:
+        found = [
+            f"{p.flops_per_cycle:,} with `{p.needs}` ({p.arithmetic})" for p in kind.peaks if p.precision == precision
+        ]
+        return _cell("; ".join(found)) or "-"
+
+    def models(kind) -> str:
+        spans = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in kind.models]
+        return f"family {kind.family}, model {', '.join(spans)}" if spans else f"family {kind.family}"
+
+    rows = [
+        "| CPU | told by | fp32 FLOPs/cycle/core | bf16 FLOPs/cycle/core | assumed | sources |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for k in KINDS:
+        assumed = "; ".join(a for a in (k.assumed, *(p.assumed for p in k.peaks)) if a) or "-"
+        told = f"{_cell(k.told_by)} ({models(k)}{', flag ' + ', '.join(k.flags) if k.flags else ''})"
+        rows.append(
+            f"| {_cell(k.name)} | {told} | {figures(k, 'fp32')} | {figures(k, 'bf16')} | "
+            f"{_cell(assumed)} | {_cell(k.source)} |"
         )
     return "\n".join(rows) + "\n"
 

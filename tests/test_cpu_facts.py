@@ -34,21 +34,24 @@ def test_the_matrix_kernels_isa_is_read_from_onednns_verbose_lines(lines, isa):
     assert cpu_facts.matmul_isa("\n".join(lines)) == isa
 
 
-def test_the_clock_comes_from_cpufreq_else_cpuinfo_else_none(tmp_path, monkeypatch):
+def test_the_clock_comes_from_cpufreq_else_the_model_name_else_cpuinfo_else_none(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(
-        "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\ncpu MHz\t\t: 2100.000\n"
-    )
+    block = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\ncpu MHz\t\t: 2100.000\n"
+    cpuinfo.write_text(block + "flags\t\t: fpu avx2 hypervisor\n")
     monkeypatch.setattr(cpu_facts, "CPUINFO", cpuinfo)
     monkeypatch.setattr(cpu_facts, "CPUFREQ_MAX", tmp_path / "absent")
-    assert cpu_facts.clock() == (2100.0, "/proc/cpuinfo")
+    assert cpu_facts.clock() == (2100.0, "/proc/cpuinfo", "nominal")  # a virtual machine's TSC clock
+    cpuinfo.write_text(block + "flags\t\t: fpu avx2\n")
+    assert cpu_facts.clock() == (2100.0, "/proc/cpuinfo", "current")  # bare metal without cpufreq
+    cpuinfo.write_text(block + "model name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n")
+    assert cpu_facts.clock() == (2200.0, "model name", "base")
     (tmp_path / "max").write_text("3800000\n")
     monkeypatch.setattr(cpu_facts, "CPUFREQ_MAX", tmp_path / "max")
-    assert cpu_facts.clock() == (3800.0, "cpufreq max")
+    assert cpu_facts.clock() == (3800.0, "cpufreq max", "max")
     monkeypatch.setattr(cpu_facts, "CPUFREQ_MAX", tmp_path / "absent")
     cpuinfo.write_text("processor\t: 0\n")
-    assert cpu_facts.clock() == (None, None)
-    assert cpu_facts.facts(4).cores == 4 and cpu_facts.facts(4).clock_mhz is None
+    assert cpu_facts.clock() == (None, None, None)
+    assert cpu_facts.facts(4).clock_mhz is None and cpu_facts.facts(4).clock_basis is None
 
 
 def test_standard_output_is_captured_at_the_descriptor_and_given_back(capfd):

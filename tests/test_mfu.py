@@ -228,19 +228,39 @@ def cpu_spec(**changes):
     return BurstSpec(framework="torch", model="resnet50", devices=2, threads=2).replace(**changes)
 
 
-def facts(vendor="intel", family="6", isa="avx512", mhz=2000.0, cores=4, matmul=None, source="cpufreq max"):
-    return CpuFacts(vendor, family, isa, mhz, source if mhz else None, cores, matmul_isa=matmul)
+AMX_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+ZEN4_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16")
+
+
+def facts(vendor="intel", family="6", model="143", flags=AMX_FLAGS, isa="amx", mhz=2000.0, cores=4, matmul=None,
+          source="cpufreq max", basis="max", name=None, asked=None):  # fmt: skip
+    return CpuFacts(
+        vendor, family, isa, mhz, source if mhz else None, cores, matmul_isa=matmul, model=model, model_name=name,
+        flags=tuple(flags), clock_basis=basis if mhz else None, cores_asked=asked,
+        cpus_allowed=cores if asked else None, cores_allowed=cores if asked else None,
+    )  # fmt: skip
+
+
+ZEN3 = dict(vendor="amd", family="25", model="1", flags=("avx2", "fma", "hypervisor"), isa="avx2")
+ZEN4 = dict(vendor="amd", family="25", model="17", flags=ZEN4_FLAGS, isa="avx512")
 
 
 @pytest.mark.parametrize(
     "cpu, per_cycle, entry",
     [
-        (facts(), 64, "Intel AVX-512, two FMA units"),
-        (facts(isa="amx"), 64, "Intel AVX-512, two FMA units"),  # an AMX Xeon's fp32 runs on AVX-512
-        (facts(vendor="amd", family="25"), 32, "AMD Zen 4, AVX-512"),
-        (facts(vendor="amd", family="26"), 64, "AMD Zen 5, AVX-512"),
+        (facts(), 64, "Intel Xeon with AMX, 2 FMA units"),  # an AMX Xeon's fp32 runs on AVX-512
+        (facts(model="207", flags=("avx2", "fma", "avx512f"), isa="avx512"), 64,
+         "Intel Xeon Sapphire Rapids and later, 2 FMA units"),  # AMX hidden from the guest
+        (facts(model="167", flags=("avx2", "fma", "avx512f"), isa="avx512"), 32,
+         "Intel client cores with AVX-512, 1 FMA unit"),  # Rocket Lake
+        (facts(**ZEN3), 32, "AMD Zen 3"),
+        (facts(**ZEN4), 32, "AMD Zen 4"),
+        (facts(vendor="amd", family="26", model="2", flags=ZEN4_FLAGS, isa="avx512"), 64,
+         "AMD Zen 5, 512-bit datapaths"),
+        (facts(vendor="amd", family="26", model="36", flags=ZEN4_FLAGS, isa="avx512"), 32,
+         "AMD Zen 5, 256-bit datapaths"),
     ],
-)
+)  # fmt: skip
 def test_fp32_on_cpu_workers_is_flops_per_cycle_times_clock_and_cores(cpu, per_cycle, entry):
     spec = cpu_spec()
     f = mfu.fields(cpu_record(spec, cpu), spec, 100)
@@ -249,6 +269,9 @@ def test_fp32_on_cpu_workers_is_flops_per_cycle_times_clock_and_cores(cpu, per_c
     assert f["achieved_tflops"] == pytest.approx(3 * 1e9 * 100 / 1e12)
     assert f["mfu"] == pytest.approx(f["achieved_tflops"] / f["peak_tflops"])
     assert f["peak_device"] == f"{entry} at 2000 MHz (cpufreq max) x 4 cores"
+    assert f["peak_basis"].startswith(f"{cpu.vendor} family {cpu.family} model {cpu.model}: {entry}, told by")
+    assert f"{per_cycle} fp32 FLOPs a cycle a core" in f["peak_basis"]
+    assert f["peak_assumption"] is None  # cpufreq's maximum, a kind told by its model number or flag
 
 
 @pytest.mark.parametrize(
@@ -262,11 +285,29 @@ def test_the_precision_a_cpu_ran_in(precision, dtype, expected):
 
 def test_bf16_where_amx_ran_has_amxs_peak():
     spec = cpu_spec(precision="bf16")
-    f = mfu.fields(cpu_record(spec, facts(isa="amx", matmul="amx"), dtype="bfloat16"), spec, 100)
-    assert f["mfu_precision"] == "bf16" and f["peak_device"].startswith("Intel AMX-BF16")
+    f = mfu.fields(cpu_record(spec, facts(matmul="amx"), dtype="bfloat16"), spec, 100)
+    assert f["mfu_precision"] == "bf16" and f["peak_device"].startswith("Intel Xeon with AMX")
     assert f["peak_tflops"] == pytest.approx(1024 * 2000e6 * 4 / 1e12) and f["mfu"] is not None
+    assert f["peak_assumption"] is None
     amp = cpu_spec(precision="amp")  # amp on a CPU autocasts to bf16
-    assert mfu.fields(cpu_record(amp, facts(isa="amx", matmul="amx"), dtype="bfloat16"), amp, 100)["mfu"] is not None
+    assert mfu.fields(cpu_record(amp, facts(matmul="amx"), dtype="bfloat16"), amp, 100)["mfu"] is not None
+
+
+@pytest.mark.parametrize(
+    "cpu, per_cycle",
+    [
+        (facts(**ZEN4), 64),  # AVX512_BF16 on Zen 4's two 256-bit FMA pipes
+        (facts(vendor="amd", family="26", model="68", flags=ZEN4_FLAGS, isa="avx512"), 128),  # Ryzen 9000
+        (facts(vendor="amd", family="26", model="36", flags=ZEN4_FLAGS, isa="avx512"), 64),  # Strix Point
+        (facts(model="207", flags=ZEN4_FLAGS, isa="avx512"), 128),  # AMX hidden: vdpbf16ps on AVX-512
+    ],
+)
+def test_bf16_with_avx512_bf16_has_twice_fp32s_peak_and_says_what_it_assumes(cpu, per_cycle):
+    spec = cpu_spec(precision="bf16")
+    f = mfu.fields(cpu_record(spec, cpu, dtype="bfloat16"), spec, 100)
+    assert f["mfu_precision"] == "bf16" and f["mfu_note"] is None and f["mfu"] is not None
+    assert f["peak_tflops"] == pytest.approx(per_cycle * 2000e6 * 4 / 1e12)
+    assert f["peak_assumption"] == "vdpbf16ps at the FMA units' rate"
 
 
 @pytest.mark.parametrize(
@@ -281,7 +322,7 @@ def test_bf16_on_a_cpu_with_amx_is_held_to_amxs_peak_and_says_where_its_kernels_
     """AMX's peak is the CPU's own for bf16: kernels that ran elsewhere make a low MFU, which the
     note explains, rather than no MFU at all."""
     spec = cpu_spec(precision="bf16")
-    f = mfu.fields(cpu_record(spec, facts(isa="amx", matmul=matmul), dtype="bfloat16"), spec, 100)
+    f = mfu.fields(cpu_record(spec, facts(matmul=matmul), dtype="bfloat16"), spec, 100)
     assert f["peak_tflops"] == pytest.approx(1024 * 2000e6 * 4 / 1e12) and f["mfu"] is not None
     assert f["mfu_note"] == note
 
@@ -289,34 +330,52 @@ def test_bf16_on_a_cpu_with_amx_is_held_to_amxs_peak_and_says_where_its_kernels_
 @pytest.mark.parametrize(
     "cpu, precision, note",
     [
-        (facts(isa=None), "fp32", "no fp32 peak for intel ISA unknown"),
-        (facts(isa="avx2"), "fp32", "no fp32 peak for intel avx2"),
-        (facts(vendor="amd", family="25", isa="avx2"), "fp32", "no fp32 peak for amd avx2"),  # Zen 3
-        (facts(vendor=None, family=None, isa=None), "fp32", "no fp32 peak for this CPU ISA unknown"),
-        (facts(isa="avx512"), "bf16", "no bf16 peak for intel avx512"),  # no AMX: bf16 is not tabled
+        (facts(vendor="amd", family="26", model="80", flags=ZEN4_FLAGS, isa="avx512", name="AMD EPYC"), "fp32",
+         "no fp32 peak for amd family 26 model 80 (AMD EPYC), avx512"),  # a family 26 model no source names
+        (facts(vendor=None, family=None, model=None, flags=(), isa=None), "fp32",
+         "no fp32 peak for unknown vendor family ? model ?, ISA unknown"),
+        (facts(model=None, flags=("avx2", "fma")), "fp32", "no fp32 peak for intel family 6 model ?, amx"),
+        (facts(**ZEN3), "bf16", "no bf16 peak for AMD Zen 3"),  # no AVX512_BF16
+        (facts(model="207", flags=("avx2", "fma", "avx512f")), "bf16",
+         "no bf16 peak for Intel Xeon Sapphire Rapids and later, 2 FMA units"),  # neither AMX nor AVX512_BF16 shown
+        (facts(), "fp16", "no fp16 peak for Intel Xeon with AMX, 2 FMA units"),
         (facts(mhz=None), "fp32", "clock unknown"),
-        (facts(isa="amx", matmul="amx", mhz=None), "bf16", "clock unknown"),
+        (facts(matmul="amx", mhz=None), "bf16", "clock unknown"),
     ],
-)
-def test_an_unknown_isa_or_clock_has_no_mfu_and_says_why(cpu, precision, note):
+)  # fmt: skip
+def test_an_unknown_kind_precision_or_clock_has_no_mfu_and_says_why(cpu, precision, note):
     spec = cpu_spec(precision=precision)
-    f = mfu.fields(cpu_record(spec, cpu, dtype="bfloat16" if precision == "bf16" else "float32"), spec, 100)
+    dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    f = mfu.fields(cpu_record(spec, cpu, dtype=dtype), spec, 100)
     assert f["peak_tflops"] is None and f["mfu"] is None and f["peak_device"] is None
     assert f["mfu_note"] == note and f["achieved_tflops"] is not None
+    assert f["peak_basis"] is None and f["peak_assumption"] is None
 
 
-def test_every_cpu_entry_has_a_source_and_a_dense_figure():
-    for entry in mfu.CPU_PEAKS:
-        assert entry.source and entry.flops_per_cycle > 0 and entry.precision in mfu.PRECISIONS
-        assert "Optimization" in entry.source  # the vendors' optimisation manuals
+def test_a_nominal_clock_and_an_assumed_kind_are_said_in_the_row():
+    spec = cpu_spec()
+    vm = facts(**{**ZEN3, "basis": "nominal", "source": "/proc/cpuinfo"}, asked=4)
+    f = mfu.fields(cpu_record(spec, vm), spec, 100)
+    assert "2000 MHz, a virtual machine's nominal clock (/proc/cpuinfo)" in f["peak_basis"]
+    assert f["peak_basis"].endswith("4 cores: 4 threads asked, 4 cores among the 4 CPUs this process may run on")
+    assert f["peak_assumption"] == mfu._TURBO
+    masked = facts(model="85", flags=("avx2", "fma", "avx512f"), isa="avx512", name="Intel Xeon Processor (Skylake)")
+    g = mfu.fields(cpu_record(spec, masked), spec, 100)
+    assert g["peak_device"].startswith("Intel with AVX-512, 2 FMA units")
+    assert g["peak_assumption"].startswith("two 512-bit FMA units: the model number and name do not tell")
 
 
-@given(st.floats(500, 6000), st.integers(1, 256), st.integers(1, 8), st.sampled_from(["intel", "amd"]))
-def test_a_cpu_peak_is_linear_in_clock_cores_and_nodes(mhz, cores, nodes, vendor):
+@given(
+    st.floats(500, 6000),
+    st.integers(1, 256),
+    st.integers(1, 8),
+    st.sampled_from([(facts(), 64), (facts(**ZEN3), 32), (facts(**ZEN4), 32)]),
+)
+def test_a_cpu_peak_is_linear_in_clock_cores_and_nodes(mhz, cores, nodes, cpu_and_figure):
+    cpu, per_cycle = cpu_and_figure
     spec = cpu_spec(nodes=nodes)
-    cpu = facts(vendor=vendor, family="6" if vendor == "intel" else "25", mhz=mhz, cores=cores)
+    cpu = CpuFacts.from_dict({**cpu.__dict__, "clock_mhz": mhz, "cores": cores})
     f = mfu.fields(cpu_record(spec, cpu), spec, 100)
-    per_cycle = 64 if vendor == "intel" else 32
     assert f["peak_tflops"] == pytest.approx(per_cycle * mhz * 1e6 * cores * nodes / 1e12)
 
 

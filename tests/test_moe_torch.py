@@ -246,7 +246,8 @@ def test_the_kernel_follows_the_device_and_dtype(monkeypatch):
     gpu = torch.device("cuda", 0)
     for capability, expected in (((9, 0), "grouped_mm"), ((10, 0), "grouped_mm"), ((8, 0), "loop"), ((12, 0), "loop")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
-        assert moe_layers.expert_kernel(gpu, torch.bfloat16) == expected, capability
+        grouped = expected if hasattr(torch, "_grouped_mm") else "loop"  # torch 2.6 has no grouped GEMM
+        assert moe_layers.expert_kernel(gpu, torch.bfloat16) == grouped, capability
         assert moe_layers.expert_kernel(gpu, torch.float32) == "loop"  # torch's grouped GEMM is bf16's
 
 

@@ -8,10 +8,12 @@ token model; an inference burst counts one forward pass, a third of that. The pe
 vendor's dense (non-sparse) figure for the precision the kernels actually ran in, times the
 number of devices.
 
-On CPU workers the peak is per core and cycle (``CPU_PEAKS``, from the CPU's vendor, family
-and ISA the worker recorded), times the clock it read and the cores the burst computed on.
-Where that cannot be known (an ISA or precision with no tabled figure, no clock) the row has
-no MFU and ``mfu_note`` says why. bf16 on a CPU with AMX is held to AMX's peak, the CPU's own
+On CPU workers the peak is per core and cycle (``perfsuite.analysis.cpu_peaks``: the kind of
+core told apart by the vendor, family, model number, flags and SKU the worker recorded), times the
+clock it read and the cores the burst computed on (``perfsuite.worker.cpu_facts`` says which clock
+and which cores); ``peak_basis`` says how, ``peak_assumption`` what it took on trust. Where the
+peak cannot be known (a kind or precision with no tabled figure, no clock) the row has no MFU and
+``mfu_note`` says why. bf16 on a CPU with AMX is held to AMX's peak, the CPU's own
 for that precision, whatever the kernels ran on: where some did not run on AMX (oneDNN picks
 a kernel per shape), the MFU is low for that reason, and ``mfu_note`` names what they ran on.
 
@@ -27,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from perfsuite.analysis import cpu_peaks
+from perfsuite.analysis.cpu_peaks import CpuKind, Peak
 from perfsuite.common.numbers import finite
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.record import CpuFacts, WorkerRecord
@@ -207,68 +211,14 @@ def peak_tflops(device_name: str | None, precision: str) -> tuple[float | None, 
 
 # -- CPU workers ----------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class CpuPeak:
-    """FLOPs per core per cycle of one precision on one kind of CPU, dense, as its vendor gives them."""
-
-    name: str
-    vendor: str  # as CpuFacts names it: "intel", "amd"
-    families: tuple[str, ...]  # CPU family numbers, as /proc/cpuinfo gives them
-    isas: tuple[str, ...]  # the widest ISA the CPU reports (an AMX CPU has AVX-512 too)
-    precision: str
-    flops_per_cycle: int  # per core: FMA units x lanes x 2
-    source: str
-
-    def matches(self, cpu: CpuFacts, precision: str) -> bool:
-        same = (cpu.vendor, precision) == (self.vendor, self.precision)
-        return same and cpu.family in self.families and cpu.isa in self.isas
-
-
-_INTEL_MANUAL = "Intel 64 and IA-32 Architectures Optimization Reference Manual"
-# A Xeon with one 512-bit FMA unit (some Bronze, Silver and Gold 5xxx parts) does half the
-# fp32 figure; cpuinfo does not tell the two apart, so its MFU would read half the truth.
-CPU_PEAKS: tuple[CpuPeak, ...] = (
-    CpuPeak(
-        "Intel AMX-BF16",
-        "intel",
-        ("6",),
-        ("amx",),
-        "bf16",
-        1024,
-        f"{_INTEL_MANUAL}, Intel AMX: 1,024 BF16 operations per cycle per core (4th Gen Xeon Scalable on)",
-    ),
-    CpuPeak(
-        "Intel AVX-512, two FMA units",
-        "intel",
-        ("6",),
-        ("amx", "avx512"),
-        "fp32",
-        64,
-        f"{_INTEL_MANUAL}, Intel AVX-512: two 512-bit FMA units, 2 x 16 fp32 multiply-adds per cycle per core",
-    ),
-    CpuPeak(
-        "AMD Zen 4, AVX-512",
-        "amd",
-        ("25",),
-        ("avx512",),
-        "fp32",
-        32,
-        "Software Optimization Guide for the AMD Zen4 Microarchitecture: AVX-512 runs on two 256-bit FMA "
-        "pipes, 2 x 8 fp32 multiply-adds per cycle per core",
-    ),
-    CpuPeak(
-        "AMD Zen 5, AVX-512",
-        "amd",
-        ("26",),
-        ("avx512",),
-        "fp32",
-        64,
-        "Software Optimization Guide for the AMD Zen5 Microarchitecture: two 512-bit FMA pipes, "
-        "2 x 16 fp32 multiply-adds per cycle per core",
-    ),
-)
 AMX = "amx"
+_CLOCKS = {
+    "max": "the highest a core may reach (cpufreq)",
+    "base": "the base clock its model name states",
+    "nominal": "a virtual machine's nominal clock (/proc/cpuinfo)",
+    "current": "the clock when it was read (/proc/cpuinfo, no cpufreq)",
+}
+_TURBO = "the cores run at that clock: a turbo above it reads as MFU above the truth"
 
 
 def cpu_precision(precision: str | None, precision_dtype: str | None) -> str:
@@ -280,35 +230,66 @@ def cpu_precision(precision: str | None, precision_dtype: str | None) -> str:
     return "fp32"
 
 
-def cpu_peak(cpu: CpuFacts | None, precision: str) -> tuple[CpuPeak | None, str | None]:
-    """(the table entry for this CPU and precision, a note) where its peak is known (the note says
-    where bf16's kernels did not all run on AMX, else None), else (None, why not); (None, None)
-    for a record without the CPU's facts (a worker that did not read them)."""
+def cpu_peak(cpu: CpuFacts | None, precision: str) -> tuple[CpuKind | None, Peak | None, str | None]:
+    """(this CPU's kind, its peak for the precision, a note) where the peak is known (the note says
+    where bf16's kernels did not all run on AMX, else None); else the kind where known, no peak,
+    and why not; (None, None, None) for a record without the CPU's facts."""
     if cpu is None:
-        return None, None
-    entry = next((p for p in CPU_PEAKS if p.matches(cpu, precision)), None)
-    if entry is None:
-        what = cpu.isa or "ISA unknown"
-        return None, f"no {precision} peak for {cpu.vendor or 'this CPU'} {what}"
+        return None, None, None
+    kind = cpu_peaks.kind_of(cpu)
+    if kind is None:
+        return None, None, f"no {precision} peak for {cpu_peaks.describe(cpu)}, {cpu.isa or 'ISA unknown'}"
+    peak = kind.peak(cpu, precision)
+    if peak is None:
+        return kind, None, f"no {precision} peak for {kind.name}"
     if not _positive(cpu.clock_mhz):
-        return None, "clock unknown"
-    if entry.precision == "bf16" and cpu.matmul_isa != AMX:
+        return kind, None, "clock unknown"
+    if peak.needs == "amx_bf16" and cpu.matmul_isa != AMX:
         ran = cpu.matmul_isa
-        return entry, "AMX use not checked" if ran is None else f"bf16 matrix kernels ran on {ran}, not all on AMX"
-    return entry, None
+        return kind, peak, "AMX use not checked" if ran is None else f"bf16 matrix kernels ran on {ran}, not all on AMX"
+    return kind, peak, None
 
 
 def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any]) -> None:
     precision = cpu_precision(spec.precision, record.precision_dtype)
     out["mfu_precision"] = precision
-    entry, why = cpu_peak(record.cpu, precision)
     cpu = record.cpu
+    kind, peak, why = cpu_peak(cpu, precision)
     out["mfu_note"] = why
-    if entry is None or cpu is None or cpu.clock_mhz is None:
+    if kind is None or peak is None or cpu is None or cpu.clock_mhz is None:
         return
     cores = cpu.cores * spec.nodes  # each node's workers on the same hardware (one fingerprint)
-    out["peak_tflops"] = entry.flops_per_cycle * cpu.clock_mhz * 1e6 * cores / 1e12
-    out["peak_device"] = f"{entry.name} at {cpu.clock_mhz:.0f} MHz ({cpu.clock_source}) x {cores} cores"
+    out["peak_tflops"] = peak.flops_per_cycle * cpu.clock_mhz * 1e6 * cores / 1e12
+    out["peak_device"] = f"{kind.name} at {cpu.clock_mhz:.0f} MHz ({cpu.clock_source}) x {_count(cores, 'core')}"
+    out["peak_basis"] = cpu_basis(cpu, kind, peak, spec.nodes)
+    out["peak_assumption"] = cpu_assumption(cpu, kind, peak)
+
+
+def cpu_basis(cpu: CpuFacts, kind: CpuKind, peak: Peak, nodes: int = 1) -> str:
+    """How a CPU row's peak was reached: the kind and what told it, the figure, the clock, the cores."""
+    clock = _CLOCKS.get(cpu.clock_basis or "", f"from {cpu.clock_source}")
+    cores = _count(cpu.cores, "core")
+    if cpu.cores_asked is not None and cpu.cores_allowed is not None:
+        cores += (
+            f": {_count(cpu.cores_asked, 'thread')} asked, {_count(cpu.cores_allowed, 'core')} among the "
+            f"{_count(cpu.cpus_allowed or 0, 'CPU')} this process may run on"
+        )
+    if nodes > 1:
+        cores += f", x {nodes} nodes"
+    return (
+        f"{cpu_peaks.describe(cpu)}: {kind.name}, told by its {kind.told_by}; {peak.flops_per_cycle} "
+        f"{peak.precision} FLOPs a cycle a core ({peak.arithmetic}); {cpu.clock_mhz:.0f} MHz, {clock}; {cores}"
+    )
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def cpu_assumption(cpu: CpuFacts, kind: CpuKind, peak: Peak) -> str | None:
+    """What a CPU row's peak takes on trust that the facts could not tell, else None."""
+    found = [kind.assumed, peak.assumed, _TURBO if cpu.clock_basis in ("base", "nominal") else None]
+    return "; ".join(a for a in found if a) or None
 
 
 # -- a results row's MFU fields --------------------------------------------------------------
@@ -316,8 +297,10 @@ def _cpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any])
 
 def fields(record: WorkerRecord | None, spec: BurstSpec, throughput: float | None) -> dict[str, Any]:
     """The MFU columns of a results row: achieved_tflops, peak_tflops, mfu, mfu_precision,
-    peak_device, mfu_note (why there is no peak, where there is none) and hfu (with activation
-    checkpointing: the FLOPs executed, recomputation included, over the same peak).
+    peak_device, peak_basis (how the peak was reached: the table entry and what told it, on CPU
+    workers the clock and the cores too), peak_assumption (what it takes on trust, else None),
+    mfu_note (why there is no peak, where there is none) and hfu (with activation checkpointing:
+    the FLOPs executed, recomputation included, over the same peak).
 
     ``throughput`` is the burst's over all devices, in its unit (img/s, tokens/s); the peak is one
     device's times ``spec.world_size``, or on CPU workers the cores' of every node.
@@ -328,6 +311,8 @@ def fields(record: WorkerRecord | None, spec: BurstSpec, throughput: float | Non
         "mfu": None,
         "mfu_precision": None,
         "peak_device": None,
+        "peak_basis": None,
+        "peak_assumption": None,
         "mfu_note": None,
         "hfu": None,
     }
@@ -367,6 +352,7 @@ def _gpu_peak_fields(record: WorkerRecord, spec: BurstSpec, out: dict[str, Any])
         return
     out["peak_device"] = entry.name
     out["peak_tflops"] = peak * spec.world_size
+    out["peak_basis"] = f"{entry.name} by its CUDA device name: {entry.source}"
 
 
 def _positive(x: object) -> TypeGuard[float]:

@@ -78,8 +78,8 @@ _ARM_ISA = (("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
 _X86_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel", "HygonGenuine": "hygon", "CentaurHauls": "centaur"}
 
 
-def parse_cpu_signature(cpuinfo: str) -> CpuSignature | None:
-    """The signature in /proc/cpuinfo's text (its first processor), or None when it lacks one."""
+def cpuinfo_block(cpuinfo: str) -> dict[str, str]:
+    """/proc/cpuinfo's fields of its first processor, by lower-case name ("cpu family", "flags")."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
@@ -88,6 +88,16 @@ def parse_cpu_signature(cpuinfo: str) -> CpuSignature | None:
                 break
             continue
         fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def parse_cpu_signature(cpuinfo: str) -> CpuSignature | None:
+    """The signature in /proc/cpuinfo's text (its first processor), or None when it lacks one."""
+    return block_signature(cpuinfo_block(cpuinfo))
+
+
+def block_signature(fields: dict[str, str]) -> CpuSignature | None:
+    """The signature in one processor's fields (``cpuinfo_block``), or None when they lack one."""
     if "vendor_id" in fields and "cpu family" in fields and "model" in fields:
         flags = set(fields.get("flags", "").split())
         return CpuSignature(

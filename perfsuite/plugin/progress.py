@@ -86,8 +86,20 @@ class ProgressDisplay:
             self._active = True
             self._column = getattr(writer, "width_of_current_line", 0) % (width + 1)
             if self._column:
-                self.reporter.write_raw("\n")  # pytest's line keeps its text; ours goes below it
-        self.reporter.write_raw(f"\r{text(spec, state, self._rate, width)}{CLEAR}", flush=True)
+                self._raw("\n")  # pytest's line keeps its text; ours goes below it
+        self._raw(f"\r{text(spec, state, self._rate, width)}{CLEAR}", flush=True)
+
+    def _raw(self, content: str, flush: bool = False) -> None:
+        """Writes past pytest's bookkeeping of the current line: pytest 9's write_raw; before it
+        (pytest 8) straight to the stream its terminal writer holds."""
+        raw = getattr(self.reporter, "write_raw", None)
+        if raw is not None:
+            raw(content, flush=flush)
+            return
+        stream = self.writer._file
+        stream.write(content)
+        if flush:
+            stream.flush()
 
     # -- a log: plain lines ------------------------------------------------------------
     def _line(self, line: str) -> None:
@@ -106,7 +118,7 @@ class ProgressDisplay:
         if self._active:
             if self.tty:
                 back = f"\x1b[1A\x1b[{self._column}C" if self._column else ""
-                self.reporter.write_raw(f"\r{CLEAR}{back}", flush=True)
+                self._raw(f"\r{CLEAR}{back}", flush=True)
             elif self._prefix:
                 # pytest goes on writing its result after the text it believes is on the line.
                 self.writer.write(self._prefix, flush=True)

@@ -1,10 +1,27 @@
 """What a CPU worker ran on, for its peak FLOP/s (perfsuite.analysis.mfu), and which ISA its matrix
 kernels ran on.
 
-**The clock.** cpufreq's ``cpuinfo_max_freq`` where the kernel exposes it: the highest clock a core
-may run at, so the peak is an upper bound and MFU never flatters. Else /proc/cpuinfo's "cpu MHz": in
-a virtual machine without cpufreq it is the nominal (TSC) clock, and a core that turbos above it
-would make the MFU read high. Else no clock, and no MFU.
+**The kind of CPU**: the vendor, family, model number, model name and the flags the peak table
+reads (``PEAK_FLAGS``), from /proc/cpuinfo's first processor; ``perfsuite.analysis.cpu_peaks`` tells
+the kind apart from them.
+
+**The clock** the peak is taken at, and what it is (``clock_basis``):
+
+* ``max``: cpufreq's ``cpuinfo_max_freq`` where the kernel exposes it: the highest clock a core may
+  reach, single-core turbo included. A datasheet's GPU peak is at its boost clock too; the peak is
+  an upper bound and MFU never flatters.
+* ``base``: else the base clock a model name states ("Intel(R) Xeon(R) CPU @ 2.20GHz"): a core that
+  turbos above it does more than the peak assumes, and its MFU reads high by that ratio.
+* ``nominal``: else /proc/cpuinfo's "cpu MHz" on a virtual machine (the ``hypervisor`` flag): the
+  TSC clock the hypervisor reports, the host's nominal clock, not the one its cores run at. A
+  turbo above it cannot be seen from inside, and reads as MFU above the truth.
+* ``current``: else "cpu MHz" on bare metal without cpufreq: the clock at the moment it was read.
+
+Else no clock, and no MFU.
+
+**The cores**: the threads the burst asked for (threads per worker x workers), never more than the
+physical cores among the CPUs this process may run on (its affinity: a cpuset or taskset). Two
+hyperthreads of one core share its FMA units, so they count as one core.
 
 **The matrix kernels' ISA.** torch and TensorFlow run their CPU matrix products and convolutions
 through oneDNN, which picks a kernel per shape and dtype: bf16 on a CPU with AMX may still run some
@@ -17,53 +34,91 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perfsuite.common.hardware import parse_cpu_signature
-from perfsuite.contract.record import CpuFacts
+from perfsuite.common.hardware import block_signature, cpuinfo_block
+from perfsuite.contract.record import PEAK_FLAGS, CpuFacts
 
 CPUFREQ_MAX = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
 CPUINFO = Path("/proc/cpuinfo")
+CPU_SYSFS = Path("/sys/devices/system/cpu")  # cpuN/topology/thread_siblings_list: a core's CPUs
+BASE_CLOCK = re.compile(r"@\s*(\d+(?:\.\d+)?)\s*GHz", re.IGNORECASE)
 # oneDNN primitives that do a model's matrix arithmetic (the rest are copies and elementwise ops).
 MATRIX_PRIMITIVES = ("matmul", "inner_product", "convolution", "deconvolution")
 AMX = "amx"
 
 
-def clock() -> tuple[float | None, str | None]:
-    """(MHz, where it was read), or (None, None)."""
+def clock(block: dict[str, str] | None = None) -> tuple[float | None, str | None, str | None]:
+    """(MHz, where it was read, what it is: max, base, nominal or current), or (None, None, None).
+    ``block``: /proc/cpuinfo's first processor (read here when not given)."""
     try:
-        return int(CPUFREQ_MAX.read_text().split()[0]) / 1000, "cpufreq max"
+        return int(CPUFREQ_MAX.read_text().split()[0]) / 1000, "cpufreq max", "max"
     except (OSError, ValueError, IndexError):
         pass
+    if block is None:
+        block = _block()
+    named = BASE_CLOCK.search(block.get("model name", ""))
+    if named:
+        return float(named.group(1)) * 1000, "model name", "base"
     try:
-        for line in CPUINFO.read_text().splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "cpu MHz":
-                mhz = float(value)
-                return (mhz, "/proc/cpuinfo") if mhz > 0 else (None, None)
-    except (OSError, ValueError):
-        pass
-    return None, None
+        mhz = float(block.get("cpu mhz", ""))
+    except ValueError:
+        return None, None, None
+    if mhz <= 0:
+        return None, None, None
+    return mhz, "/proc/cpuinfo", "nominal" if "hypervisor" in block.get("flags", "").split() else "current"
+
+
+def allowed() -> tuple[int, int]:
+    """(the logical CPUs this process may run on, the physical cores among them): CPUs that list
+    the same thread siblings are one core; a CPU without a topology counts as a core of its own."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((CPU_SYSFS / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
+        except OSError:
+            cores.add(f"cpu{cpu}")
+    return len(cpus), len(cores)
 
 
 def facts(cores: int, matmul: str | None = None) -> CpuFacts:
-    try:
-        signature = parse_cpu_signature(CPUINFO.read_text())
-    except OSError:
-        signature = None
-    mhz, source = clock()
+    """This CPU's facts, for a burst whose workers asked for ``cores`` threads on this node."""
+    block = _block()
+    signature = block_signature(block)
+    mhz, source, basis = clock(block)
+    cpus, physical = allowed()
+    shown = set(block.get("flags", "").split())
     return CpuFacts(
         vendor=signature.vendor if signature else None,
         family=signature.family if signature else None,
         isa=signature.isa if signature else None,
         clock_mhz=mhz,
         clock_source=source,
-        cores=cores,
+        cores=min(cores, physical),
         matmul_isa=matmul,
+        model=signature.model if signature else None,
+        model_name=" ".join(block.get("model name", "").split()) or None,
+        flags=tuple(f for f in PEAK_FLAGS if f in shown),
+        clock_basis=basis,
+        cores_asked=cores,
+        cpus_allowed=cpus,
+        cores_allowed=physical,
     )
+
+
+def _block() -> dict[str, str]:
+    try:
+        return cpuinfo_block(CPUINFO.read_text())
+    except OSError:
+        return {}
 
 
 @contextlib.contextmanager

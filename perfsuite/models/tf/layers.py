@@ -72,7 +72,7 @@ class FusedBatchNormalization(layers.BatchNormalization):
     def _fusable(self, inputs, mask) -> bool:
         return (
             mask is None
-            and not self.renorm
+            and not getattr(self, "renorm", False)  # Keras 3.14 brought renorm; before it, none
             and not self.synchronized
             and len(inputs.shape) == 4
             and self.axis % 4 in (1, 3)
