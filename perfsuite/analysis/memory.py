@@ -5,7 +5,10 @@ allocator's peak on a GPU (torch.cuda.max_memory_allocated, TensorFlow's device 
 peak), on a CPU worker the process's peak resident memory less its file-backed pages
 (perfsuite.worker.host_memory: the same whether the burst started fresh or warm). A rerun
 pooled into the measurement adds its own peak; a regression needs every pooled burst
-above the tolerance, as a throughput regression needs its confirming rerun.
+above the tolerance, as a throughput regression needs its confirming rerun. This peak is what
+the gate judges: what the process needed of the machine. The tensor peak recorded beside it
+(perfsuite.worker.tensor_peak: the framework's tensors alone, which on a CPU worker shows what a
+sharded update saves where glibc keeps the pages it freed) is reported, not judged.
 
 A baseline entry says what its peak means (``peak_memory_basis``): a CPU worker's peak
 saved before the basis existed counted the libraries' file pages, which depend on how the

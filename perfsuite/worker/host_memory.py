@@ -11,6 +11,12 @@ The file-backed pages are only added to as a burst goes on, so those resident at
 bound those resident at the peak. Measured figures: docs/figures.md, "Peak memory and the
 start mode".
 
+glibc keeps in its heap much of what a process frees, and gives it back only where its settings
+say so (``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``): the peak counts those pages, so a
+variable update that frees as it goes (FSDP2's gathered parameters) may not show its saving here;
+the tensor peak beside it (perfsuite.worker.tensor_peak) does. ``allocator_env()`` is what the
+record says of those settings.
+
 ``start()`` resets the high-water mark once the framework is imported, so a passing peak
 of a fresh process's imports is not counted either; a forked process's mark starts at the
 fork. Where ``/proc`` has none of this (not Linux), the peak is ``ru_maxrss``, as it was.
@@ -18,12 +24,24 @@ fork. Where ``/proc`` has none of this (not Linux), the peak is ``ru_maxrss``, a
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 
 STATUS = "/proc/self/status"
 CLEAR_REFS = "/proc/self/clear_refs"
 RESET_PEAK = "5"  # what clear_refs takes to reset the high-water mark to the resident set now
+
+
+# What says how freed memory goes back to the system, read by glibc as a process starts (a warm
+# start's forked burst has its parent's): MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, ...,
+# GLIBC_TUNABLES (glibc.malloc.*), and torch's THP_MEM_ALLOC_ENABLE (large tensors on huge pages).
+ALLOCATOR_ENV = ("MALLOC_", "GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE")
+
+
+def allocator_env() -> dict[str, str]:
+    """The allocator settings in this process's environment; empty: glibc's defaults."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ALLOCATOR_ENV)}
 
 
 def _status() -> dict[str, int]:
