@@ -21,7 +21,10 @@
 #  4. transformers: gpt2, llama and moe (the mixture of experts, its router's balance and
 #     which expert path ran) in bf16 at sequence length 1,024, saved beside them, with what
 #     torchtitan reports of each (tokens/s per device, MFU, peak memory) in
-#     $OUT/transformers-summary.log;
+#     $OUT/transformers-summary.log; on a machine of 2 GPUs or more, tensor-parallel: llama at
+#     TP 2 (and at TP 4, and TP 2 x FSDP 2, on 4 or more), beside the 1-GPU burst its scaling
+#     efficiency is against, with the share of a step TP's collectives took and each rank's peak
+#     memory in $OUT/tensor-parallel-summary.log (a machine of one GPU says it skipped them);
 #  5. gate: resnet50 gated against its entry, profiled and attributed;
 #  6. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
 #     duty cycle against the warm-started ones above);
@@ -73,6 +76,19 @@ run 150 transformers $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-ru
     --perf-model gpt2 --perf-model llama --perf-model moe --perf-seq-len 1024 --perf-report "$OUT/report-transformers" \
     --perf-json "$OUT/results-transformers.json"
 run 20 transformers-summary $PY benchmarks/token_summary.py "$OUT/results-transformers.json"
+# TP splits a model over GPUs of the node: 2 at the least, TP 4 where there are 4 (nvidia-smi counts them).
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if ((GPUS >= 2)); then
+    TP_GPUS=2 TP_DEGREES=2
+    ((GPUS >= 4)) && TP_GPUS=4 TP_DEGREES=2,4
+    run 180 tensor-parallel $PY -m pytest tests_perf "${PLUGIN[@]}" -m gpu --perf-framework torch \
+        --perf-gpus "$TP_GPUS" -rs "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision bf16 --perf-model llama \
+        --perf-seq-len 1024 --perf-tp "$TP_DEGREES" --perf-variable-update replicated,sharded -k "tp2 or tp4" \
+        --perf-json "$OUT/results-tp.json"
+    run 20 tensor-parallel-summary $PY benchmarks/token_summary.py "$OUT/results-tp.json"
+else
+    echo "tensor-parallel skipped: TP needs 2 GPUs, this machine has ${GPUS:-0}" >> "$OUT/status"
+fi
 # Against the entry just saved (with its op profile: kernels, NCCL, copies): the burst
 # profiled and attributed; its traces land in report-profile/traces/.
 run 90 gate $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \

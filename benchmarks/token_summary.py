@@ -1,6 +1,7 @@
 """What torchtitan logs of a training run, from a --perf-json file's token rows: tokens/s per
 device, MFU and peak memory, one line a burst; a mixture of experts' router balance and expert
-path beside them.
+path beside them; a tensor-parallel burst's TP degree, the share of a step its collectives took,
+its scaling efficiency against one device (where a scaling case judged it) and each rank's peak.
 
     python benchmarks/token_summary.py results.json
 """
@@ -20,7 +21,8 @@ def lines(results: dict) -> list[str]:
         mfu = row.get("mfu")
         peak = row.get("peak_memory_bytes")
         out.append(
-            f"{row['framework']} {row['model']} seq {row['seq_len']} batch {row['batch_size']}/device "
+            f"{row['framework']} {row['model']} seq {row['seq_len']} batch {row['batch_size']}/"
+            f"{'device' if (row.get('tp') or 1) == 1 else 'TP group'} "
             f"{row['precision']} on {devices} {row['device_kind']}: "
             f"{row['tokens_per_sec'] / devices:,.0f} tokens/s per device, "
             f"MFU {'-' if mfu is None else f'{mfu:.1%}'}"
@@ -31,8 +33,23 @@ def lines(results: dict) -> list[str]:
                 if row.get("router_balance") is not None
                 else ""
             )
+            + _tensor_parallel(row)
         )
     return out
+
+
+def _tensor_parallel(row: dict) -> str:
+    """A TP burst's figures: its degree, its collectives' share of a step, its scaling efficiency and
+    each rank's peak memory; nothing for a burst without TP."""
+    if (row.get("tp") or 1) == 1:
+        return ""
+    share, efficiency = row.get("tp_collective_share"), row.get("scaling_efficiency")
+    peaks = "/".join(f"{r['peak_memory_bytes'] / 2**30:.2f}" for r in row.get("per_rank") or [])
+    return (
+        f", TP {row['tp']}: collectives {'-' if share is None else f'{share:.1%}'} of a step"
+        + ("" if efficiency is None else f", scaling efficiency {efficiency:.1%}")
+        + (f", peak memory per rank {peaks} GiB" if peaks else "")
+    )
 
 
 def main(argv: list[str]) -> int:

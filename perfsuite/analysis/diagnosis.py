@@ -259,7 +259,7 @@ def _step_seconds(r: Measurement, rec: WorkerRecord | None) -> float | None:
         devices_per_entry = r.spec.devices if r.spec.framework == "tf" else 1
         return batch * devices_per_entry / statistics.median(per_rank)
     ips = _positive(r.throughput)
-    return batch * r.spec.world_size / ips if ips else None
+    return batch * r.spec.data_parallel / ips if ips else None
 
 
 def _flops_text(r: Measurement) -> str:

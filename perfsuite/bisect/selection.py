@@ -104,6 +104,8 @@ def key_args(key: str, given: list[str]) -> list[str]:
         args.append("--perf-compile")
     if f["activation_checkpointing"] == "on":
         args += ["--perf-activation-checkpointing", "on"]
+    if f["tp"] != "1":
+        args += ["--perf-tp", f["tp"]]
     if "-m" not in given:
         args += ["-m", short]
     if "-k" not in given:

@@ -50,6 +50,10 @@ class ModelInfo:
     # A mixture of experts: the parameters one token's forward pass uses (all but the experts it
     # is not routed to), which its FLOPs count; None: every parameter is used (a dense model).
     active_params: int | None = None
+    # A token model's tensor-parallel plan, "module:qualname" of a function ``plan(model, tp_mesh)``
+    # that splits the built model's layers over a 1-D DeviceMesh (perfsuite.models.registry);
+    # None: the model has none, and is not run with TP.
+    tp_plan: str | None = None
 
     @property
     def workload_kind(self) -> Workload:

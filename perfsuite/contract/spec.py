@@ -26,6 +26,8 @@ MODES = ("train", "infer")
 # --perf-activation-checkpointing's values, and the key's part of a burst that checkpoints.
 SWITCHES = ("off", "on")
 AC = "ac"
+# The key's part of a burst with tensor parallelism: "tp2" (none at TP 1).
+TP = "tp"
 
 
 def key_memory_format(framework: str, device_kind: str, image_size: int) -> str:
@@ -112,6 +114,9 @@ class BurstSpec:
     # torch: each block of the model's ``blocks`` recomputes its forward in the backward pass
     # instead of keeping its activations.
     activation_checkpointing: bool = False
+    # The TP degree (torch): each model split over ``tp`` devices of a node, which form a 2-D mesh
+    # with the data-parallel ranks; ``batch_size`` is then each TP group's, one per data-parallel rank.
+    tp: int = 1
     seed: int = 0
     # Adaptive length: windows are added, up to max_windows, while the median's 95%
     # interval is wider than stable_within of it (0: fixed length).
@@ -134,9 +139,11 @@ class BurstSpec:
             problems.append(f"memory_format must be one of {MEMORY_FORMATS}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {MODES}")
-        for name in ("devices", "nodes", "batch_size", "steps", "windows"):
+        for name in ("devices", "nodes", "batch_size", "steps", "windows", "tp"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
+        if self.tp > 1 and self.devices % self.tp:
+            problems.append(f"devices ({self.devices}) must be a multiple of tp ({self.tp})")
         if not self.workload:
             object.__setattr__(self, "workload", workloads.implied_by(self).name)
         try:
@@ -153,9 +160,9 @@ class BurstSpec:
             problems.append("stable_within must be >= 0")
         if problems:
             raise ValueError("; ".join(problems))
-        # One device has no variable update, and the default layout asked for by name is the
-        # default: normalising keeps equal bursts equal (and their baseline keys).
-        if self.world_size == 1 and self.variable_update != "replicated":
+        # One device (or one TP group) has no variable update, and the default layout asked for by
+        # name is the default: normalising keeps equal bursts equal (and their baseline keys).
+        if self.data_parallel == 1 and self.variable_update != "replicated":
             object.__setattr__(self, "variable_update", "replicated")
         layout = self.memory_format or default_memory_format(
             self.framework, self.device_kind, self.image_size, self.precision
@@ -193,6 +200,11 @@ class BurstSpec:
         return self.devices * self.nodes
 
     @property
+    def data_parallel(self) -> int:
+        """The ranks that train a batch of their own: every rank, or with TP each TP group once."""
+        return max(1, self.world_size // self.tp)
+
+    @property
     def steps_per_window(self) -> int:
         return self.steps // self.windows
 
@@ -206,8 +218,10 @@ class BurstSpec:
         extra = []
         if self.precision != "fp32":
             extra.append(self.precision)
-        if self.world_size > 1:
+        if self.data_parallel > 1:
             extra.append(self.variable_update)
+        if self.tp > 1:
+            extra.append(f"TP {self.tp}")
         if self.memory_format:
             extra.append(self.memory_format)
         if self.compile:
@@ -219,7 +233,8 @@ class BurstSpec:
         if self.mode != "train":
             extra.append("inference")
         tail = f" ({', '.join(extra)})" if extra else ""
-        batch = f"batch {self.batch_size}/device" + self.workload_kind.input_words(self)
+        per = "device" if self.tp == 1 else "TP group"  # a TP group's devices train one batch together
+        batch = f"batch {self.batch_size}/{per}" + self.workload_kind.input_words(self)
         return f"{self.framework} {self.model} on {count}, {batch}, data location {self.data_location}{tail}"
 
     def key(self) -> str:
@@ -240,6 +255,8 @@ class BurstSpec:
         ]
         if self.world_size > 1:
             parts.append(self.variable_update)
+        if self.tp > 1:  # a key without one means TP 1
+            parts.append(f"{TP}{self.tp}")
         if self.data_location == "real" and self.augment_on != "cpu":
             parts.append(f"augment-{self.augment_on}")
         if self.xla:
@@ -270,6 +287,8 @@ class BurstSpec:
             parts.append(self.precision)
         if self.world_size > 1 and self.variable_update != "replicated":
             parts.append(self.variable_update)
+        if self.tp > 1:
+            parts.append(f"{TP}{self.tp}")
         parts.extend(
             p
             for p in (
@@ -284,8 +303,8 @@ class BurstSpec:
         return "-".join(parts)
 
     def single_device(self) -> BurstSpec:
-        """The 1-device twin that scaling efficiency is measured against."""
-        return self.replace(devices=1, nodes=1, variable_update="replicated")
+        """The 1-device twin that scaling efficiency is measured against (without TP)."""
+        return self.replace(devices=1, nodes=1, variable_update="replicated", tp=1)
 
     def replace(self, **changes: Any) -> BurstSpec:
         """This spec with ``changes``; its layout stays, unless a change names one (a spec's
@@ -327,6 +346,7 @@ KEY_FIELDS = {
     "memory_format": ("memory format", "--perf-memory-format"),
     "compile": ("torch.compile", "--perf-compile"),
     "activation_checkpointing": ("activation checkpointing", "--perf-activation-checkpointing"),
+    "tp": ("TP degree", "--perf-tp"),
     "mode": ("mode", "--perf-mode"),
     "threads": ("threads per CPU worker", "--perf-threads-per-worker"),
 }
@@ -336,6 +356,7 @@ _PREFIXED = (
     *((w.key_prefix, w.key_field) for w in workloads.all_kinds()),
     ("threads", "threads"),
     ("augment-", "augment_on"),
+    (TP, "tp"),
 )
 
 
@@ -354,6 +375,7 @@ def key_fields(key: str) -> dict[str, str]:
         "memory_format": "default",
         "compile": "no",
         "activation_checkpointing": "off",
+        "tp": "1",
         "mode": "train",
     }
     for part in parts[3:]:

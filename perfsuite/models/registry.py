@@ -107,6 +107,7 @@ def register_token_model(
     cpu_seq_len: int | None = None,
     optimizer: str = "adamw",
     description: str = "",
+    tp_plan: Callable | str | None = None,
 ) -> Callable:
     """Register a token model builder: ``@register_token_model("gpt2", framework="torch", ...)``.
 
@@ -129,6 +130,12 @@ def register_token_model(
     may be left out: the burst worker then counts it. A mixture of experts gives
     ``active_params`` too, the parameters one token's forward pass uses (all but the experts it
     is not routed to): its FLOPs count those in the place of ``params``.
+
+    ``tp_plan`` (torch) makes the model a tensor-parallel one (``--perf-tp``): a function
+    ``tp_plan(model, tp_mesh)``, or its ``"module:function"``, that splits the built model's
+    layers over the 1-D DeviceMesh of one TP group in place (``parallelize_module``), each
+    attention module left counting its local heads. It lives in the builder's module or in an
+    importable one. Without one, the model's TP cases are skipped.
     """
     figures = {"seq_len": seq_len, "vocab_size": vocab_size, "batch_size": batch_size}
     figures |= {"layers": layers, "heads": heads, "head_dim": head_dim}
@@ -167,8 +174,22 @@ def register_token_model(
         "workload": "token",
         "objective": objective,
         "embedding_params": embedding_params,
+        "tp_plan": _reference(name, "tp_plan", tp_plan),
     }
     return lambda fn: _register(fn, **fields)
+
+
+def _reference(name: str, what: str, fn: Callable | str | None) -> str | None:
+    """``fn`` as the "module:qualname" a worker imports it by; a string is taken as one."""
+    if fn is None:
+        return None
+    if isinstance(fn, str):
+        if ":" not in fn:
+            raise ModelError(f"model {name!r}: {what} must be a function or 'module:function', not {fn!r}")
+        return fn
+    if not callable(fn):
+        raise ModelError(f"model {name!r}: {what} must be a function or 'module:function', not {fn!r}")
+    return f"{fn.__module__}:{fn.__qualname__}"
 
 
 def _check_framework(framework: str) -> None:
@@ -260,10 +281,22 @@ def load_file(path: str | Path) -> None:
 
 def resolve_builder(info: ModelInfo) -> Callable:
     """Import the builder function; in a worker process, load a user's file by path."""
-    module_name, qualname = info.builder.split(":")
+    return _resolve(info, info.builder)
+
+
+def resolve_tp_plan(info: ModelInfo) -> Callable:
+    """Import the model's tensor-parallel plan (``register_token_model(..., tp_plan=...)``), from
+    the builder's module (a user's file by path) or an importable one."""
+    if info.tp_plan is None:
+        raise ModelError(f"model {info.name!r} has no tensor-parallel plan")
+    return _resolve(info, info.tp_plan)
+
+
+def _resolve(info: ModelInfo, reference: str) -> Callable:
+    module_name, qualname = reference.split(":")
     if module_name in sys.modules:
         module = sys.modules[module_name]
-    elif info.source is not None:
+    elif info.source is not None and module_name == info.builder.split(":")[0]:
         spec = importlib.util.spec_from_file_location(module_name, info.source)
         if spec is None or spec.loader is None:
             raise ModelError(f"cannot load model {info.name!r} from {info.source}")

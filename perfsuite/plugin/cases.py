@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from perfsuite.common import hardware
 from perfsuite.config.options import PerfOptions
-from perfsuite.contract.frameworks import SHARDED_FP16, SUPPORTED, multinode_gap
+from perfsuite.contract.frameworks import SHARDED_FP16, SUPPORTED, TF_TP_NEEDS, TP_FP16, multinode_gap, no_tp_plan
 from perfsuite.contract.model_info import ModelInfo
-from perfsuite.contract.spec import AC, BurstSpec, default_memory_format, device_label, short_kind
+from perfsuite.contract.spec import AC, TP, BurstSpec, default_memory_format, device_label, short_kind
 from perfsuite.models.registry import FRAMEWORKS, all_models, get_model
 from perfsuite.plugin import framework_gpus
 
@@ -31,6 +31,7 @@ DIMENSIONS = (
     "mode",
     "augment_on",
     "activation_checkpointing",
+    "tp",
 )
 
 FRAMEWORK_NAMES = {"torch": "PyTorch", "tf": "TensorFlow"}
@@ -67,6 +68,7 @@ class Case:
     augment_on: str = "cpu"  # only the `real` data location has a place to augment
     seq_len: int | None = None  # a token model's; None: the model's default for the device kind
     activation_checkpointing: bool = False
+    tp: int = 1  # the TP degree
 
     @property
     def id(self) -> str:
@@ -76,6 +78,8 @@ class Case:
             parts.append(f"{self.nodes}nodes")
         if self.device_count * self.nodes > 1 and self.variable_update != "replicated":
             parts.append("ps" if self.variable_update == "parameter_server" else self.variable_update)
+        if self.tp > 1:
+            parts.append(f"{TP}{self.tp}")
         if self.precision != "fp32":
             parts.append(self.precision)
         if self.batch_size is not None:
@@ -139,13 +143,15 @@ def device_slots(options: PerfOptions, gpu_count: int) -> list[tuple[str, int]]:
 def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> list[Case]:
     cases = []
     seen = set()
-    # A training mode with and without activation checkpointing (itertools.product is typed for ten iterables).
+    # A training mode with and without activation checkpointing, and each variable update at each TP
+    # degree (itertools.product is typed for ten iterables).
     modes = [(mode, switch == "on") for mode in options.mode for switch in options.activation_checkpointing]
-    for (fw, model), (kind, n), loc, vu, prec, bs, seq, layout, (mode, ac), augment in itertools.product(
+    updates = [(vu, tp) for tp in options.tp for vu in options.variable_update]
+    for (fw, model), (kind, n), loc, (vu, tp), prec, bs, seq, layout, (mode, ac), augment in itertools.product(
         selected_models(options),
         device_slots(options, gpu_count),
         options.data_location,
-        options.variable_update,
+        updates,
         options.precision,
         options.batch_size or (None,),
         options.seq_len or (None,),
@@ -156,8 +162,10 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
         world = n * options.nnodes
         if world < min_devices:
             continue
-        if world == 1 and vu != options.variable_update[0]:
-            continue  # one device has no variable update to vary
+        # One device, or one TP group of them, has no variable update to vary.
+        alone = world == 1 or world == tp
+        if alone and vu != options.variable_update[0]:
+            continue
         if loc != "real" and augment != options.augment_on[0]:
             continue  # only `real` augments
         sized = "seq_len" in get_model(fw, model).workload_kind.dimensions
@@ -169,7 +177,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             kind,
             n,
             loc,
-            vu if world > 1 else "replicated",
+            "replicated" if alone else vu,
             prec,
             bs,
             options.nnodes,
@@ -178,6 +186,7 @@ def build_cases(options: PerfOptions, gpu_count: int, min_devices: int = 1) -> l
             augment if loc == "real" else "cpu",
             seq if sized else None,
             ac,
+            tp,
         )
         if case not in seen:  # a layout asked for by name may be the default one
             seen.add(case)
@@ -194,7 +203,7 @@ def skip_reason(
         return f"needs {case.device_count} CUDA device{plural}, found {gpu_count}"
     if not framework_matters:
         return None
-    gap = sharding_gap(case) or checkpointing_gap(case)  # whatever the machine has
+    gap = sharding_gap(case) or checkpointing_gap(case) or tensor_parallel_gap(case)  # whatever the machine has
     if gap:
         return gap
     if not framework_installed(case.framework):
@@ -236,6 +245,33 @@ def sharding_gap(case: Case) -> str | None:
         return f"{FRAMEWORK_NAMES[case.framework]} has no sharded variable update (FSDP2's fully_shard is torch's)"
     if case.precision == "fp16":
         return SHARDED_FP16
+    return None
+
+
+def tensor_parallel_gap(case: Case) -> str | None:
+    """Why the case cannot run at its TP degree: a framework without TP, a device count the degree
+    does not divide, a model without a plan or whose heads do not split, fp16, a parameter server.
+    The worker finds what the registration does not say (a model's key/value heads)."""
+    if case.tp == 1:
+        return None
+    if not SUPPORTED[case.framework]["tensor_parallel"]:
+        return f"{FRAMEWORK_NAMES[case.framework]} has no tensor parallelism here ({TF_TP_NEEDS})"
+    if case.device_count % case.tp:
+        unit = "GPU" if case.device_kind == "cuda" else "CPU worker"
+        plural = "s" if case.device_count != 1 else ""
+        return (
+            f"TP {case.tp} splits each model over {case.tp} devices of a node: the device count must be a "
+            f"multiple of {case.tp}, and this case has {case.device_count} {unit}{plural}"
+        )
+    info = get_model(case.framework, case.model_name)
+    if info.tp_plan is None:
+        return no_tp_plan(case.model_name)
+    if info.heads is not None and info.heads % case.tp:
+        return f"{case.model_name}'s {info.heads} attention heads do not split evenly over TP {case.tp}"
+    if case.precision == "fp16":
+        return TP_FP16
+    if case.variable_update == "parameter_server":
+        return "TP runs with the replicated, sharded or independent variable update, not parameter_server"
     return None
 
 
@@ -319,6 +355,7 @@ def burst_spec(options: PerfOptions, values: dict, tolerance: float) -> BurstSpe
         memory_format=values.get("memory_format") or "",
         mode=values.get("mode") or "train",
         activation_checkpointing=bool(values.get("activation_checkpointing")),
+        tp=values.get("tp") or 1,
     )
 
 
@@ -334,6 +371,8 @@ def short_id(names: list[str], case: Case) -> str:
             parts.append(device_label(case.device_kind, case.device_count))
         elif name == "activation_checkpointing":
             parts.append(AC if case.activation_checkpointing else f"no-{AC}")
+        elif name == "tp":
+            parts.append(f"{TP}{case.tp}")
         elif name == "device_kind":
             parts.append(short_kind(case.device_kind))
         else:

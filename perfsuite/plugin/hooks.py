@@ -203,6 +203,12 @@ def activation_checkpointing(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
+def tp(request: pytest.FixtureRequest) -> int:
+    """torch: the tensor-parallel degree, each model split over this many devices."""
+    return _session(request.config).options.tp[0]
+
+
+@pytest.fixture
 def burst_spec(
     request,
     framework,
@@ -218,6 +224,7 @@ def burst_spec(
     mode,
     augment_on,
     activation_checkpointing,
+    tp,
 ) -> BurstSpec:
     """The BurstSpec of this test case: parametrized dimensions plus the session's options."""
     options = _session(request.config).options
@@ -236,6 +243,7 @@ def burst_spec(
         "mode": mode,
         "augment_on": augment_on,
         "activation_checkpointing": activation_checkpointing,
+        "tp": tp,
     }
     return cases.burst_spec(options, values, options.perf_tolerance if tolerance is None else tolerance)
 

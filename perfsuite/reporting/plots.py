@@ -24,6 +24,7 @@ SERIES_DIMS = (
     ("precision", "{}"),
     ("image_size", "image {}"),
     ("seq_len", "sequence length {}"),
+    ("tp", "TP {}"),  # a TP degree's curve of its own: a TP group starts at TP devices
     ("threads_per_worker", "{} threads/worker"),
     ("device_kind", "{}"),
 )

@@ -20,7 +20,7 @@ from perfsuite.models.registry import register_token_model
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["BertConfig", "bert", "build"]
+__all__ = ["BertConfig", "bert", "build", "tp_plan"]
 
 
 def build(config: BertConfig) -> torch.nn.Module:
@@ -28,7 +28,14 @@ def build(config: BertConfig) -> torch.nn.Module:
     import torch.nn.functional as F
     from torch import nn
 
-    from perfsuite.models.torch.transformer_layers import MLP, PostNormBlock, SelfAttention, init_normal
+    from perfsuite.models.torch.transformer_layers import (
+        MLP,
+        PostNormBlock,
+        SelfAttention,
+        init_normal,
+        split_by_tp,
+        tied_logits,
+    )
 
     c = config
 
@@ -62,9 +69,25 @@ def build(config: BertConfig) -> torch.nn.Module:
             x = self.drop(self.norm(x))
             for block in self.blocks:
                 x = block(x)
+            if split_by_tp(self.word.weight):  # the vocabulary split over TP ranks (tp_plan)
+                return tied_logits(self.transform(x), self.word.weight) + self.decoder_bias
             return F.linear(self.transform(x), self.word.weight, self.decoder_bias)
 
     return init_normal(BertForMaskedLM(), c.init_std)
+
+
+def tp_plan(model: torch.nn.Module, tp_mesh) -> None:
+    """Tensor parallelism over ``tp_mesh``, as torchtitan plans Llama: the word embedding split by
+    vocabulary rows (it is the masked-LM decoder too: its logits are computed per rank and gathered,
+    the decoder's bias added whole), each block's q/k/v and MLP up projections column-wise, its
+    output projections row-wise; the position and token-type tables, the norms and the head's
+    transform whole on every rank."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from perfsuite.models.torch.transformer_layers import embedding_plan, parallelize_blocks
+
+    parallelize_module(model, tp_mesh, {"word": embedding_plan()})
+    parallelize_blocks(model.get_submodule("blocks"), tp_mesh)
 
 
 @register_token_model(
@@ -74,6 +97,7 @@ def build(config: BertConfig) -> torch.nn.Module:
     objective="masked",
     **flops_structure(BERT_BASE),
     params=109_514_298,
+    tp_plan=tp_plan,
 )
 def bert(vocab_size: int = BERT_BASE.vocab_size, seq_len: int = BERT_BASE.positions) -> torch.nn.Module:
     """BERT-base (Devlin et al. 2019) as a masked LM, 110M: 12 layers, d 768, 12 heads, post-LN."""

@@ -16,7 +16,7 @@ from perfsuite.models.registry import register_token_model
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GPT2Config", "build", "gpt2"]
+__all__ = ["GPT2Config", "build", "gpt2", "tp_plan"]
 
 
 def build(config: GPT2Config) -> torch.nn.Module:
@@ -30,6 +30,8 @@ def build(config: GPT2Config) -> torch.nn.Module:
         gelu_tanh,
         init_normal,
         residual_std,
+        split_by_tp,
+        tied_logits,
     )
 
     c = config
@@ -57,9 +59,24 @@ def build(config: GPT2Config) -> torch.nn.Module:
             x = self.drop(self.wte(ids) + self.wpe(positions))
             for block in self.blocks:
                 x = block(x)
+            if split_by_tp(self.wte.weight):  # the vocabulary split over TP ranks (tp_plan)
+                return tied_logits(self.ln_f(x), self.wte.weight)
             return self.ln_f(x) @ self.wte.weight.T  # the output layer is the token embedding
 
     return init_normal(GPT2(), c.init_std, residual_std(c.init_std, c.layers))
+
+
+def tp_plan(model: torch.nn.Module, tp_mesh) -> None:
+    """Tensor parallelism over ``tp_mesh``, as torchtitan plans Llama: the token embedding split by
+    vocabulary rows (it is the output layer too: its logits are computed per rank and gathered), each
+    block's q/k/v and MLP up projections column-wise, its output projections row-wise; the position
+    table and the norms whole on every rank."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from perfsuite.models.torch.transformer_layers import embedding_plan, parallelize_blocks
+
+    parallelize_module(model, tp_mesh, {"wte": embedding_plan()})
+    parallelize_blocks(model.get_submodule("blocks"), tp_mesh)
 
 
 @register_token_model(
@@ -69,6 +86,7 @@ def build(config: GPT2Config) -> torch.nn.Module:
     objective="causal",
     **flops_structure(GPT2_SMALL),
     params=124_439_808,
+    tp_plan=tp_plan,
 )
 def gpt2(vocab_size: int = GPT2_SMALL.vocab_size, seq_len: int = GPT2_SMALL.positions) -> torch.nn.Module:
     """GPT-2 small (Radford et al. 2019), 124M: 12 layers, d 768, 12 heads, tied embeddings."""

@@ -18,7 +18,7 @@ from perfsuite.models.registry import register_token_model
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LlamaConfig", "build", "llama"]
+__all__ = ["LlamaConfig", "build", "llama", "tp_plan"]
 
 
 def build(config: LlamaConfig, max_len: int = TOKEN_SHAPES["llama"]["seq_len"]) -> torch.nn.Module:
@@ -62,6 +62,20 @@ def build(config: LlamaConfig, max_len: int = TOKEN_SHAPES["llama"]["seq_len"]) 
     return init_normal(Llama(), c.init_std, residual_std(c.init_std, c.layers))
 
 
+def tp_plan(model: torch.nn.Module, tp_mesh) -> None:
+    """Tensor parallelism over ``tp_mesh``, as torchtitan plans Llama: ``tok_embeddings`` split by
+    vocabulary rows (``RowwiseParallel(input_layouts=Replicate())``), ``output`` column-wise with its
+    logits gathered, each block's q/k/v, gate and up projections column-wise and its output
+    projections row-wise, each rank with its share of the query and key/value heads; the norms
+    whole on every rank (no sequence parallelism)."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from perfsuite.models.torch.transformer_layers import embedding_plan, output_plan, parallelize_blocks
+
+    parallelize_module(model, tp_mesh, {"tok_embeddings": embedding_plan(), "output": output_plan()})
+    parallelize_blocks(model.get_submodule("blocks"), tp_mesh)
+
+
 @register_token_model(
     "llama",
     framework="torch",
@@ -69,6 +83,7 @@ def build(config: LlamaConfig, max_len: int = TOKEN_SHAPES["llama"]["seq_len"]) 
     objective="causal",
     **flops_structure(LLAMA_SMALL),
     params=124_668_672,
+    tp_plan=tp_plan,
 )
 def llama(vocab_size: int = LLAMA_SMALL.vocab_size, seq_len: int = TOKEN_SHAPES["llama"]["seq_len"]) -> torch.nn.Module:
     """Llama-style decoder, 124.7M: 12 layers, d 768, 12 heads, 4 KV heads, SwiGLU 2048, vocabulary 32,000."""

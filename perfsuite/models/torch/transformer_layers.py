@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -167,3 +168,110 @@ def init_normal(model: nn.Module, std: float, residual_std: float | None = None)
 def residual_std(std: float, layers: int) -> float:
     """GPT-2's scaled initialisation of the residual projections: two per block."""
     return std / math.sqrt(2 * layers)
+
+
+# --- tensor parallelism ------------------------------------------------------------------
+# A model's TP plan (registered with ``register_token_model(..., tp_plan=...)``) splits its
+# layers over a 1-D TP mesh as torchtitan splits Llama's (Megatron-LM's tensor parallelism).
+# Sequence parallelism is not used: norms, dropout and the residual stream run whole on every
+# TP rank, so a block's forward meets in two all-reduces (after the attention's and the MLP's
+# row-wise projections) and its backward in two more (before their column-wise ones). Nor is
+# loss parallelism: the logits are gathered whole, and the workload's loss runs unchanged.
+
+
+def tp_heads_gap(heads: int, kv_heads: int, tp: int) -> str | None:
+    """Why ``heads`` query and ``kv_heads`` key/value heads do not split over TP ``tp``, or None."""
+    if heads % tp == 0 and kv_heads % tp == 0:
+        return None
+    kv = f" and {kv_heads} key/value heads" if kv_heads != heads else ""
+    return f"{heads} attention heads{kv} do not split evenly over TP {tp}"
+
+
+def split_heads(attn: SelfAttention, tp: int) -> None:
+    """Prepare ``attn`` for a column-wise split of its fused q/k/v projection over ``tp`` ranks.
+
+    The projection's rows are regrouped per rank, ``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]`` where
+    ``q_r`` are rank r's query heads and ``k_r``, ``v_r`` the key/value heads they read (grouped
+    query attention keeps its groups whole), so that ColwiseParallel's even split of the rows
+    hands each rank whole q, k and v heads of its own; then the module counts its local heads.
+    A permutation of the weights' rows, made on every rank before the split: the model computes
+    what it computed before, from the same initial weights.
+    """
+    from perfsuite.contract.burst_files import Unsupported
+
+    gap = tp_heads_gap(attn.heads, attn.kv_heads, tp)
+    if gap is not None:
+        raise Unsupported(gap)
+    width, q, kv = attn.head_dim, attn.heads // tp, attn.kv_heads // tp
+    start_k, start_v = attn.heads * width, (attn.heads + attn.kv_heads) * width
+    order = []
+    for rank in range(tp):
+        order.append(torch.arange(rank * q * width, (rank + 1) * q * width))
+        order.append(start_k + torch.arange(rank * kv * width, (rank + 1) * kv * width))
+        order.append(start_v + torch.arange(rank * kv * width, (rank + 1) * kv * width))
+    rows = torch.cat(order).to(attn.qkv.weight.device)
+    with torch.no_grad():
+        attn.qkv.weight.copy_(attn.qkv.weight[rows])
+        if attn.qkv.bias is not None:
+            attn.qkv.bias.copy_(attn.qkv.bias[rows])
+    attn.heads, attn.kv_heads = q, kv
+
+
+def parallelize_blocks(blocks: nn.Module, tp_mesh) -> None:
+    """Each block's attention and MLP split over ``tp_mesh`` (a 1-D DeviceMesh): the q/k/v
+    projection, the MLP's up (``fc``) and SwiGLU's gate and up column-wise, the attention's and the
+    MLP's output projections (``proj``) row-wise, as torchtitan plans Llama's ``wq``/``wk``/``wv``,
+    ``w1``/``w3`` and ``wo``/``w2``. Norms stay whole on every rank (no sequence parallelism)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from perfsuite.contract.burst_files import Unsupported
+
+    for block in blocks.children():  # a model's ``blocks``, in order
+        attn, mlp = getattr(block, "attn", None), getattr(block, "mlp", None)
+        if not isinstance(attn, SelfAttention) or not isinstance(mlp, (MLP, SwiGLU)):
+            raise Unsupported("the TP plan splits blocks of a SelfAttention and an MLP or SwiGLU, and not this one")
+        split_heads(attn, tp_mesh.size())
+        plan: dict = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(), "mlp.proj": RowwiseParallel()}
+        ups = ("gate", "up") if isinstance(mlp, SwiGLU) else ("fc",)
+        plan |= {f"mlp.{name}": ColwiseParallel() for name in ups}
+        parallelize_module(block, tp_mesh, plan)
+
+
+def embedding_plan():
+    """The token embedding's style: its vocabulary's rows split over the TP ranks, each rank
+    looking up the ids in its own rows and the partial sums all-reduced (torchtitan's
+    ``RowwiseParallel(input_layouts=Replicate())``; without sequence parallelism its output is
+    whole on every rank)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    return RowwiseParallel(input_layouts=Replicate())
+
+
+def output_plan():
+    """An output layer of its own (Llama's): split column-wise by vocabulary, its logits gathered
+    whole (torchtitan's ``ColwiseParallel`` without loss parallelism)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    return ColwiseParallel(output_layouts=Replicate())
+
+
+def split_by_tp(weight: torch.Tensor) -> bool:
+    """Whether a TP plan split ``weight`` (a DTensor) across the ranks."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(weight, DTensor)
+
+
+def tied_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The logits of an output layer that is the token embedding, where the TP plan split the
+    embedding's vocabulary rows (``weight`` a DTensor, ``embedding_plan``): each rank's vocabulary
+    computed from its own rows, then gathered whole, as ``output_plan`` gathers an output layer of
+    its own. Its gradient joins the embedding's, as the tied matrix's does without TP."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    assert isinstance(weight, DTensor)
+    whole = DTensor.from_local(x, weight.device_mesh, [Replicate()], run_check=False)
+    logits = F.linear(whole, weight)  # each rank's vocabulary: sharded on the last dimension
+    return cast(DTensor, logits).full_tensor()

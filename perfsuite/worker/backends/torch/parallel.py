@@ -1,15 +1,25 @@
-"""How a torch model is wrapped for its step: activation checkpointing on each block, then the
-variable update's wrapper (DDP for replicated, FSDP2 for sharded), then torch.compile.
+"""How a torch model is wrapped for its step: tensor parallelism (the model's TP plan over the TP
+axis of a 2-D mesh), activation checkpointing on each block, then the variable update's wrapper
+(DDP for replicated, FSDP2 for sharded; with TP, over the data-parallel axis), then torch.compile.
 
 Checkpointing and sharding go in torchtitan's order: each block checkpointed, then each
 checkpointed block sharded, then the root. The compiler does not: torchtitan compiles each block
 before ``fully_shard``, where here ``torch.compile`` wraps the whole wrapped model once. A model keeps its
 transformer blocks in an ``nn.ModuleList`` named ``blocks`` (perfsuite/models/torch/): a model
 without one is sharded as one root module, and cannot be checkpointed.
+
+With TP (``spec.tp`` > 1) the ranks form a 2-D DeviceMesh, data parallel x TP, as torchtitan
+builds it: TP groups of ``tp`` consecutive ranks (on one node, as torchrun numbers its ranks), each
+data-parallel rank one such group. The model's plan splits its layers over the TP axis first;
+sharded is then FSDP2 over the data-parallel axis (torchtitan's 2-D), and replicated averages the
+gradients over the data-parallel axis after the backward pass, bucketed as DDP buckets them but
+not overlapped with the backward: DDP's reducer does not take TP's DTensor parameters (torchtitan
+refuses DDP beside TP for the same reason).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import cast
 
 import torch
@@ -17,7 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from perfsuite.contract.burst_files import Unsupported
-from perfsuite.contract.frameworks import SHARDED_FP16, no_blocks
+from perfsuite.contract.frameworks import SHARDED_FP16, TP_FP16, no_blocks, no_tp_plan
 from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.spec import BurstSpec
 
@@ -41,9 +51,37 @@ def checkpoint_blocks(model: nn.Module, name: str) -> None:
         blocks[index] = checkpoint_wrapper(block)
 
 
-def shard(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """FSDP2 over every rank (one mesh dimension, gloo or NCCL as the process group is): each block
-    sharded, then the root (the embeddings, the head and whatever is not in a block).
+def device_mesh(spec: BurstSpec, device: torch.device):
+    """The ranks as a 2-D DeviceMesh of dimensions ("dp", "tp") where the burst runs TP, rank r in
+    TP group r // tp at TP rank r % tp; None without TP (the variable updates make their own)."""
+    if spec.tp == 1:
+        return None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    return init_device_mesh(device.type, (world // spec.tp, spec.tp), mesh_dim_names=("dp", "tp"))
+
+
+def tensor_parallel(info: ModelInfo, model: nn.Module, mesh) -> None:
+    """The model's TP plan applied over the mesh's TP axis, in place (before checkpointing wraps the
+    blocks and the data-parallel wrapper the model)."""
+    from perfsuite.models.registry import resolve_tp_plan
+
+    if info.tp_plan is None:
+        raise Unsupported(no_tp_plan(info.name))
+    resolve_tp_plan(info)(model, mesh["tp"])
+
+
+def check_tp_precision(autocast_dtype: str) -> None:
+    """fp16 is refused with TP, here and up front (perfsuite.plugin.cases)."""
+    if autocast_dtype == "float16":
+        raise Unsupported(TP_FP16)
+
+
+def shard(model: nn.Module, device: torch.device, dtype: torch.dtype, mesh=None) -> nn.Module:
+    """FSDP2 over every rank (one mesh dimension, gloo or NCCL as the process group is), or over
+    ``mesh`` (a 2-D mesh's data-parallel axis, after TP): each block sharded, then the root (the
+    embeddings, the head and whatever is not in a block).
 
     bf16 (``dtype``): parameters are all-gathered and computed in bf16 and gradients reduced in
     fp32, as torchtitan trains; the root's output is fp32, so the loss is. The last block is not
@@ -52,7 +90,11 @@ def shard(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Modu
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    if mesh is not None:
+        # A TP output layer hands its gathered logits back as a view (DTensor's to_local), which
+        # FSDP2 warns of at the root on every rank: the workload's loss reads them out of place.
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    mesh = mesh if mesh is not None else init_device_mesh(device.type, (dist.get_world_size(),))
     mixed = dtype == torch.bfloat16
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
     blocks = blocks_of(model)
@@ -69,16 +111,19 @@ def shard(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Modu
     return model
 
 
-def wrap(spec: BurstSpec, model: nn.Module, device: torch.device, distributed: bool, dtype: torch.dtype) -> nn.Module:
+def wrap(
+    spec: BurstSpec, model: nn.Module, device: torch.device, distributed: bool, dtype: torch.dtype, mesh=None
+) -> nn.Module:
     """What the step calls: ``model`` checkpointed, sharded or replicated across the ranks, compiled,
     as ``spec`` asks. ``model`` itself keeps the parameters the optimizer updates (sharded ones:
-    FSDP2 shards them in place)."""
+    FSDP2 shards them in place). With TP, ``mesh`` is the 2-D mesh its plan split the model over:
+    sharded runs over its data-parallel axis, and replicated has no wrapper (the step averages)."""
     if spec.activation_checkpointing:
         checkpoint_blocks(model, spec.model)
     net: nn.Module = model
     if distributed and spec.variable_update == "sharded":
-        net = shard(model, device, dtype)
-    elif distributed and spec.variable_update == "replicated":
+        net = shard(model, device, dtype, None if mesh is None else mesh["dp"])
+    elif distributed and spec.variable_update == "replicated" and mesh is None:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if spec.compile:
         # inductor; the first (untimed) step compiles. A compiled Module is a Module (OptimizedModule).

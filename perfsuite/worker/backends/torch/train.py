@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.data.tokens import IGNORE
-from perfsuite.worker.backends.torch.parallel import sharded_dtype, wrap
+from perfsuite.worker.backends.torch.parallel import check_tp_precision, sharded_dtype, wrap
 from perfsuite.worker.pipelines import loss as workload_loss
 
 LEARNING_RATE = 0.01
@@ -26,7 +26,7 @@ ADAMW_BETAS = (0.9, 0.95)
 ADAMW_WEIGHT_DECAY = 0.1
 
 
-def make_optimizer(name: str, params: list[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params: list[nn.Parameter] | list[dict], device: torch.device) -> torch.optim.Optimizer:
     """SGD with momentum (the CNNs) or AdamW (the transformers); AdamW's fused kernel, one launch
     for every parameter, where torch has it for the device (CUDA, and CPU since torch 2.4)."""
     if name == "adamw":
@@ -35,6 +35,20 @@ def make_optimizer(name: str, params: list[nn.Parameter], device: torch.device) 
     if name != "sgd":
         raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {name!r}")
     return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM)
+
+
+def by_mesh(params: list[nn.Parameter]) -> list[nn.Parameter] | list[dict]:
+    """``params`` as the optimizer takes them: one group, or where a TP plan split some (DTensors)
+    and left others whole, one group per mesh and one of the whole ones, with the same settings. A
+    fused or foreach update runs over one group's tensors at a time, and DTensor refuses to mix
+    plain tensors or meshes in one op."""
+    meshes = {getattr(p, "device_mesh", None) for p in params}
+    if meshes == {None}:
+        return params
+    groups: dict = {}
+    for p in params:
+        groups.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    return [{"params": group} for group in groups.values()]
 
 
 def class_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -153,6 +167,36 @@ def _share_scale(scaler: torch.amp.GradScaler, device: torch.device, is_root: bo
         scaler.update(scale)
 
 
+def _average_gradients(params: list[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
+    """Each gradient averaged over ``group`` (a 2-D mesh's data-parallel ranks), in place: a TP
+    parameter's local shard with its twins in the other TP groups, a whole one with its copies."""
+
+    def local(grad: torch.Tensor) -> torch.Tensor:
+        to_local = getattr(grad, "to_local", None)  # a DTensor's shard: a view of its own memory
+        return to_local() if to_local is not None else grad
+
+    def average(flat: torch.Tensor) -> None:
+        dist.all_reduce(flat, group=group)
+        flat.div_(size)
+
+    _coalesced([local(p.grad) for p in params if p.grad is not None], average, copy_back=True)
+
+
+def _tp_average(spec: BurstSpec, mesh, autocast_dtype: str) -> Callable[[list[nn.Parameter]], None] | None:
+    """With TP (a 2-D ``mesh``): its refusals, and what averages replicated's gradients over the
+    data-parallel ranks after the backward pass (TP has no DDP); None where nothing is averaged."""
+    if mesh is None:
+        return None
+    check_tp_precision(autocast_dtype)
+    if spec.variable_update == "parameter_server":
+        raise Unsupported("TP runs with the replicated, sharded or independent variable update")
+    replicas = mesh["dp"]
+    if spec.variable_update != "replicated" or replicas.size() == 1:
+        return None
+    group, size = replicas.get_group(), replicas.size()
+    return lambda params: _average_gradients(params, group, size)
+
+
 def _broadcast_state(module: nn.Module) -> None:
     tensors = [t.data for t in [*module.parameters(), *module.buffers()]]
     _coalesced(tensors, lambda flat: dist.broadcast(flat, src=0), copy_back=dist.get_rank() != 0)
@@ -164,6 +208,7 @@ def make_step(
     data: Iterator,
     device: torch.device,
     optimizer: str = "sgd",
+    mesh=None,
 ) -> Callable[[], torch.Tensor]:
     """Return ``step()``: one forward, backward and update with ``optimizer`` ("sgd" or "adamw");
     it returns the detached loss.
@@ -174,7 +219,9 @@ def make_step(
     ``sharded``: FSDP2 gathers each block's parameters for its forward and backward and
     reduce-scatters its gradients, averaged; every rank updates its own shard.
     The model is wrapped by perfsuite.worker.backends.torch.parallel (checkpointing, the variable
-    update's wrapper, torch.compile).
+    update's wrapper, torch.compile). With TP, ``mesh`` is the 2-D mesh ("dp", "tp") the model's
+    plan split it over: the variable update runs over its data-parallel axis (replicated's
+    gradients averaged there after the backward pass).
     """
     distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     world = dist.get_world_size() if distributed else 1
@@ -186,16 +233,17 @@ def make_step(
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
     sharded = distributed and spec.variable_update == "sharded"
+    average = _tp_average(spec, mesh, policy.dtype)
     dtype = sharded_dtype(policy.dtype) if sharded else torch.float32
     if sharded:  # FSDP2 casts the parameters itself (its MixedPrecisionPolicy): no autocast over it
         policy = Precision(contextlib.nullcontext, None, policy.dtype)
-    net = wrap(spec, model, device, distributed, dtype)
+    net = wrap(spec, model, device, distributed, dtype, mesh)
     if spec.mode == "infer":
         return _infer_step(net, data, policy, channels_last, loss_of)
     params = list(model.parameters())
     # independent: every rank updates its own replica and never talks to the others.
     updates_here = not distributed or spec.variable_update != "parameter_server" or dist.get_rank() == 0
-    update = make_optimizer(optimizer, params, device) if updates_here else None
+    update = make_optimizer(optimizer, by_mesh(params), device) if updates_here else None
 
     def step() -> torch.Tensor:
         images, labels = next(data)
@@ -209,6 +257,8 @@ def make_step(
             loss.backward()
         if distributed and spec.variable_update == "parameter_server":
             _average_gradients_to_root(params, world)
+        if average is not None:
+            average(params)
         if update is not None:
             if policy.scaler is not None:
                 policy.scaler.step(update)
