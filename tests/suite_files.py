@@ -25,7 +25,9 @@ def pytest_configure(config):
 # A conftest that stands in for the launcher: each burst returns at once, at
 # $PERFSUITE_FAKE_RATE img/s (default 100) per device ($PERFSUITE_FAKE_RATE_<DATA LOCATION or
 # VARIABLE UPDATE> for those), an Unsupported error with $PERFSUITE_FAKE_UNSUPPORTED, a peak memory of
-# $PERFSUITE_FAKE_PEAK_MB (default 0: none measured), and leaves its key in bursts.log.
+# $PERFSUITE_FAKE_PEAK_MB (default 0: none measured), the numerics stretch's losses of
+# $PERFSUITE_FAKE_LOSSES (comma-separated; default 2.0, 1.9, ...) under framework version
+# $PERFSUITE_FAKE_VERSION (default "fake"), and leaves its key in bursts.log.
 FAKE_BURSTS = (
     """
 import os
@@ -33,7 +35,7 @@ import perfsuite.plugin.session
 import pytest
 from perfsuite.contract.record import WorkerRecord
 
-def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0):
+def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_steps=0, numerics_steps=0):
     with open("bursts.log", "a") as log:
         log.write(spec.key() + "\\n")
     if os.environ.get("PERFSUITE_FAKE_UNSUPPORTED"):
@@ -44,11 +46,16 @@ def fake_run_burst(spec, model, workdir, options, on_progress=None, profile_step
         rate = float(os.environ.get("PERFSUITE_FAKE_RATE_" + value.upper(), rate))
     rate *= spec.world_size
     n = spec.windows
-    return WorkerRecord(spec=spec, model=model, framework_version="fake", device_name="cpu",
-                        precision_dtype="float32", fp32_math=None, samples=(rate,) * n, window_seconds=(1.0,) * n,
-                        items_per_window=int(rate), per_rank=(), loss_first=1.0, loss_last=0.9,
+    losses = os.environ.get("PERFSUITE_FAKE_LOSSES")
+    losses = [float(x) for x in losses.split(",")] if losses else [2.0 - 0.1 * i for i in range(numerics_steps)]
+    numerics = {"steps": numerics_steps, "losses": losses[:numerics_steps], "settings": "fake", "note": None,
+                "seconds": 0.0, "versions": {}} if numerics_steps else None
+    return WorkerRecord(spec=spec, model=model, framework_version=os.environ.get("PERFSUITE_FAKE_VERSION", "fake"),
+                        device_name="cpu", precision_dtype="float32", fp32_math=None, samples=(rate,) * n,
+                        window_seconds=(1.0,) * n, items_per_window=int(rate), per_rank=(), loss_first=1.0,
+                        loss_last=0.9,
                         peak_memory_bytes=int(float(os.environ.get("PERFSUITE_FAKE_PEAK_MB", "0")) * 2**20),
-                        warmup_seconds=0.0)
+                        warmup_seconds=0.0, numerics=numerics)
 """
     + INSTALL_FAKE
 )

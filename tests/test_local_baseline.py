@@ -84,7 +84,9 @@ def test_a_run_that_fails_saves_nothing_and_an_unreadable_local_file_is_named(fa
 
 def test_a_local_folder_that_cannot_be_written_stops_the_run_up_front(faked):
     (faked.path / "local").write_text("a file, not a folder")
-    result = faked.runpytest_inprocess(*THROUGHPUT, "--perf-local-baseline-dir", "local", "--perf-missing-baseline", "save")
+    result = faked.runpytest_inprocess(
+        *THROUGHPUT, "--perf-local-baseline-dir", "local", "--perf-missing-baseline", "save"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--perf-local-baseline-dir*local*"])
     assert not (faked.path / "bursts.log").exists()

@@ -89,6 +89,7 @@ def test_tiny_burst(changes, tmp_path):
     assert record.precision_dtype == ("bfloat16" if spec.precision == "amp" else "float32")
     assert [r.rank for r in record.per_rank] == [0]  # one process drives every device
     assert record.peak_memory_bytes > 0
+    assert record.tensor_peak_bytes is None and "keeps no statistics" in record.tensor_peak_note  # on CPU
     assert record.framework_version
     assert record.router is None  # a dense model routes nothing
 

@@ -42,6 +42,12 @@ def test_tiny_burst(tmp_path, changes):
     assert finite(record)
     assert len(record.samples) == 2 and all(s > 0 for s in record.samples)
     assert record.peak_memory_bytes > 0
+    # Each rank's tensor peak, counted over one profiled step: at least the parameters and their
+    # gradients, within what the process held.
+    weights = record.model.params * 4
+    assert all(2 * weights <= r.tensor_peak_bytes <= r.peak_memory_bytes for r in record.per_rank)
+    assert record.tensor_peak_bytes == max(r.tensor_peak_bytes for r in record.per_rank)
+    assert record.tensor_peak_note is None
     assert record.precision_dtype == ("bfloat16" if spec.precision == "amp" else "float32")
     assert [r.rank for r in record.per_rank] == list(range(spec.devices))
     # global throughput counts every rank's images over the slowest rank's window

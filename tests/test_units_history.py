@@ -88,6 +88,7 @@ def test_trend_heads_its_column_with_the_keys_unit_and_names_its_json_figure_by_
         "ci_low",
         "ci_high",
         "change_point",
+        "numerics",
     ]
     assert runs[0]["unit"] == unit and runs[0][name] == runs[0]["throughput"]
     assert runs[0][name] == pytest.approx(runs[0]["ci_low"] / 0.99)

@@ -50,12 +50,14 @@ def build(
     env: Callable[[int, int], dict[str, Any]] = lambda node, night: {},
     failing: Callable[[int, int, int], bool] = lambda node, key, night: False,
     key_names: list[str] | None = None,
+    numerics: Callable[[int, int, int], dict[str, Any]] = lambda node, key, night: {},
 ) -> list[int]:
     """Write the history: night by night, node ``gpu01``... each a run of ``key_count`` keys.
     ``factor(node, key, night)`` scales a figure, ``env(node, night)`` overrides the run's
     fields (driver, git_commit, host, labels, fingerprints...), ``failing`` marks a row the
     gate's regression (its change against the night-0 level); ``key_names`` renames the
-    record's keys (and their models), in order. Returns the run ids."""
+    record's keys (and their models), in order; ``numerics(node, key, night)`` sets a row's numerics
+    fields (numerics, numerics_first_step, ...). Returns the run ids."""
     from perfsuite.history import db
 
     engine = db.open_history(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
@@ -94,6 +96,7 @@ def build(
                         baseline_images_per_sec=level,
                         attribution=None,
                     )
+                    row.update(numerics(node, k, night))
                     # under its key's unit's name too, as --perf-json writes a token model's figure
                     row[figure_name(unit_of_key(row["key"]))] = ips
                     results.append(row)

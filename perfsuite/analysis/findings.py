@@ -29,6 +29,8 @@ from perfsuite.analysis.changes import ChangePoint, Drift
 from perfsuite.analysis.diagnosis import Diagnosis
 from perfsuite.analysis.measurement import Measurement
 from perfsuite.analysis.memory import MemoryVerdict
+from perfsuite.analysis.numerics import Numerics
+from perfsuite.analysis.numerics import judge as judge_numerics
 from perfsuite.analysis.peer_check import FleetCheck, Peers, fleet_check
 from perfsuite.common.numbers import fixed
 from perfsuite.contract.job import ContractError
@@ -63,6 +65,7 @@ class Limits:
     min_scaling_efficiency: float | None = None
     min_input_efficiency: float | None = None
     drift_window: int = changes.DRIFT_WINDOW
+    numerics_tolerance: float | None = None  # --perf-numerics-tolerance; None: numerics not judged
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ class Context:
     baseline_file: str | None = None
     missing: str | None = None  # no entry: the sentence that says so and what to do
     history: Sequence[PastRun] | None = None  # with --perf-history: the key's past runs on this node
-    commit: str | None = None  # this run's commit, the bad end of a drift's bisect
+    commit: str | None = None  # this run's commit: the bad end of a drift's bisect; a numerics change's end
     node: str | None = None  # whose series ``history`` is (a fleet's shared history holds several)
     peers: Peers | None = None
     attribute: bool = True  # compare op profiles (not in a save run: it replaces the entry)
@@ -203,6 +206,9 @@ class Findings:
     attribution_note: str | None = None  # why there is no attribution where one was asked for
     missing: str | None = None  # no baseline to compare with: the sentence that says so
     diagnosis: tuple[Diagnosis, ...] = ()  # why the burst runs as it does, where the evidence says
+    # The burst's first losses against the entry's golden ones (throughput cases): a second
+    # question, judged beside the throughput and never mixed with it.
+    numerics: Numerics | None = None
     baseline_source: str | None = None  # COMMITTED or LOCAL: which baseline the entry came from
 
     @property
@@ -253,6 +259,7 @@ def judge_throughput(test: str, burst_id: str, measured: Measured, context: Cont
         missing=context.missing if entry is None else None,
         diagnosis=_shown(slow_input or diagnosis.compute(m)),
         baseline_source=context.baseline_source,
+        numerics=numerics_check(m, entry, context),
     )
 
 
@@ -489,8 +496,11 @@ def independent_twin(spec: BurstSpec) -> BurstSpec:
 
 
 def communication_overhead(m: Measurement, independent: Measurement | None) -> Overhead | None:
-    """Where both ran and ``m`` exchanges gradients."""
+    """Where both ran and ``m`` exchanges gradients (one TP group of ranks has no gradients to
+    exchange: its collectives are TP's own)."""
     if m.spec.variable_update == "independent" or independent is None or not independent.ok:
+        return None
+    if m.spec.data_parallel == 1:
         return None
     ips, ceiling = m.throughput, independent.throughput
     if not ips or not ceiling or ips <= 0 or ceiling <= 0:
@@ -501,6 +511,18 @@ def communication_overhead(m: Measurement, independent: Measurement | None) -> O
         f"communication overhead {overhead:.1%} (1 - {m.spec.variable_update} {fixed(ips)} / "
         f"independent {fixed(ceiling)} {m.unit})",
     )
+
+
+# --- numerics ---------------------------------------------------------------------------------------
+
+
+def numerics_check(m: Measurement, entry: Mapping[str, Any] | None, context: Context) -> Numerics | None:
+    """The burst's first losses against the entry's golden ones (the first burst's, where reruns
+    were pooled: every burst of a spec runs the same stretch); None where numerics are not judged."""
+    tolerance = context.limits.numerics_tolerance
+    if tolerance is None:
+        return None
+    return judge_numerics(m.record, entry, tolerance, context.commit)
 
 
 # --- drift ----------------------------------------------------------------------------------------
@@ -557,7 +579,8 @@ def _attribution(m: Measurement, entry: Mapping[str, Any]) -> tuple[Attribution 
     profile = m.op_profile
     if profile is None:
         return None, None
-    images = m.spec.batch_size * m.spec.world_size * m.spec.items_per_sample  # a token model's: tokens
+    # A token model's: tokens; with TP, each TP group's batch once.
+    images = m.spec.batch_size * m.spec.data_parallel * m.spec.items_per_sample
     now_ms = 1000 * images / m.throughput if m.throughput else None
     base_ips = _number(figure_of(entry))
     base_ms = 1000 * images / base_ips if base_ips else None

@@ -16,6 +16,11 @@ step goes to its first candidate (toolchain, then labels, then the commit), and 
 cause of an incident is every candidate all its nodes made. Steps with no candidate form one
 incident: one node's (the node itself), or several nodes' that slowed together (what they
 share is said).
+
+**Numerics** (a burst whose first losses are no longer its baseline's golden ones) are a second
+question beside the figures: a change joins the incident of its burst, or of its node where the
+incident's likely cause is among what changed since the baseline; the rest are incidents of their
+own, one per change of what the losses depend on (``with_numerics``).
 """
 
 from __future__ import annotations
@@ -94,6 +99,32 @@ class Change:
 
 
 @dataclass(frozen=True)
+class NumericsChange:
+    """A burst of tonight whose first losses are not bit-equal to its baseline's golden ones
+    (perfsuite.analysis.numerics), with what they depend on that changed since the baseline."""
+
+    run: int
+    node: str
+    fingerprint: str | None
+    key: str
+    outcome: str  # "changed", or "drifted" (within the tolerance, where they could be bit-equal)
+    first_step: int | None
+    max_rel_diff: float | None
+    changes: tuple[str, ...]  # "torch 2.12.0 -> 2.13.0", since the baseline
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "fingerprint": self.fingerprint,
+            "key": self.key,
+            "outcome": self.outcome,
+            "first_step": self.first_step,
+            "max_rel_diff": self.max_rel_diff,
+            "changes": list(self.changes),
+        }
+
+
+@dataclass(frozen=True)
 class Swap:
     """Another machine behind a node's name: said, never a regression."""
 
@@ -119,6 +150,8 @@ class Incident:
     shared_labels: dict[str, str]  # what the affected nodes share and the unaffected do not (SOME_NODES)
     elsewhere: list[Change] = field(default_factory=list)  # of the changes, those unaffected nodes made too
     also: list[str] = field(default_factory=list)  # nodes without a step whose figures dropped at the onset too
+    # Tonight's bursts of its nodes whose first losses are no longer the golden ones (with_numerics).
+    numerics: list[NumericsChange] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
@@ -439,6 +472,35 @@ def _shared_labels(affected: set[str], unaffected: list[str], runs: Mapping[int,
     shared = {k: str(v) for k, v in found[0].items() if all(str(f.get(k)) == str(v) for f in found)}
     others = [latest[n].labels for n in unaffected if n in latest]
     return {k: v for k, v in shared.items() if not all(str(o.get(k)) == v for o in others)}
+
+
+def with_numerics(found: Sequence[Incident], changes: Sequence[NumericsChange]) -> list[list[NumericsChange]]:
+    """Each numerics change joins the incident of its burst (a step of its node and key, slow from
+    its run or still slow tonight), else one of its node whose likely cause is among what changed since its
+    baseline; the rest, grouped by what changed since their baselines (one change of the software
+    changes the losses of every key it touches), are incidents of their own, returned worst first."""
+    alone: dict[tuple[str, ...], list[NumericsChange]] = {}
+    for c in changes:
+        home = next((i for i in found for s in i.steps if _holds(s, c)), None)
+        if home is None:
+            home = next((i for i in found if c.node in i.nodes and any(str(x) in c.changes for x in i.cause)), None)
+        if home is not None:
+            home.numerics.append(c)
+        else:
+            alone.setdefault(c.changes, []).append(c)
+    groups = [sorted(g, key=_numerics_rank) for g in alone.values()]
+    return sorted(groups, key=lambda g: (_numerics_rank(g[0]), -len(g)))
+
+
+def _holds(s: Step, c: NumericsChange) -> bool:
+    """The step is the slowdown of the change's burst: its node and key, slow from its run on or
+    still slow tonight."""
+    return (s.node, s.key) == (c.node, c.key) and (s.bad_run == c.run or s.still)
+
+
+def _numerics_rank(c: NumericsChange) -> tuple[int, float, str, str]:
+    """Changed before drifted, then the largest difference."""
+    return (0 if c.outcome == "changed" else 1, -(c.max_rel_diff or 0.0), c.key, c.node)
 
 
 def triage(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from perfsuite.analysis import stats
+from perfsuite.analysis import numerics, stats
 from perfsuite.common.numbers import finite
 from perfsuite.contract.record import RemoteNode, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
@@ -112,6 +112,8 @@ class Measurement:
             samples=self.record.samples + other.record.samples,
             window_seconds=self.record.window_seconds + other.record.window_seconds,
             loss_first=self.record.loss_first,
+            # The first burst's stretch; where a rerun's losses differ, a note that they did.
+            numerics=numerics.pooled(self.record.numerics, other.record.numerics),
             op_profile=profiled.op_profile,
             profile_error=profiled.profile_error,
             trace_file=profiled.trace_file,

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from perfsuite.analysis.diagnosis import Diagnosis
     from perfsuite.analysis.findings import DriftCheck, Findings
     from perfsuite.analysis.memory import MemoryVerdict
+    from perfsuite.analysis.numerics import Numerics
     from perfsuite.analysis.peer_check import FleetCheck
     from perfsuite.contract.op_profile import OpProfile
 
@@ -159,6 +160,11 @@ class BurstResult:
     @property
     def attribution_note(self) -> str | None:
         return self.throughput_case.attribution_note if self.throughput_case is not None else None
+
+    @property
+    def numerics(self) -> Numerics | None:
+        """Its first losses against the entry's golden ones, as its throughput case judged them."""
+        return self.throughput_case.numerics if self.throughput_case is not None else None
 
     @property
     def input_efficiency(self) -> float | None:

@@ -237,6 +237,7 @@ def _nearest(key: str, keys: set[str]) -> str:
 
 def _trend(args: argparse.Namespace, url: str) -> int:
     fingerprint, node, named, points = _trend_series(args, url)
+    numerics = _numerics(args, url, points)
     cps = _change_points(points)
     plotted = _plot(args.plot, args.key, fingerprint, named, points, cps) if args.plot else None
     if args.json:
@@ -257,6 +258,7 @@ def _trend(args: argparse.Namespace, url: str) -> int:
                             "ci_low": p.ci_low,
                             "ci_high": p.ci_high,
                             "change_point": i in marks,
+                            "numerics": numerics.get(p.run_id),
                         },
                         args.key,
                     )
@@ -267,8 +269,16 @@ def _trend(args: argparse.Namespace, url: str) -> int:
             }
         )
     else:
-        _trend_text(args.key, fingerprint, named, points, cps, shown(url), plotted)
+        _trend_text(args.key, fingerprint, named, points, cps, shown(url), plotted, numerics)
     return 0
+
+
+def _numerics(args: argparse.Namespace, url: str, points: list) -> dict[int, str]:
+    """Each run's numerics of the key (same, drifted or changed from a step), where its row has them."""
+    from perfsuite.history import db
+
+    with _history(url, args) as engine:
+        return db.numerics_by_run(engine, args.key, [p.run_id for p in points if p.run_id is not None])
 
 
 def _trend_series(args: argparse.Namespace, url: str) -> tuple[str, str, str | None, list]:
@@ -313,23 +323,33 @@ def _trend_series(args: argparse.Namespace, url: str) -> tuple[str, str, str | N
 
 
 def _trend_text(
-    key: str, fingerprint: str, named: str | None, points: list, cps: list, where: str, plotted: str | None
+    key: str,
+    fingerprint: str,
+    named: str | None,
+    points: list,
+    cps: list,
+    where: str,
+    plotted: str | None,
+    numerics: dict[int, str] | None = None,
 ) -> None:
     from perfsuite.analysis.changes import MIN_POINTS
 
     n = len(points)
     on_node = "" if named is None else f", node {named}"
     print(f"{key} on fingerprint {fingerprint}{on_node}: {n} run{'s' if n != 1 else ''} in {where}")
-    header = ("run", "date", "commit", unit_of_key(key), "95% CI", "")
+    header: tuple[str, ...] = ("run", "date", "commit", unit_of_key(key), "95% CI", "")
     marks = {cp.index: cp for cp in cps}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for i, p in enumerate(points):
         ci = f"{fixed(p.ci_low)}-{fixed(p.ci_high)}" if p.ci_low is not None and p.ci_high is not None else "-"
         cp = marks.get(i)
         mark = f"<- change {cp.change:+.1%} ({fixed(cp.before)} -> {fixed(cp.after)}), p={_p(cp.p_value)}" if cp else ""
         rows.append((str(p.run_id), _when(p.date), _commit(p.meta.get("git_commit")), fixed(p.throughput), ci, mark))
+    if numerics:  # golden losses: a column where the key's rows carry them
+        header = (*header[:5], "numerics", header[5])
+        rows = [(*r[:5], numerics.get(p.run_id, "-"), r[5]) for r, p in zip(rows, points)]
     print()
-    for line in columns(header, rows, left=(1, 2, 5)):
+    for line in columns(header, rows, left=(1, 2, len(header) - 1) + ((5,) if numerics else ())):
         print(line)
     print()
     if cps:

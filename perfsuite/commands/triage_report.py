@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from perfsuite.commands import shared
 
 if TYPE_CHECKING:  # numpy and SQLAlchemy are imported when a command runs
-    from perfsuite.analysis.incidents import Incident, RunLike, Swap
+    from perfsuite.analysis.incidents import Incident, NumericsChange, RunLike, Swap
     from perfsuite.analysis.node_verdict import FleetRule
     from perfsuite.analysis.steps import Fleet as Figures
     from perfsuite.analysis.steps import SlowNodes, Step
@@ -41,6 +41,7 @@ def report(
     runs: dict[int, RunLike] = dict(history.runs)
     failed = reads.gate_failures(conn, history.windows[0])
     found, swapped = incidents.triage(fleets, runs, failed, slow, min_change=min_change, since=since)
+    alone = incidents.with_numerics(found, numerics_changes(reads.numerics_changes(conn, history.windows[0])))
     ops = reads.attributions(conn, [(s.bad_run, s.key) for i in found for s in ops_candidates(i)])
     verdicts = reads.bisect_verdicts(conn, history.windows[-1][0])
     out = {
@@ -59,9 +60,36 @@ def report(
             {**v.as_dict(), "fingerprint": fp} for fp, s in slow.items() for v in s.judged.verdicts if v.flagged
         ],
         "incidents": [incident_dict(n, i, history, runs, ops, verdicts, fleets) for n, i in enumerate(found, 1)],
+        "numerics": [numerics_dict(n, g) for n, g in enumerate(alone, len(found) + 1)],
         "swaps": [swap_dict(w, history) for w in swapped],
     }
     return out, verdicts
+
+
+def numerics_changes(rows: list[dict[str, Any]]) -> list[NumericsChange]:
+    from perfsuite.analysis.incidents import NumericsChange
+
+    return [
+        NumericsChange(
+            r["run_id"], r["node"], r["fingerprint"], r["key"], r["outcome"], r["first_step"], r["max_rel_diff"],
+            tuple(r["changes"]),
+        )
+        for r in rows
+    ]  # fmt: skip
+
+
+def numerics_dict(number: int, group: list[NumericsChange]) -> dict[str, Any]:
+    """An incident of numerics alone: tonight's bursts whose losses changed with no slowdown, by
+    what changed since their baselines."""
+    return {
+        "id": number,
+        "kind": "numerics",
+        "outcome": group[0].outcome,  # the worst: changed before drifted
+        "changes": list(group[0].changes),
+        "fingerprints": sorted({shared.fp(c.fingerprint) for c in group}),
+        "nodes": sorted({c.node for c in group}),
+        "keys": [c.as_dict() for c in group],
+    }
 
 
 def fleets_of(history: Fleet) -> list[Figures]:
@@ -193,6 +221,7 @@ def incident_dict(
         "ops": _ops(incident, ops),
         "ops_command": _ops_command(incident.by_key()[0][0]),
         "trend": _trend(incident, history, fleets),
+        "numerics": [c.as_dict() for c in incident.numerics],
     }
 
 

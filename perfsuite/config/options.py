@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfsuite.config.table import BY_DEST, MIN_WINDOWS, OPTIONS, PLURALS, WHY_MIN_WINDOWS, Option
+from perfsuite.contract.frameworks import TF_TP_NEEDS
 from perfsuite.history.url import HistoryError, normalise
 from perfsuite.models.registry import FRAMEWORKS
 
@@ -49,6 +50,7 @@ class PerfOptions:
     memory_format: tuple[str, ...]
     mode: tuple[str, ...]
     activation_checkpointing: tuple[str, ...]  # "off", "on"
+    tp: tuple[int, ...]  # tensor-parallel degrees; (1,): no TP
     data_dir: Path | None
     xla: bool
     precision: tuple[str, ...]
@@ -81,6 +83,9 @@ class PerfOptions:
     perf_label: tuple[tuple[str, str], ...]
     drift_window: int
     drift: str
+    numerics: str  # what a changed numerics does: off (no stretch), warn, fail
+    numerics_steps: int
+    numerics_tolerance: float
     node: str | None
     fleet_check: str
     fleet_window: float
@@ -343,6 +348,11 @@ def _cross_checks(v: dict[str, Any], src: dict[str, str]) -> None:
                 f"{src[flag]}: applies to "
                 f"--perf-framework {owner} only, and this run measures {', '.join(sorted(frameworks))}"
             )
+    if any(t > 1 for t in v["tp"]) and "torch" not in frameworks:
+        raise OptionError(
+            f"{src['tp']}: tensor parallelism runs in torch only, and this run measures "
+            f"{', '.join(sorted(frameworks))}: TensorFlow has no TP here ({TF_TP_NEEDS})"
+        )
     if v["perf_label"] and v["perf_history"] is None:
         raise OptionError(f"{src['perf_label']}: labels are kept by the results history: add --perf-history URL")
     if v["fleet_check"] != "off" and v["perf_history"] is None:

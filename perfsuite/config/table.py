@@ -28,7 +28,7 @@ INCONCLUSIVE_POLICIES = ("pass", "fail")
 # How a burst's processes start on one node (perfsuite.plugin.warm).
 START_MODES = ("warm", "fresh")
 DRIFT_POLICIES = ("warn", "fail")
-FLEET_POLICIES = ("off", "warn", "fail")
+FLEET_POLICIES = NUMERICS_POLICIES = ("off", "warn", "fail")
 
 
 @dataclass(frozen=True)
@@ -189,8 +189,18 @@ OPTIONS: tuple[Option, ...] = (
         metavar="{" + ",".join(VARIABLE_UPDATES) + "}",
     ),
     Option(
+        "tp",
+        "torch: the TP degree, each model split over N devices of a node by its TP plan (a 2-D mesh, data parallel "
+        "x TP, the variable update over the data-parallel axis); repeatable, swept like the batch size",
+        "int",
+        repeat=True,
+        minimum=1,
+        default=(1,),
+        metavar="N",
+    ),
+    Option(
         "batch-size",
-        "batch size per device; repeatable (default: the model's)",
+        "batch size per device (with --perf-tp, per TP group); repeatable (default: the model's)",
         "int",
         repeat=True,
         minimum=1,
@@ -448,6 +458,36 @@ OPTIONS: tuple[Option, ...] = (
         choices=DRIFT_POLICIES,
         default="warn",
         metavar="{warn,fail}",
+    ),
+    Option(
+        "numerics",
+        "what a throughput test does when its burst's first losses changed against the baseline's golden ones "
+        "beyond --perf-numerics-tolerance: warn, or fail it; off: no numerics stretch runs (a drift within the "
+        "tolerance is shown and never fails)",
+        "choice",
+        choices=NUMERICS_POLICIES,
+        default="warn",
+        metavar="{off,warn,fail}",
+    ),
+    Option(
+        "numerics-steps",
+        "the numerics stretch: a burst's first N steps (the warm-up's among them), seeded, under the framework's "
+        "deterministic settings; their losses are a baseline's golden values (N beyond the warm-up adds untimed steps)",
+        "int",
+        minimum=1,
+        default=10,  # measured: docs/figures.md, "Numerics"
+        metavar="N",
+        note=": a change of the backward's or the optimizer's arithmetic first showed by step 10 in 13 of 16 "
+        "seeded small GPT-2s, and a GPU burst's 20 warm-up steps hold it",
+    ),
+    Option(
+        "numerics-tolerance",
+        "relative difference of a loss of the stretch beyond which the numerics changed; within it, drifted",
+        "float",
+        minimum=0.0,
+        default=0.05,
+        metavar="FRACTION",
+        note=", Megatron-LM's rtol for its golden losses",
     ),
     Option(
         "node",

@@ -33,6 +33,8 @@ class Job:
     join_file: str | None = None  # TF multi-node: when this worker starts and ends joining the others
     # Steps the leader profiles after the timed windows (0: none); its trace goes beside the result.
     profile_steps: int = 0
+    # Steps of the numerics stretch at the burst's start (perfsuite.worker.numerics); 0: none.
+    numerics_steps: int = 0
     version: int = JOB_VERSION
 
     def to_json(self) -> str:
@@ -47,6 +49,7 @@ class Job:
                 "progress_file": self.progress_file,
                 "join_file": self.join_file,
                 "profile_steps": self.profile_steps,
+                "numerics_steps": self.numerics_steps,
             },
             sort_keys=True,
         )
@@ -70,6 +73,7 @@ class Job:
                 progress_file=data.get("progress_file"),
                 join_file=data.get("join_file"),
                 profile_steps=int(data.get("profile_steps") or 0),
+                numerics_steps=int(data.get("numerics_steps") or 0),
             )
         except (KeyError, TypeError) as exc:
             raise ContractError(f"job without a valid field: {exc}") from None

@@ -36,10 +36,19 @@ class RankEntry:
     peak_memory_bytes: int
     warmup_seconds: float
     utilisation: dict[str, Any] | None = None  # the rank's sampling summary (perfsuite.analysis.utilisation)
+    # The most bytes the framework's tensors held at once (perfsuite.worker.tensor_peak): on a GPU
+    # the allocator's peak (peak_memory_bytes), on a CPU worker counted over one profiled step after
+    # the windows, where peak_memory_bytes is the resident set; None where the framework cannot say.
+    tensor_peak_bytes: int | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankEntry:
         return cls(**{**data, "window_seconds": tuple(data["window_seconds"])})
+
+
+# The /proc/cpuinfo flags a CPU peak is told by (perfsuite.analysis.cpu_peaks): what the matrix
+# kernels may run (avx2 and fma, avx512f, avx512_bf16, amx_bf16) and whether the CPU is virtual.
+PEAK_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "hypervisor")
 
 
 @dataclass(frozen=True)
@@ -50,15 +59,31 @@ class CpuFacts:
     family: str | None  # the CPU family number, as /proc/cpuinfo gives it
     isa: str | None  # the widest vector ISA: "amx", "avx512", "avx2", ...
     clock_mhz: float | None  # None: no clock could be read
-    clock_source: str | None  # where: "cpufreq max" (the highest the core may run) or "/proc/cpuinfo"
-    cores: int  # the cores the burst computed on: threads per worker x workers on this node
+    # where: "cpufreq max", "model name" or "/proc/cpuinfo" (perfsuite.worker.cpu_facts.clock)
+    clock_source: str | None
+    # the cores the burst computed on: threads per worker x workers on this node, at most the
+    # physical cores among the CPUs this process may run on (cores_allowed)
+    cores: int
     # bf16 on a CPU with AMX: whether oneDNN's matrix kernels ran on AMX ("amx"), or which ISA
     # they ran on instead ("avx512_core_bf16", ...); None where it was not checked.
     matmul_isa: str | None = None
+    # Added without a change of version; None (or empty) in a record written before them.
+    model: str | None = None  # the CPU model number, as /proc/cpuinfo gives it ("1", "17", "207")
+    model_name: str | None = None  # as /proc/cpuinfo gives it; a hypervisor may mask it ("AMD EPYC")
+    # the flags the peak table reads (perfsuite.analysis.cpu_peaks.FLAGS), of those the CPU shows
+    flags: tuple[str, ...] = ()
+    # what the clock is: "max" (the highest a core may reach, turbo included), "base" (the model
+    # name's), "nominal" (a virtual machine's TSC clock) or "current" (the clock at that moment)
+    clock_basis: str | None = None
+    cores_asked: int | None = None  # threads per worker x workers on this node
+    cpus_allowed: int | None = None  # logical CPUs this process may run on (its affinity)
+    cores_allowed: int | None = None  # the physical cores among them (hyperthreads share one)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CpuFacts:
-        return cls(**data)
+        names = {f.name for f in dataclasses.fields(cls)}  # a newer writer's fields are left out
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**{**known, "flags": tuple(known.get("flags") or ())})
 
 
 @dataclass(frozen=True)
@@ -69,7 +94,8 @@ class WorkerRecord:
     device_name: str
     precision_dtype: str
     fp32_math: str | None  # what fp32 convolutions ran as on a GPU: "tf32" or "ieee"; None on CPU
-    samples: tuple[float, ...]  # each timed window's throughput, all ranks together, in the spec's unit
+    # each timed window's throughput, all ranks together (with TP, each TP group's batch once), in the spec's unit
+    samples: tuple[float, ...]
     window_seconds: tuple[float, ...]  # each window's time on its slowest rank
     items_per_window: int  # images or tokens (the unit's items) a window trains, all ranks together
     per_rank: tuple[RankEntry, ...]
@@ -113,6 +139,22 @@ class WorkerRecord:
     # ``balance``: the busiest expert's share of the routed tokens over an even share (1/experts),
     # averaged over the layers: 1.0 is even, experts / top_k the most uneven.
     router: dict[str, Any] | None = None
+    # Tensor parallelism (spec.tp > 1): the leader's TP collectives over a few steps after the
+    # windows (perfsuite.worker.backends.torch.tp_comms), {"share", "collective_ms", "step_ms",
+    # "steps", "tool"}, or {"error", "tool"}; None without TP.
+    tp_collectives: dict[str, Any] | None = None
+    # The fullest rank's tensor peak (RankEntry.tensor_peak_bytes), beside peak_memory_bytes, which
+    # the memory gate judges; where there is none, why (tensor_peak_note).
+    tensor_peak_bytes: int | None = None
+    tensor_peak_note: str | None = None
+    # The leader's allocator settings from its environment (glibc's MALLOC_* and GLIBC_TUNABLES,
+    # torch's THP_MEM_ALLOC_ENABLE): they decide how much of what was freed a CPU worker's resident
+    # set still holds (perfsuite.worker.host_memory.allocator_env); empty: the defaults.
+    allocator_env: dict[str, str] = field(default_factory=dict)
+    # The numerics stretch (perfsuite.worker.numerics): the leader's losses of the burst's first
+    # steps, seeded, under its framework's deterministic settings; {"steps", "losses", "settings",
+    # "note", "seconds", "versions"}, a non-finite loss null; None where the job asked for none.
+    numerics: dict[str, Any] | None = None
     version: int = field(default=RECORD_VERSION)
 
     def as_dict(self) -> dict[str, Any]:

@@ -398,6 +398,25 @@ def all_series(
     return out
 
 
+def numerics_by_run(engine: sa.Engine, key: str, run_ids: Iterable[int]) -> dict[int, str]:
+    """Run id -> how the key's burst of that run held its golden losses: "same", "drifted from step
+    3", "changed from step 3" (--perf-json's numerics fields, read by the database from the rows of
+    these runs alone); runs whose row has none are left out."""
+    b = schema.bursts
+    ids = sorted(set(run_ids))
+    outcome = b.c.row["numerics"].as_string()
+    first = b.c.row["numerics_first_step"].as_integer()
+    out: dict[int, str] = {}
+    with engine.connect() as conn:
+        for at in range(0, len(ids), 500):
+            query = sa.select(b.c.run_id, outcome, first).where(
+                b.c.key == key, b.c.run_id.in_(ids[at : at + 500]), outcome.is_not(None)
+            )
+            for run_id, found, step in conn.execute(query):
+                out.setdefault(int(run_id), str(found) if step is None else f"{found} from step {step}")
+    return out
+
+
 def series_keys(engine: sa.Engine) -> list[tuple[str | None, str, int]]:
     """(fingerprint, key, runs) of every series with a measurement."""
     b = schema.bursts

@@ -40,6 +40,42 @@ def gate_failures(conn: sa.Connection, tonight: Span) -> dict[str | None, list[t
     return out
 
 
+def numerics_changes(conn: sa.Connection, tonight: Span) -> list[dict[str, Any]]:
+    """Tonight's bursts whose first losses are not bit-equal to their golden ones where they could
+    be (perfsuite.analysis.numerics: changed, or drifted where the configuration is deterministic):
+    each with its run, node, fingerprint, key, where its losses differ first and by how much at
+    most, and what they depend on that changed since the baseline. The row's fields are read by the
+    database (a JSON path), of these bursts alone."""
+    from perfsuite.analysis.numerics import CHANGED, DRIFTED, TOLERANCE_ONLY
+
+    r, b = schema.runs, schema.bursts
+    field = b.c.row
+    outcome = field["numerics"].as_string()
+    query = (
+        sa.select(
+            b.c.run_id,
+            r.c.node,
+            b.c.fingerprint,
+            b.c.key,
+            outcome.label("outcome"),
+            field["numerics_first_step"].as_integer().label("first_step"),
+            field["numerics_max_rel_diff"].as_float().label("max_rel_diff"),
+            field["numerics_note"].as_string().label("note"),
+            field["numerics_changes"].label("changes"),
+        )
+        .join(r, r.c.id == b.c.run_id)
+        .where(r.c.started_at > tonight[0], r.c.started_at <= tonight[1], outcome.in_((CHANGED, DRIFTED)))
+        .order_by(r.c.started_at, b.c.id)
+    )
+    out = []
+    for m in conn.execute(query).mappings():
+        if m["outcome"] == DRIFTED and TOLERANCE_ONLY in str(m["note"] or ""):
+            continue  # a drift its configuration cannot help: the tolerance alone judges it
+        changes = m["changes"] if isinstance(m["changes"], list) else []
+        out.append({**m, "run_id": int(m["run_id"]), "changes": [str(c) for c in changes]})
+    return out
+
+
 def attributions(conn: sa.Connection, pairs: Iterable[tuple[int, str]]) -> dict[tuple[int, str], dict[str, Any]]:
     """(run id, key) -> the attribution its burst's row carries (perfsuite.analysis.attribution),
     of the pairs asked for that have one."""

@@ -150,10 +150,12 @@ def run_burst(
     options: LaunchOptions = LaunchOptions(),
     on_progress: Callable[[dict], None] | None = None,
     profile_steps: int = 0,
+    numerics_steps: int = 0,
 ) -> WorkerRecord | RemoteNode:
     """Run ``spec`` and return the worker's record (on a node other than 0 of a multi-node
     burst: that this node's ranks ran); raise BurstError on failure. With ``profile_steps``,
-    the leader profiles that many steps after the timed windows and leaves their trace."""
+    the leader profiles that many steps after the timed windows and leaves their trace; with
+    ``numerics_steps``, the burst's first steps are its numerics stretch (golden losses)."""
     if spec.data_location == "real":
         _prepare_dataset(spec)
     files = _BurstFolder.of(workdir, spec)
@@ -169,6 +171,7 @@ def run_burst(
             progress_file=str(files.progress),
             join_file=str(files.join) if files.join else None,
             profile_steps=profile_steps,
+            numerics_steps=numerics_steps,
         ),
     )
     env = worker_env(spec, node_rank, options.worker_hosts)

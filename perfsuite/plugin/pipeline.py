@@ -72,6 +72,7 @@ class PerfGate:
             min_scaling_efficiency=o.min_scaling_efficiency,
             min_input_efficiency=o.min_input_efficiency,
             drift_window=o.drift_window,
+            numerics_tolerance=o.numerics_tolerance,  # judged under off too: its note says no stretch ran
         )
 
     # -- the two cases ------------------------------------------------------------------------
@@ -209,12 +210,18 @@ class PerfGate:
             path,
             missing=None if entry is not None else self._missing(spec, path, what),
             history=history,
-            commit=git_commit(session.rootdir) if history else None,
+            # The commit ends a drift's bisect, and names what changed where the losses changed and
+            # nothing they depend on did.
+            commit=git_commit(session.rootdir) if history or (entry is not None and self._numerics(m)) else None,
             node=session.node if history else None,
             peers=self._peers(spec, m.throughput) if what == "throughput" else None,
             attribute=not o.save_baseline,
             baseline_source=session.baseline_source(spec)[1] if entry is not None else None,
         )
+
+    def _numerics(self, m: Measurement) -> bool:
+        """The burst ran a numerics stretch that a case judges."""
+        return self.limits.numerics_tolerance is not None and m.record is not None and bool(m.record.numerics)
 
     def _peers(self, spec: BurstSpec, tonight: float | None) -> Peers | None:
         """The fleet of this node's fingerprint, with this run's figures so far and this burst's."""

@@ -4,10 +4,10 @@ warn, fail or skip.
 ``RULES`` is the table; the documentation's policy table is generated from it
 (docs/hooks.py, ``<!-- perfsuite:policy -->``). ``decide`` reads a case's findings in one
 order (its bursts, throughput, peak memory, input efficiency, scaling, drift, the fleet,
-then a missing baseline) and gathers every line the table asks for; ``enforce`` warns the
+numerics, then a missing baseline) and gathers every line the table asks for; ``enforce`` warns the
 warnings and fails (or skips) the test with every failing line at once. A save run
 (--perf-save-baseline) gates nothing: its findings against the old entry pass, and what
-saving over would hide (drift, a slow node) warns.
+saving over would hide (drift, a slow node, changed golden losses) warns.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 
 from perfsuite.analysis import stats
 from perfsuite.analysis.findings import SCALING, Findings
+from perfsuite.analysis.numerics import CHANGED, DRIFTED
 from perfsuite.common.files import shown_path
 from perfsuite.common.numbers import fixed, gib
 from perfsuite.config.options import PerfOptions
@@ -34,6 +35,7 @@ BELOW_FLOOR = "below --perf-min-input-efficiency"
 FOUND = "found"
 FLAGGED = "flagged"
 NO_ENTRY = "no entry (scaling: and no floor)"
+NOT_DETERMINISTIC = "drifted, where the configuration cannot be deterministic (its numerics_note says why)"
 
 
 class PerfWarning(UserWarning):
@@ -64,6 +66,7 @@ _INCONCLUSIVE = {"pass": WARN, "fail": FAIL}
 _TOLERANCE = "`--perf-tolerance`, `@pytest.mark.perfsuite(tolerance=…)`, the entry's `tolerance`"
 _MEMORY = "`--perf-memory-tolerance`, `@pytest.mark.perfsuite(memory_tolerance=…)`"
 _SCALING = "`--perf-scaling-tolerance`, `--perf-min-scaling-efficiency`"
+_NUMERICS = "`--perf-numerics-steps`, `--perf-numerics-tolerance`"
 RULES: tuple[Rule, ...] = (
     Rule("burst", BURST_FAILED, FAIL, says="burst failed (…): …", shaped_by="`--perf-burst-timeout`"),
     Rule("burst", UNSUPPORTED, SKIP, says="<burst>: <why it cannot run there>"),
@@ -145,6 +148,24 @@ RULES: tuple[Rule, ...] = (
         "`--perf-fleet-nights`, `--perf-fleet-min-nodes`",
     ),
     Rule(
+        "numerics",
+        CHANGED,
+        None,
+        "numerics",
+        {"off": PASS, "warn": WARN, "fail": FAIL},
+        saving=WARN,
+        says="numerics changed: <model>'s loss differs from step …, at most …; <what changed> since the baseline …",
+        shaped_by=_NUMERICS,
+    ),
+    Rule(
+        "numerics",
+        DRIFTED,
+        WARN,
+        says="numerics drifted: <model>'s loss differs from step …, at most … (within the … tolerance); …",
+        shaped_by=_NUMERICS,
+    ),
+    Rule("numerics", NOT_DETERMINISTIC, PASS, says="(no line)", shaped_by=_NUMERICS),
+    Rule(
         "baseline",
         NO_ENTRY,
         None,
@@ -201,6 +222,10 @@ def decide(f: Findings, options: PerfOptions) -> Outcome:
         say("drift", FOUND, drift)
     if f.fleet is not None and f.fleet.message is not None:
         say("fleet", FLAGGED, f.fleet.message)
+    numerics = f.numerics
+    line = numerics.line(f.spec.model, f.spec.label, f.baseline_file) if numerics is not None else None
+    if numerics is not None and line is not None:
+        say("numerics", NOT_DETERMINISTIC if numerics.expected else str(numerics.outcome), line)
     if f.missing is not None:
         say("baseline", NO_ENTRY, f.missing)
     return _outcome(lines)

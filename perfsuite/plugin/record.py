@@ -68,6 +68,7 @@ def _judged_properties(f: Findings) -> list[tuple[str, object]]:
     props += _fleet_properties(f)
     if not scaling:
         props += _memory_properties(f)
+        props += _numerics_properties(f)
     if f.attribution is not None:
         props.append(("attribution", f.attribution.status))
         if f.attribution.movers:
@@ -107,6 +108,24 @@ def _fleet_properties(f: Findings) -> list[tuple[str, object]]:
             ("fleet_deviation", round(check.judgement.deviation, 4)),
             ("fleet_score", round(check.judgement.score, 2)),
         ]
+    return props
+
+
+def _numerics_properties(f: Findings) -> list[tuple[str, object]]:
+    """The burst's first losses against the golden ones: same, drifted or changed, where it differs
+    first and by how much at most; else why they were not compared."""
+    found = f.numerics
+    if found is None:
+        return []
+    if found.outcome is None:
+        return [("numerics_note", found.note)] if found.note else []
+    props: list[tuple[str, object]] = [("numerics", found.outcome)]
+    if found.first_step is not None and found.max_rel_diff is not None:
+        props += [("numerics_first_step", found.first_step), ("numerics_max_rel_diff", f"{found.max_rel_diff:.3g}")]
+    if found.changes:
+        props.append(("numerics_changes", "; ".join(found.changes)))
+    if found.note:
+        props.append(("numerics_note", found.note))
     return props
 
 

@@ -138,7 +138,13 @@ class PerfSession:
             on_progress({})
         try:
             outcome = run_burst(
-                spec, model, workdir, options, on_progress, profile_steps=self.options.profile_steps if profile else 0
+                spec,
+                model,
+                workdir,
+                options,
+                on_progress,
+                profile_steps=self.options.profile_steps if profile else 0,
+                numerics_steps=self.options.numerics_steps if self.options.numerics != "off" else 0,
             )
             if isinstance(outcome, WorkerRecord) and outcome.phases:
                 self.spent.append(outcome.phases)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from perfsuite import workloads
 from perfsuite.analysis.attribution import ATTRIBUTED
 from perfsuite.analysis.findings import LOCAL
+from perfsuite.analysis.numerics import CHANGED, DRIFTED, TOLERANCE_ONLY
 from perfsuite.analysis.stats import (
     ERROR,
     IMPROVEMENT,
@@ -173,6 +174,30 @@ def memory_cell(x) -> str:
     return gib(x) if num(x) and x > 0 else "-"
 
 
+def tensor_peak(rec):
+    """The row's tensor peak in bytes where it says more than its peak memory: a CPU worker's
+    (its peak memory is the resident set, which keeps what glibc kept); None on a GPU, where both
+    are the allocator's peak, and where the framework could not say (``tensor_peak_note``)."""
+    found = rec.get("tensor_peak_bytes")
+    return found if rec.get("device_kind") != "cuda" and num(found) and found > 0 else None
+
+
+def numerics_cell(rec) -> str:
+    """same; drifted or CHANGED, from the first step that differs, by the largest relative
+    difference; "-" where the losses were not compared."""
+    outcome = rec.get("numerics")
+    if outcome not in (DRIFTED, CHANGED):
+        return str(outcome or "-")
+    shown = "CHANGED" if outcome == CHANGED else outcome
+    return f"{shown} from step {rec.get('numerics_first_step')} ({_relative(rec.get('numerics_max_rel_diff'))})"
+
+
+def _relative(x) -> str:
+    if not num(x):
+        return "a loss not finite"
+    return f"{x:.1%}" if x >= 0.001 else f"{x * 100:.2g}%"
+
+
 def mfu_cell(rec, precision: bool = True) -> str:
     """ "41.2% (bf16)"; where the row has TFLOP/s and no MFU, why ("clock unknown"); else "-"."""
     cell = fmt(_mfu(rec), ".1%")
@@ -192,6 +217,10 @@ OPTIONAL = (  # header, getter (the column is shown where a row has it), cell
     ("duty cycle", lambda r: r.get("duty_cycle"), lambda r: fmt(r.get("duty_cycle"), ".2f")),
     # A mixture of experts: the busiest expert's share over an even one (1.00: even).
     ("router balance", lambda r: r.get("router_balance"), lambda r: fmt(r.get("router_balance"), ".2f")),
+    # Tensor parallelism: the share of a step its collectives took (torch.profiler, after the windows).
+    ("TP collectives", lambda r: r.get("tp_collective_share"), lambda r: fmt(r.get("tp_collective_share"), ".0%")),
+    # Golden losses: the burst's first losses against the entry's (perfsuite.analysis.numerics).
+    ("numerics", lambda r: r.get("numerics"), lambda r: numerics_cell(r)),
 )
 # Spec dimensions beyond framework, model, devices and data location: a column only
 # when they differ between rows.
@@ -199,6 +228,7 @@ VARYING = (
     ("batch/device", "batch_size"),
     ("precision", "precision"),
     ("update", "variable_update"),
+    ("TP", "tp"),
     ("layout", "memory_format"),
     ("mode", "mode"),
     ("compile", "compile"),
@@ -237,6 +267,9 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     memory = any(peak_memory(r) for r in records)
     if memory:
         columns.append("peak memory")
+    tensors = any(tensor_peak(r) for r in records)
+    if tensors:
+        columns.append("tensor peak")
     memory_gated = any(r.get("memory_verdict") not in (None, NO_BASELINE) for r in records)
     if memory_gated:
         columns.append("memory verdict")
@@ -271,6 +304,8 @@ def table(records: list[dict]) -> tuple[list[str], list[tuple[str, list[str]]]]:
             cells += [eff, fmt(r.get("baseline_scaling_efficiency"), ".1%"), _verdict(r, "scaling_verdict")]
         if memory:
             cells.append(_memory(r))
+        if tensors:
+            cells.append(memory_cell(tensor_peak(r)))
         if memory_gated:
             cells.append(_verdict(r, "memory_verdict"))
         if trend:
@@ -340,8 +375,8 @@ def _verdict(r: dict, key: str) -> str:
 
 
 def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
-    """(status, headline, detail) per regression, inconclusive verdict, improvement and failed burst,
-    worst first."""
+    """(status, headline, detail) per regression, inconclusive verdict, improvement, failed burst and
+    numerics that are not bit-equal where they could be, worst first."""
     out = []
     for r in records:
         name = label(r)
@@ -357,6 +392,11 @@ def callouts(records: list[dict]) -> list[tuple[str, str, str]]:
             # Red where it failed the test (--perf-fleet-check fail), amber where it warned.
             status = REGRESSION if slow.get("policy") == "fail" and not r.get("saved") else INCONCLUSIVE
             out.append((status, "slow node", str(slow["message"]).removeprefix("fleet check: ")))
+        numerics = r.get("numerics")
+        if numerics in (DRIFTED, CHANGED) and TOLERANCE_ONLY not in str(r.get("numerics_note") or ""):
+            # Amber: whether a change fails its test is --perf-numerics's to say; saving hides it too.
+            changed = "; ".join(r.get("numerics_changes") or []) or "nothing recorded changed since the baseline"
+            out.append((INCONCLUSIVE, f"numerics {numerics}", f"{name}: {numerics_cell(r)}; {changed}"))
         if r.get("saved"):
             continue  # the new baseline: nothing was gated (a drift above still shows: saving hides it)
         if r.get("verdict") in (REGRESSION, INCONCLUSIVE, IMPROVEMENT):

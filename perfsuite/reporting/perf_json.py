@@ -67,7 +67,9 @@ def row(result: BurstResult) -> dict:
         **_profile(result),
         **mfu.fields(result.record, result.spec, result.throughput),
         **_router(result),
+        **_tensor_parallel(result),
         **_verdicts(result),
+        **_numerics(result),
         **_history(result),
         "saved": result.saved,
         "error": result.error or result.rerun_error,
@@ -111,6 +113,7 @@ def _spec(result: BurstResult) -> dict:
         "mode": s.mode,
         "compile": s.compile,
         "activation_checkpointing": s.activation_checkpointing,
+        "tp": s.tp,  # the TP degree; 1: no tensor parallelism
         "xla": s.xla,
         "compile_seconds": rec.compile_seconds if rec else None,  # the first step, apart from the windows
         "warmup_steps": s.warmup_steps,
@@ -133,6 +136,9 @@ def _figures(result: BurstResult) -> dict:
         "runs": result.runs,
         "run_medians": result.run_medians,
         "throughput": result.throughput,
+        # torchtitan's figure: the throughput over every device of the burst (with TP, a TP group's
+        # devices share each of its items).
+        "per_device_throughput": None if result.throughput is None else result.throughput / result.spec.world_size,
         **result.measurement.extra_figures,
         "ci_low": lo,
         "ci_high": hi,
@@ -145,6 +151,7 @@ def _figures(result: BurstResult) -> dict:
                 "device": r.device,
                 **named({"throughput": r.throughput}, result.unit),
                 "peak_memory_bytes": r.peak_memory_bytes,
+                "tensor_peak_bytes": r.tensor_peak_bytes,
                 "utilisation": r.utilisation,
             }
             for r in (rec.per_rank if rec else ())
@@ -170,10 +177,25 @@ def _router(result: BurstResult) -> dict:
     return {"router_balance": router.get("balance"), "expert_kernel": router.get("kernel")}
 
 
+def _tensor_parallel(result: BurstResult) -> dict:
+    """With TP: the share of a step its collectives took, from torch.profiler over a few steps after
+    the windows (the worker record's ``tp_collectives``: its figures, or why there are none); null
+    without TP. Each rank's peak memory is in ``per_rank``."""
+    found = (result.record.tp_collectives if result.record else None) or {}
+    return {"tp_collective_share": found.get("share"), "tp_collectives": found or None}
+
+
 def _memory(result: BurstResult) -> dict:
-    """The fullest device's peak: the median over the pooled bursts, each burst's, and its verdict."""
-    memory, base = result.memory_verdict, result.baseline or {}
+    """The fullest device's peak: the median over the pooled bursts, each burst's, and its verdict;
+    beside it the latest burst's tensor peak (ungated: on a CPU worker the peak is the resident set),
+    or why there is none."""
+    memory, base, rec = result.memory_verdict, result.baseline or {}, result.record
     return {
+        "tensor_peak_bytes": rec.tensor_peak_bytes if rec else None,
+        "tensor_peak_note": rec.tensor_peak_note if rec else None,
+        # glibc's settings where the environment set them (MALLOC_MMAP_THRESHOLD_, ...): the
+        # resident set they leave is not the default's
+        "allocator_env": (rec.allocator_env or None) if rec else None,
         "peak_memory_bytes": result.peak_memory_bytes,
         "peak_memory_runs": list(result.run_peaks),
         "baseline_peak_memory_bytes": memory.baseline_bytes if memory else base.get("peak_memory_bytes"),
@@ -216,6 +238,29 @@ def _verdicts(result: BurstResult) -> dict:
         "baseline_source": result.baseline_source,  # committed or local (this machine's own); null: none
         "diagnosis": [{"kind": d.kind, "text": d.text, "flagged": d.flagged} for d in result.diagnosis],
     }
+
+
+def _numerics(result: BurstResult) -> dict:
+    """Its first losses against the baseline entry's golden ones (perfsuite.analysis.numerics): same,
+    drifted or changed, or null with ``numerics_note`` saying why; the first step that differs
+    (counting from 1), the largest relative difference, and what the losses depend on that changed."""
+    found, stretch = result.numerics, (result.record.numerics if result.record else None) or {}
+    losses = list(found.losses) if found is not None else list(stretch.get("losses") or [])
+    return {
+        "numerics": found.outcome if found is not None else None,
+        "numerics_note": found.note if found is not None else _no_numerics(result),
+        "numerics_first_step": found.first_step if found is not None else None,
+        "numerics_max_rel_diff": found.max_rel_diff if found is not None else None,
+        "numerics_changes": list(found.changes) if found is not None else [],
+        "numerics_losses": losses,
+    }
+
+
+def _no_numerics(result: BurstResult) -> str | None:
+    """Why a burst has no numerics finding: no throughput case judged it here."""
+    if result.error or result.remote:
+        return None
+    return "no throughput case judged it" if result.throughput_case is None else None
 
 
 def _history(result: BurstResult) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfsuite import workloads
+from perfsuite.analysis import numerics as numerics_rule
 from perfsuite.analysis import stats
 from perfsuite.analysis.findings import LOCAL
 from perfsuite.analysis.result import BurstResult
@@ -13,7 +14,7 @@ from perfsuite.common.hardware import describe
 from perfsuite.common.numbers import fixed
 from perfsuite.common.text import columns
 from perfsuite.contract import phases
-from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, mfu_cell, peak_memory
+from perfsuite.reporting.content import cpu_mean, fmt, gpu_mean, memory_cell, mfu_cell, peak_memory, tensor_peak
 from perfsuite.reporting.perf_json import row as results_row
 from perfsuite.reporting.view import RunView
 
@@ -22,7 +23,8 @@ from perfsuite.reporting.view import RunView
 # over the timed windows (the evidence behind the diagnosis lines); TFLOP/s and MFU: model
 # arithmetic over the device peak (where there is no peak, why: "clock unknown"), and beside a
 # checkpointed burst's MFU its HFU (the recomputation included); peak mem: the
-# fullest device's peak (its verdict joins the throughput one when it is not a pass).
+# fullest device's peak (its verdict joins the throughput one when it is not a pass), and on
+# CPU workers the tensor peak beside it.
 HEADER = (
     "test",
     workloads.DEFAULT.unit,  # the column's head: the run's unit (throughput_column)
@@ -38,6 +40,7 @@ HEADER = (
     "verdict",
 )
 MEMORY_SHOWN = (stats.REGRESSION, stats.INCONCLUSIVE, stats.IMPROVEMENT)  # a passing peak adds nothing
+NUMERICS_SHOWN = (numerics_rule.DRIFTED, numerics_rule.CHANGED)  # bit-equal losses add nothing
 
 
 def throughput_column(view: RunView) -> str:
@@ -99,6 +102,10 @@ def _row(name: str, kind: str, r: BurstResult, evidence: dict, mixed: bool = Fal
     ):
         shown = memory.status.upper() if memory.status in (stats.REGRESSION, stats.INCONCLUSIVE) else memory.status
         status += f", memory {shown} {memory.change:+.1%}"
+    numerics = r.numerics
+    if kind != "scaling" and numerics is not None and numerics.outcome in NUMERICS_SHOWN:
+        shown = "NUMERICS CHANGED" if numerics.outcome == numerics_rule.CHANGED else f"numerics {numerics.outcome}"
+        status += f", {shown} at step {numerics.first_step}"
     slow = r.fleet
     if kind != "scaling" and slow is not None and slow.flagged and slow.verdict is not None:
         v = slow.verdict
@@ -124,8 +131,14 @@ def _evidence(r: BurstResult) -> tuple[str, ...]:
         fmt(gpu_mean(rec), ".0f"),
         fmt(rec.get("achieved_tflops"), ".3g"),
         _mfu_cell(rec),
-        memory_cell(peak_memory(rec)),
+        _memory_cell(rec),
     )
+
+
+def _memory_cell(rec: dict) -> str:
+    """The peak memory cell; on a CPU worker, the tensor peak beside it: "3.14 GiB (tensors 1.46 GiB)"."""
+    cell, tensors = memory_cell(peak_memory(rec)), tensor_peak(rec)
+    return cell if tensors is None else f"{cell} (tensors {memory_cell(tensors)})"
 
 
 def _mfu_cell(rec: dict) -> str:
@@ -152,6 +165,8 @@ def terminal_summary(tr, view: RunView) -> None:
             tr.write_line(line)
     for line in diagnosis_lines(view):
         tr.write_line(line)
+    for line in tensor_parallel_lines(view):
+        tr.write_line(line)
     for kind, fp in view.fingerprints.items():
         path = view.baseline_files.get(kind)
         where = f"  [baseline file {shown_path(path)}]" if path else ""
@@ -171,6 +186,25 @@ def diagnosis_lines(view: RunView) -> list[str]:
     burst's compute-bound line is the report's), each line once."""
     lines = [f"diagnosis: {d.text}" for r in view.results for d in r.diagnosis if d.flagged]
     return list(dict.fromkeys(lines))
+
+
+def tensor_parallel_lines(view: RunView) -> list[str]:
+    """One line per burst with TP: what torchtitan logs of a step (throughput per device), the
+    share of a step TP's collectives took and each rank's peak memory."""
+    lines = []
+    for r in view.results:
+        s, rec = r.spec, r.record
+        if s.tp == 1 or not r.ok or rec is None or r.throughput is None:
+            continue
+        found = rec.tp_collectives or {}
+        share = found.get("share")
+        collectives = f"TP collectives {share:.0%} of a step" if share is not None else found.get("error", "-")
+        peaks = ", ".join(memory_cell(x.peak_memory_bytes) for x in rec.per_rank) or "-"
+        lines.append(
+            f"tensor parallel: {s.short_name}: TP {s.tp} x {s.data_parallel} data-parallel, "
+            f"{fixed(r.throughput / s.world_size)} {r.unit} per device, {collectives}, peak memory per rank {peaks}"
+        )
+    return lines
 
 
 def duty_cycle_line(spent: list[dict[str, float]], warm: int = 0) -> str | None:

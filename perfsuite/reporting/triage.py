@@ -159,6 +159,34 @@ def _ms(value: Any) -> str:
     return f"{value:+.1f} ms" if abs(value) >= 1 else f"{value:+.2g} ms"
 
 
+def _relative(x: Any) -> str:
+    if not isinstance(x, (int, float)):
+        return "a loss not finite"
+    return f"{x:.1%}" if x >= 0.001 else f"{x * 100:.2g}%"
+
+
+def numerics_burst(c: dict[str, Any]) -> str:
+    """One burst's numerics: "KEY on node-a: changed from step 3 (2.1%)"."""
+    return f"{c['key']} on {c['node']}: {c['outcome']} from step {c['first_step']} ({_relative(c['max_rel_diff'])})"
+
+
+def numerics_of(i: dict[str, Any]) -> str | None:
+    """What an incident's bursts did to their losses tonight, where they are not the golden ones."""
+    found = i.get("numerics") or []
+    if not found:
+        return None
+    shown = "; ".join(numerics_burst(c) for c in found[:2])
+    more = f"; and {len(found) - 2} more" if len(found) > 2 else ""
+    return f"losses not the golden ones in {_plural(len(found), 'burst')}: {shown}{more}"
+
+
+def numerics_title(n: dict[str, Any]) -> str:
+    """An incident of numerics alone, in a few words: what changed, over how many keys and nodes."""
+    since = ", ".join(n["changes"]) + " since the baseline" if n["changes"] else "nothing recorded changed"
+    keys = len({c["key"] for c in n["keys"]})
+    return f"numerics {n['outcome']}, no slowdown: {since}: {_plural(keys, 'key')}, {_plural(len(n['nodes']), 'node')}"
+
+
 def _status(i: dict[str, Any]) -> str:
     return "open" if i["open"] else "recovered"
 
@@ -167,11 +195,13 @@ def heading(report: dict[str, Any]) -> str:
     f = report["fleet"]
     count = len(report["incidents"])
     still = sum(1 for i in report["incidents"] if i["open"])
+    numerics = len(report.get("numerics") or [])
     return (
         f"triage of {report['history']}: {_plural(f['nodes'], 'node')}, {_plural(f['keys'], 'key')} on "
         f"{_plural(len(f['fingerprints']), 'fingerprint')}, {report['nights_with_runs']} nights to "
         f"{report['at'][:16].replace('T', ' ')} UTC: {_plural(count, 'incident')}"
         + (f", {still} open" if count else "")
+        + (f"; {_plural(numerics, 'incident')} of numerics alone" if numerics else "")
     )
 
 
@@ -186,6 +216,11 @@ def text(report: dict[str, Any]) -> list[str]:
     lines = [heading(report)]
     for i in report["incidents"]:
         lines += [""] + incident_lines(i)
+    for n in report.get("numerics") or []:
+        lines += ["", f"incident {n['id']} (tonight): {numerics_title(n)}"]
+        lines += [f"  {numerics_burst(c)}" for c in n["keys"][:TEXT_KEYS]]
+        if len(n["keys"]) > TEXT_KEYS:
+            lines.append(f"  and {len(n['keys']) - TEXT_KEYS} more (--json lists them all)")
     if report["swaps"]:
         lines += ["", "node swaps (another machine behind the name: not regressions):"]
         lines += [f"  {_swap(w)}" for w in report["swaps"]]
@@ -203,6 +238,9 @@ def incident_lines(i: dict[str, Any]) -> list[str]:
     if commits:
         lines.append(f"  code: {commits}")
     lines.append(f"  ops: {ops(i)}")
+    numerics = numerics_of(i)
+    if numerics:
+        lines.append(f"  numerics: {numerics}")
     lines.append("  keys, worst first:")
     for k in i["keys"][:TEXT_KEYS]:
         lines.append(
@@ -246,6 +284,8 @@ def markdown_incident(i: dict[str, Any], rows: int = TABLE_KEYS) -> str:
         o = i["ops"]
         out.append(f"- **Ops** that moved most ({_md(o['node'])}, `{o['key']}`, ms per step):")
         out += [f"  - {_mover(m)}" for m in o["movers"]]
+    if numerics_of(i):
+        out.append(f"- **Numerics:** {_md(numerics_of(i))}")
     shown, unit = _units(i["keys"][:rows])
     out += ["", f"| key | change | {shown}before | after | nodes | worst node |", "|---|---:|---:|---:|---:|---|"]
     for k in i["keys"][:rows]:
@@ -270,6 +310,9 @@ def markdown(report: dict[str, Any], limit: int = MARKDOWN_LIMIT) -> str:
     then a count; always under ``limit`` characters."""
     head = f"## perfsuite triage\n\n{_md(heading(report))}\n"
     tail_parts = []
+    for n in report.get("numerics") or []:
+        tail_parts.append(f"\n### {n['id']}. tonight: {_md(numerics_title(n))}\n")
+        tail_parts += [f"- `{c['key']}` {_md(numerics_burst(c).split(': ', 1)[1])}" for c in n["keys"][:TABLE_KEYS]]
     if report["swaps"]:
         tail_parts.append("\n**Node swaps** (another machine behind the name: not regressions):\n")
         tail_parts += [f"- {_md(_swap(w))}" for w in report["swaps"][:20]]
@@ -358,6 +401,10 @@ def html(report: dict[str, Any]) -> str:
     ]
     for n, i in enumerate(report["incidents"]):
         out.append(_html_incident(i, plot=n < PLOTTED))
+    for n in report.get("numerics") or []:
+        out.append(f"<h2>{n['id']}. <span class='open'>tonight</span>: {escape(numerics_title(n))}</h2><ul>")
+        out += [f"<li>{escape(numerics_burst(c))}</li>" for c in n["keys"][:TABLE_KEYS]]
+        out.append("</ul>")
     if report["swaps"]:
         out.append("<h2>Node swaps</h2><p>Another machine behind the name: not regressions.</p><ul>")
         out += [f"<li>{escape(_swap(w))}</li>" for w in report["swaps"]]
@@ -377,6 +424,8 @@ def _html_incident(i: dict[str, Any], plot: bool) -> str:
     if commits:
         facts.append(("code", commits))
     facts.append(("ops", ops(i)))
+    if numerics_of(i):
+        facts.append(("numerics", str(numerics_of(i))))
     status = _status(i)
     out = [
         f"<h2>{i['id']}. <span class='{status}'>{status}</span>: {escape(title(i))}</h2>",

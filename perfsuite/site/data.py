@@ -109,6 +109,8 @@ class SiteData:
     incidents: list[dict[str, Any]]  # as ``triage --json`` gives them
     swaps: list[dict[str, Any]]
     changed: set[tuple[str | None, str]] | None = None  # with --since: the series a recent run touched
+    # Incidents of numerics alone (``triage --json``'s "numerics"): tonight's losses no longer golden.
+    numerics: list[dict[str, Any]] = field(default_factory=list)
 
     def fleet(self, fingerprint: str | None) -> FleetData | None:
         return next((f for f in self.fleets if f.fingerprint == fingerprint), None)
@@ -167,6 +169,7 @@ def read(
         for j in range(len(history.keys))
     ]
     data = SiteData(shown(url), end, dates, tolerance, history.runs, keys, fleets, report["incidents"], report["swaps"])
+    data.numerics = list(report.get("numerics") or [])
     if since is not None:
         data.changed = _changed(history, end - datetime.timedelta(hours=since))
     return data

@@ -98,6 +98,9 @@ def front(site: SiteData) -> str:
             + "".join(_incident_item(i) for i in closed)
             + "</ul></details>"
         )
+    if site.numerics:
+        body.append(f"<h2 id='numerics'>Numerics changed tonight, no slowdown ({len(site.numerics)})</h2>")
+        body.append("<ul class='callouts'>" + "".join(_numerics_item(n) for n in site.numerics) + "</ul>")
     body.append(f"<h2 id='flagged'>Flagged nodes ({len(flagged)})</h2>")
     body += _flagged(site, flagged)
     body.append("<h2 id='keys'>Every key</h2>")
@@ -129,6 +132,16 @@ def front(site: SiteData) -> str:
 
 def _swap(w: dict[str, Any]) -> str:
     return f"{w['node']}: {w['what']} {w['old']} → {w['new']} from {w['date']}"
+
+
+def _numerics_item(n: dict[str, Any]) -> str:
+    """An incident of numerics alone: what changed since the baseline, and each burst's losses."""
+    bursts = "<br>".join(escape(words.numerics_burst(c)) for c in n["keys"][: words.TABLE_KEYS])
+    more = f"<br>… and {len(n['keys']) - words.TABLE_KEYS} more" if len(n["keys"]) > words.TABLE_KEYS else ""
+    return (
+        f"<li class='inconclusive'><span class='tag'>numerics</span>{n['id']}. {escape(words.numerics_title(n))}"
+        f"<br><small>{bursts}{more}</small></li>"
+    )
 
 
 def _incident_item(i: dict[str, Any]) -> str:
@@ -371,6 +384,9 @@ def incident_page(site: SiteData, i: dict[str, Any]) -> str:
     if commits:
         facts.append(("code", commits))
     facts.append(("ops", words.ops(i)))
+    numerics = words.numerics_of(i)
+    if numerics:
+        facts.append(("numerics", numerics))
     status = "open" if i["open"] else "recovered"
     slugs = {(k.fingerprint, k.key): k.slug for k in site.keys}
     named, unit = _units([k["key"] for k in i["keys"]])

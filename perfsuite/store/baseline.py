@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perfsuite.analysis import memory, stats
+from perfsuite.analysis import memory, numerics, stats
 from perfsuite.analysis.result import BurstResult
 from perfsuite.common.files import atomic_write, cache_root, shown_path
 from perfsuite.common.hardware import Fingerprint, describe_cpu
@@ -45,7 +45,7 @@ HISTORY_FIELDS = (
 )
 LOCK_TIMEOUT_S = 60.0
 # Left out of an entry rather than stored as null: older entries lack them too.
-OPTIONAL_FIELDS = ("peak_memory_bytes", "peak_memory_basis", "op_profile")
+OPTIONAL_FIELDS = ("peak_memory_bytes", "peak_memory_basis", "op_profile", "numerics")
 
 
 class BaselineError(Exception):
@@ -215,6 +215,9 @@ def entry_for(result: BurstResult, date: str, commit: str | None, old: dict[str,
         "peak_memory_runs": list(result.run_peaks),
         "peak_memory_basis": memory.BASIS if result.run_peaks else None,  # what the peak means
         "op_profile": record.op_profile,  # what attribution compares a regressed burst with
+        # Golden losses: the numerics stretch's, with what they depend on. A burst that ran none
+        # (--perf-numerics off) keeps the golden losses it replaces, as a hand-set tolerance is kept.
+        "numerics": numerics.golden(record) or (old or {}).get("numerics"),
     }
     for hand_set in ("tolerance", "memory_tolerance"):
         if old and hand_set in old:

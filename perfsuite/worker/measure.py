@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfsuite.worker.numerics import Stretch, StretchResult, run_stretch, warmup_after
 from perfsuite.worker.sampler import Sampler
 
 INJECT_ENV = "PERFSUITE_INJECT_STEP_DELAY_MS"
@@ -41,6 +42,7 @@ class WindowTimings:
     window_ends: list[float] = field(default_factory=list)  # clock() at each window's end
     utilisation: dict | None = None  # perfsuite.worker.sampler.Sampler's record over the timed windows
     compile_seconds: float | None = None  # the first step alone, when it compiles (torch.compile, XLA)
+    numerics: StretchResult | None = None  # the numerics stretch, its seconds part of warmup_seconds
 
 
 def run_windows(
@@ -58,6 +60,7 @@ def run_windows(
     sample_gpus: list[int] | None = None,
     after_warmup: Callable[[], None] | None = None,
     compiles: bool = False,
+    stretch: Stretch | None = None,
 ) -> WindowTimings:
     """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
 
@@ -72,12 +75,19 @@ def run_windows(
     done and the device idle, before the first window (peak memory counters start there:
     autotuning workspaces of the first steps are not the model's memory). With
     ``compiles``, the first step (which traces and compiles) is timed alone, before the
-    warm-up, as ``compile_seconds``.
+    warm-up, as ``compile_seconds``. With ``stretch``, the burst's first steps are the numerics
+    stretch (perfsuite.worker.numerics): they count among the warm-up's, and their seconds too.
     """
     step = _with_injected_delay(step)
     losses = _Losses()
+    numerics = None
+    if stretch is not None and stretch.steps > 0:
+        numerics = run_stretch(stretch, step, loss_value, sync, clock, through=losses.of)
+        warmup_steps = warmup_after(warmup_steps, stretch.steps)
     compile_seconds = _timed(losses.of(step), sync, clock) if compiles else None
     warmup_seconds = _timed(lambda: [losses.of(step)() for _ in range(warmup_steps)], sync, clock)
+    if numerics is not None:
+        warmup_seconds += numerics.seconds
     if after_warmup is not None:
         after_warmup()
     sampler = Sampler(sample_gpus).start()  # after warm-up: only the timed windows are sampled
@@ -94,6 +104,7 @@ def run_windows(
         window_ends=ends,
         utilisation=utilisation,
         compile_seconds=compile_seconds,
+        numerics=numerics,
     )
 
 
@@ -190,13 +201,16 @@ def stable_within(width: float) -> Callable[[list[float]], bool]:
     return check
 
 
-def combine_ranks(rank_window_seconds: list[list[float]], items_per_window_per_rank: int) -> list[float]:
+def combine_ranks(
+    rank_window_seconds: list[list[float]], items_per_window_per_rank: int, replicas: int | None = None
+) -> list[float]:
     """Global throughput per window: all ranks' items over the slowest rank's time.
 
     Ranks step in lockstep through their gradient all-reduce, so the slowest rank's
-    window is the wall time the whole job spent on those items.
+    window is the wall time the whole job spent on those items. ``replicas``: the ranks whose
+    items count, where fewer than all (with TP, the ranks of a TP group train one batch together).
     """
-    world = len(rank_window_seconds)
+    world = len(rank_window_seconds) if replicas is None else replicas
     n = min(len(s) for s in rank_window_seconds)
     out = []
     for w in range(n):

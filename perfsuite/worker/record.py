@@ -16,7 +16,7 @@ from perfsuite.contract.model_info import ModelInfo
 from perfsuite.contract.phases import RECORDED
 from perfsuite.contract.record import CpuFacts, RankEntry, WorkerRecord
 from perfsuite.contract.spec import BurstSpec
-from perfsuite.worker import phases
+from perfsuite.worker import host_memory, phases
 from perfsuite.worker.measure import WindowTimings, combine_ranks
 
 
@@ -36,7 +36,8 @@ def completed(info: ModelInfo, params: Callable[[], int], flops: Callable[[], fl
 
 
 def items_per_window(spec: BurstSpec) -> int:
-    """What one rank trains in a window, in the burst's unit: images, or tokens."""
+    """What one rank trains in a window, in the burst's unit: images, or tokens; with TP, what its
+    TP group trains together."""
     return spec.batch_size * spec.items_per_sample * spec.steps_per_window
 
 
@@ -50,7 +51,12 @@ def fp32_kind(allowed: bool, capability: tuple[int, int]) -> str:
 
 
 def rank_entry(
-    rank: int, device_name: str, timings: WindowTimings, items_per_window: int, peak_memory_bytes: int
+    rank: int,
+    device_name: str,
+    timings: WindowTimings,
+    items_per_window: int,
+    peak_memory_bytes: int,
+    tensor_peak_bytes: int | None = None,
 ) -> RankEntry:
     """One rank's figures; ``items_per_window`` is what this rank (or process) trained per window."""
     return RankEntry(
@@ -64,6 +70,7 @@ def rank_entry(
         peak_memory_bytes=peak_memory_bytes,
         warmup_seconds=timings.warmup_seconds,
         utilisation=rank_share(timings.utilisation),
+        tensor_peak_bytes=tensor_peak_bytes,
     )
 
 
@@ -89,13 +96,17 @@ def build_record(
     cpu: CpuFacts | None = None,
     recomputed_flops_per_item: float | None = None,
     router: dict | None = None,
+    tp_collectives: dict | None = None,
+    tensor_peak_note: str | None = None,
 ) -> WorkerRecord:
-    """The leader's record from every rank's entry; ``timings`` are the leader's own."""
+    """The leader's record from every rank's entry; ``timings`` are the leader's own. With TP, each
+    TP group's batch counts once: the ranks of a group train it together."""
     ranks = sorted(ranks, key=lambda r: r.rank)
+    replicas = max(1, len(ranks) // job.spec.tp)
     utilisation = merge_ranks(timings.utilisation, [dataclasses.asdict(r) for r in ranks])
     # The series live once, in the record's utilisation.
     ranks = [dataclasses.replace(r, utilisation=summary(r.utilisation)) for r in ranks]
-    samples = combine_ranks([list(r.window_seconds) for r in ranks], items_per_window)
+    samples = combine_ranks([list(r.window_seconds) for r in ranks], items_per_window, replicas)
     phases.mark(RECORDED)
     return WorkerRecord(
         spec=job.spec,
@@ -106,7 +117,7 @@ def build_record(
         fp32_math=fp32_math,
         samples=tuple(samples),
         window_seconds=tuple(max(r.window_seconds[w] for r in ranks) for w in range(len(samples))),
-        items_per_window=items_per_window * len(ranks),
+        items_per_window=items_per_window * replicas,
         per_rank=tuple(ranks),
         loss_first=timings.loss_first,
         loss_last=timings.loss_last,
@@ -124,5 +135,10 @@ def build_record(
         cpu=cpu,
         recomputed_flops_per_item=recomputed_flops_per_item,
         router=router,
+        tp_collectives=tp_collectives,
+        numerics=timings.numerics.as_record() if timings.numerics is not None else None,
+        tensor_peak_bytes=max((r.tensor_peak_bytes for r in ranks if r.tensor_peak_bytes is not None), default=None),
+        tensor_peak_note=tensor_peak_note,
+        allocator_env=host_memory.allocator_env(),
         phase_marks=phases.marks(),
     )

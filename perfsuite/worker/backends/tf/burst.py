@@ -23,6 +23,7 @@ from perfsuite.worker import host_memory, phases
 
 if TYPE_CHECKING:
     from perfsuite.worker.measure import WindowTimings
+    from perfsuite.worker.numerics import Stretch
 
 _strategy = None  # a multi-node run's strategy, for the last collective in finish()
 
@@ -40,6 +41,7 @@ def preload() -> None:
     import perfsuite.models.tf.layers
     import perfsuite.worker.backends.tf.cluster
     import perfsuite.worker.backends.tf.data
+    import perfsuite.worker.backends.tf.determinism
     import perfsuite.worker.backends.tf.flops
     import perfsuite.worker.backends.tf.precision
     import perfsuite.worker.backends.tf.profile
@@ -73,7 +75,6 @@ def run(job: Job) -> WorkerRecord | None:
     import tensorflow as tf
 
     from perfsuite.models.tf.layers import image_data_format
-    from perfsuite.worker.backends.tf.cluster import sync_local_devices
     from perfsuite.worker.backends.tf.flops import forward_flops, parameter_count
     from perfsuite.worker.backends.tf.precision import DynamicLossScale, precision_policy
     from perfsuite.worker.backends.tf.profile import run_profiled_steps
@@ -105,12 +106,11 @@ def run(job: Job) -> WorkerRecord | None:
     data = _feed(spec, strategy, info)
     step = make_step(spec, strategy, model, optimizer, data, loss_scale)
     phases.mark(FED)
-    step, matmul = _watching_matrix_kernels(spec, step) if leader else (step, lambda: None)
+    stretch = _stretch(job, _remade(spec, strategy, model, optimizer, info, loss_scale))
+    step, stretch, matmul = _watched(spec, step, stretch) if leader else (step, stretch, lambda: None)
 
-    gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
-    # Waits for every queued kernel, not just the loss; several nodes: this node's devices.
-    sync = tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
-    timings = _timed_windows(job, step, sync, gpus, len(devices), leader, getattr(model, "reset_router_stats", None))
+    gpus, sync = _synced(spec, strategy, devices)
+    timings = _timed_windows(job, step, sync, gpus, len(devices), leader, model, stretch)
     router = _router_stats(model) if leader else None  # before any step the profiler runs
     phases.mark(STEPPED)
     device = _device_facts(gpus)
@@ -119,7 +119,7 @@ def run(job: Job) -> WorkerRecord | None:
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, trace, leader, bool(gpus))
     )
     per_window = items_per_window(spec) * len(devices)
-    mine = rank_entry(worker_index, device.name, timings, per_window, device.peak)
+    mine = rank_entry(worker_index, device.name, timings, per_window, device.peak, device.peak if gpus else None)
     ranks = _gathered(spec, strategy, mine)
     if not leader:
         return None
@@ -139,6 +139,7 @@ def run(job: Job) -> WorkerRecord | None:
         compile_seconds=timings.compile_seconds,
         cpu=cpu_facts.facts(spec.threads * len(devices), matmul()) if not gpus else None,
         router=router,
+        tensor_peak_note=None if gpus else NO_CPU_TENSOR_PEAK,
         **profiled.fields(),
     )
 
@@ -185,6 +186,56 @@ def _watching_matrix_kernels(spec: BurstSpec, step) -> tuple[Callable, Callable[
     return watched, lambda: found[0] if found else None
 
 
+def _watched(spec: BurstSpec, step, stretch: Stretch | None) -> tuple[Callable, Stretch | None, Callable]:
+    """The burst's first step watched for its matrix kernels' ISA (``_watching_matrix_kernels``):
+    the numerics stretch's first, where one runs, since the kernels it makes are cached for the
+    burst's own; with the step and the stretch to run, and what says the ISA."""
+    if stretch is None or stretch.make_step is None:
+        watched, matmul = _watching_matrix_kernels(spec, step)
+        return watched, stretch, matmul
+    made = stretch.make_step
+    seen: list[Callable[[], str | None]] = []
+
+    def make() -> Callable:
+        if seen:
+            return made()
+        first, matmul = _watching_matrix_kernels(spec, made())
+        seen.append(matmul)
+        return first
+
+    return step, dataclasses.replace(stretch, make_step=make), lambda: seen[0]() if seen else None
+
+
+def _synced(spec: BurstSpec, strategy, devices: list) -> tuple[list[str], Callable[[], None]]:
+    """The node's GPUs (none for CPU workers), and what waits for every kernel they queued, not
+    just the loss (several nodes: this node's devices)."""
+    import tensorflow as tf
+
+    from perfsuite.worker.backends.tf.cluster import sync_local_devices
+
+    gpus = [f"GPU:{i}" for i in range(len(devices))] if spec.device_kind == "cuda" else []
+    return gpus, tf.test.experimental.sync_devices if spec.nodes == 1 else sync_local_devices(strategy)
+
+
+def _remade(spec: BurstSpec, strategy, model, optimizer, info: ModelInfo, loss_scale) -> Callable[[], Callable]:
+    """What makes the training step anew, on an input pipeline of its own."""
+    from perfsuite.worker.backends.tf.train import make_step
+
+    return lambda: make_step(spec, strategy, model, optimizer, _feed(spec, strategy, info), loss_scale)
+
+
+def _stretch(job: Job, make_step: Callable[[], Callable]) -> Stretch | None:
+    """The numerics stretch the job asks for, on an input pipeline and a step of its own that
+    ``make_step()`` makes once op determinism is on (perfsuite.worker.backends.tf.determinism);
+    None: none."""
+    if not job.numerics_steps:
+        return None
+    from perfsuite.worker.backends.tf import determinism
+    from perfsuite.worker.numerics import Stretch
+
+    return Stretch(job.numerics_steps, determinism.settings(job.spec), make_step, determinism.versions())
+
+
 def _router_stats(model) -> dict | None:
     """A mixture of experts' routing over the timed windows (``router_stats``); None for a dense model."""
     stats = getattr(model, "router_stats", None)
@@ -198,11 +249,13 @@ def _timed_windows(
     gpus: list[str],
     replicas: int,
     leader: bool,
-    reset_router: Callable[[], None] | None = None,
+    model=None,
+    stretch: Stretch | None = None,
 ) -> WindowTimings:
-    """The warm-up and the timed windows, this node's heartbeat beating, the leader's progress
-    written; a router's counts (``reset_router``) restart after the warm-up, so its balance is
-    the timed windows'."""
+    """The numerics stretch, the warm-up and the timed windows, this node's heartbeat beating, the
+    leader's progress written; a router's counts (the model's ``reset_router_stats``) restart after
+    the warm-up, so its balance is the timed windows'."""
+    reset_router = getattr(model, "reset_router_stats", None)
     import tensorflow as tf
 
     from perfsuite.worker.heartbeat import Heartbeat
@@ -219,6 +272,9 @@ def _timed_windows(
             reset_router()
 
     with Heartbeat(job.folder, job.node_rank) as heartbeat:
+        if stretch is not None and stretch.make_step is not None:
+            made = stretch.make_step
+            stretch = dataclasses.replace(stretch, make_step=lambda: heartbeat.counting(made()))
         return run_windows(
             heartbeat.counting(step),
             sync,
@@ -237,7 +293,14 @@ def _timed_windows(
             sample_gpus=list(range(len(gpus))) if gpus else None,
             after_warmup=after_warmup,
             compiles=spec.xla,
+            stretch=stretch,
         )
+
+
+# On a GPU the tensor peak is the allocator's (the burst's peak memory). TensorFlow's default CPU
+# allocator keeps no statistics (get_memory_info raises "Allocator stats not available"), and the
+# BFC allocator that would keep them (TF_CPU_ALLOCATOR_USE_BFC) is another allocator than the burst's.
+NO_CPU_TENSOR_PEAK = "TensorFlow's CPU allocator keeps no statistics (get_memory_info answers for GPUs only)"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The PyTorch backend's burst: one process per rank, under torchrun when there are several.
 
 It reads RANK, WORLD_SIZE and LOCAL_RANK from torchrun's environment. Every rank sends
-its figures to the leader (local rank 0 of node 0) through all_gather_object.
+its figures to the leader (local rank 0 of node 0) through all_gather_object. With TP, the ranks
+of a TP group (consecutive ranks of a node) read the same batches and split one model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from perfsuite.worker import host_memory, phases
 
 if TYPE_CHECKING:
     from perfsuite.worker.measure import WindowTimings
+    from perfsuite.worker.numerics import Stretch
 
 
 def _init_distributed(device_kind: str, timeout_s: float):
@@ -42,8 +44,9 @@ def run(job: Job) -> WorkerRecord | None:
     import torch
 
     from perfsuite.worker.backends.torch.data import input_workers
-    from perfsuite.worker.backends.torch.parallel import recomputed_flops
+    from perfsuite.worker.backends.torch.parallel import device_mesh, recomputed_flops, tensor_parallel
     from perfsuite.worker.backends.torch.profile import run_profiled_steps
+    from perfsuite.worker.backends.torch.tensor_peak import measure as tensor_peak
     from perfsuite.worker.backends.torch.train import make_step, precision_policy, set_tf32
     from perfsuite.worker.profiling import after_windows
     from perfsuite.worker.record import build_record, items_per_window, rank_entry
@@ -61,29 +64,36 @@ def run(job: Job) -> WorkerRecord | None:
     set_tf32(spec, device)
     phases.mark(DISTRIBUTED)
 
-    # Same initial weights on every rank; distinct batches per rank.
+    # Same initial weights on every rank; distinct batches per rank (per TP group: its ranks share them).
     torch.manual_seed(spec.seed)
     model, info = _model(info, spec, device)
     model.train()
-    # Counted before checkpointing wraps the blocks; the leader alone writes the record.
+    # Counted before checkpointing wraps the blocks, and TP splits them; the leader alone writes the record.
     recomputed = recomputed_flops(spec, info, model) if leader else None
+    mesh = device_mesh(spec, device)
+    if mesh is not None:
+        tensor_parallel(info, model, mesh)
     phases.mark(BUILT)
-    data = _batches(spec, info, device, seed=spec.seed + 1000 * global_rank)
-    step = make_step(spec, model, data, device, optimizer=info.optimizer)
+    data = _batches(spec, info, device, seed=spec.seed + 1000 * (global_rank // spec.tp))
+    step = make_step(spec, model, data, device, optimizer=info.optimizer, mesh=mesh)
     phases.mark(FED)
 
     sync = _synchronizer(device)
-    timings = _timed_windows(job, step, sync, device, dist, leader, _router_reset(model))
+    stretch = _stretch(job, device)
+    timings = _timed_windows(job, step, sync, device, dist, leader, _router_reset(model), stretch)
     router = _router_stats(model) if leader else None  # before any step the profiler or CPU facts run
     phases.mark(STEPPED)
     peak, device_name = _peak_memory(device)
-    # Peak memory is read first: the profiler's own buffers are not the model's memory.
+    # Peak memory is read first: the profiler's own buffers are not the model's memory. On a CPU
+    # worker the tensor peak is one more step's, profiled on every rank.
+    tensors, tensor_note = tensor_peak(step, sync, device, peak)
     cpu = _cpu_facts(spec, step, sync, leader) if device.type == "cpu" else None
     profiled = after_windows(
         job, lambda trace: run_profiled_steps(step, sync, job.profile_steps, device, trace, leader)
     )
+    tp_collectives = _tp_collectives(spec, step, sync, device, leader)
     per_window = items_per_window(spec)
-    ranks = _gathered(dist, rank_entry(global_rank, device_name, timings, per_window, peak))
+    ranks = _gathered(dist, rank_entry(global_rank, device_name, timings, per_window, peak, tensors))
     if not leader:
         return None
     return build_record(
@@ -102,6 +112,8 @@ def run(job: Job) -> WorkerRecord | None:
         cpu=cpu,
         recomputed_flops_per_item=recomputed,
         router=router,
+        tp_collectives=tp_collectives,
+        tensor_peak_note=tensor_note,
         **profiled.fields(),
     )
 
@@ -124,6 +136,16 @@ def _batches(spec: BurstSpec, info: ModelInfo, device, seed: int):
     from perfsuite.worker.pipelines import pipeline
 
     return pipeline(spec)(spec, info, device, seed)
+
+
+def _tp_collectives(spec: BurstSpec, step, sync, device, leader: bool) -> dict | None:
+    """With TP, the share of a step its collectives took, profiled after the windows on every rank
+    (their steps meet in those collectives) and read by the leader; None without TP."""
+    if spec.tp == 1:
+        return None
+    from perfsuite.worker.backends.torch import tp_comms
+
+    return tp_comms.measure(step, sync, device, leader)
 
 
 def _cpu_facts(spec: BurstSpec, step, sync, leader: bool) -> CpuFacts | None:
@@ -189,11 +211,29 @@ def _router_stats(model) -> dict | None:
     return dict(stats()) if stats is not None else None
 
 
+def _stretch(job: Job, device) -> Stretch | None:
+    """The numerics stretch the job asks for, under torch's deterministic settings; None: none.
+    Every rank takes it: a step of several ranks meets in their collectives."""
+    if not job.numerics_steps:
+        return None
+    from perfsuite.worker.backends.torch import determinism
+    from perfsuite.worker.numerics import Stretch
+
+    return Stretch(job.numerics_steps, determinism.settings(job.spec, device), versions=determinism.versions())
+
+
 def _timed_windows(
-    job: Job, step, sync: Callable[[], None], device, dist, leader: bool, after_warmup: Callable[[], None] | None
+    job: Job,
+    step,
+    sync: Callable[[], None],
+    device,
+    dist,
+    leader: bool,
+    after_warmup: Callable[[], None] | None,
+    stretch: Stretch | None = None,
 ) -> WindowTimings:
-    """The warm-up and the timed windows, this rank's heartbeat beating, the leader's progress written;
-    ``after_warmup()`` (a router's counts reset) runs between them."""
+    """The numerics stretch, the warm-up and the timed windows, this rank's heartbeat beating, the
+    leader's progress written; ``after_warmup()`` (a router's counts reset) runs between them."""
     import torch
 
     from perfsuite.worker.heartbeat import Heartbeat
@@ -211,7 +251,7 @@ def _timed_windows(
             warmup_steps=spec.warmup_steps,
             windows=spec.windows,
             steps_per_window=spec.steps_per_window,
-            on_step=progress_writer(job.progress_file if leader else None, items_per_window(spec) * spec.world_size),
+            on_step=progress_writer(job.progress_file if leader else None, items_per_window(spec) * spec.data_parallel),
             max_windows=spec.max_windows,
             stable=_stability_check(spec, dist, device),
             sample_gpus=[gpu] if gpu is not None else None,  # each rank watches its own GPU
@@ -219,6 +259,7 @@ def _timed_windows(
                 (lambda: torch.cuda.reset_peak_memory_stats(device)) if gpu is not None else None, after_warmup
             ),
             compiles=spec.compile,
+            stretch=stretch,
         )
 
 
@@ -320,9 +361,12 @@ def preload() -> None:
 
     import perfsuite.models.registry
     import perfsuite.worker.backends.torch.data
+    import perfsuite.worker.backends.torch.determinism
     import perfsuite.worker.backends.torch.flops
     import perfsuite.worker.backends.torch.parallel
     import perfsuite.worker.backends.torch.profile
+    import perfsuite.worker.backends.torch.tensor_peak
+    import perfsuite.worker.backends.torch.tp_comms
     import perfsuite.worker.backends.torch.train
     import perfsuite.worker.heartbeat
     import perfsuite.worker.measure
