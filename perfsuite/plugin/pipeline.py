@@ -77,21 +77,21 @@ class PerfGate:
 
     # -- the two cases ------------------------------------------------------------------------
     def assert_throughput(self, spec: BurstSpec) -> Findings:
-        entry, path = self._entry(spec)
+        entry, path, source = self._entry(spec)
         measured = self._measure_throughput(spec, entry)
         if isinstance(measured, Findings):
             return self._conclude(measured)
-        context = self._context(spec, entry, path, "throughput", measured.burst)
+        context = self._context(spec, entry, path, source, "throughput", measured.burst)
         return self._conclude(judge_throughput(self.item.nodeid, self.session.burst_id(spec), measured, context))
 
     def assert_scaling(self, spec: BurstSpec) -> Findings:
         if spec.world_size < 2:
             pytest.skip("scaling efficiency needs at least 2 devices")
-        entry, path = self._entry(spec)
+        entry, path, source = self._entry(spec)
         measured = self._measure_scaling(spec, entry)
         if isinstance(measured, Findings):
             return self._conclude(measured)
-        context = self._context(spec, entry, path, "scaling efficiency", measured.burst)
+        context = self._context(spec, entry, path, source, "scaling efficiency", measured.burst)
         return self._conclude(judge_scaling(self.item.nodeid, self.session.burst_id(spec), measured, context))
 
     def _conclude(self, f: Findings) -> Findings:
@@ -186,9 +186,10 @@ class PerfGate:
         return m
 
     # -- step 2: what the bursts are compared with --------------------------------------------
-    def _entry(self, spec: BurstSpec) -> tuple[dict | None, str]:
-        """The baseline entry of the spec's key and its file; a burst too short to fail the
-        gate, or a baseline file that cannot be read, fails the test before any burst runs."""
+    def _entry(self, spec: BurstSpec) -> tuple[dict | None, str, str | None]:
+        """The baseline entry of the spec's key, its file and which baseline holds it (committed
+        or local); a burst too short to fail the gate, or a baseline file that cannot be read,
+        fails the test before any burst runs."""
         if spec.windows < stats.MIN_SAMPLES:
             pytest.fail(
                 f"{spec.label}: {spec.windows} windows cannot fail the gate: a verdict needs at least "
@@ -196,12 +197,14 @@ class PerfGate:
                 pytrace=False,
             )
         try:
-            entry, _, path = self.session.baseline_source(spec)
-            return entry, str(shown_path(path or self.session.baseline_path(spec.device_kind)))
+            entry, source, path = self.session.baseline_source(spec)
+            return entry, str(shown_path(path or self.session.baseline_path(spec.device_kind))), source
         except BaselineError as exc:
             pytest.fail(f"baseline file unusable: {exc}", pytrace=False)
 
-    def _context(self, spec: BurstSpec, entry: dict | None, path: str, what: str, m: Measurement) -> Context:
+    def _context(
+        self, spec: BurstSpec, entry: dict | None, path: str, source: str | None, what: str, m: Measurement
+    ) -> Context:
         o, session = self.options, self.session
         history = session.history_series(spec) if what == "throughput" else None
         return Context(
@@ -216,7 +219,7 @@ class PerfGate:
             node=session.node if history else None,
             peers=self._peers(spec, m.throughput) if what == "throughput" else None,
             attribute=not o.save_baseline,
-            baseline_source=session.baseline_source(spec)[1] if entry is not None else None,
+            baseline_source=source,
         )
 
     def _numerics(self, m: Measurement) -> bool:
