@@ -11,6 +11,7 @@ from perfsuite.contract.burst_files import Unsupported
 from perfsuite.contract.spec import BurstSpec
 from perfsuite.data.tokens import IGNORE
 from perfsuite.worker.backends.tf.feed import Feed
+from perfsuite.worker.backends.tf.momentum import FusedSGD
 from perfsuite.worker.backends.tf.precision import DynamicLossScale
 from perfsuite.worker.pipelines import loss as workload_loss
 
@@ -30,7 +31,8 @@ INDEPENDENT_SGD_ONLY = (
 
 
 def make_optimizer(name: str = "sgd") -> keras.optimizers.Optimizer:
-    """SGD with momentum (the CNNs) or AdamW (the transformers)."""
+    """SGD with momentum (the CNNs), on TensorFlow's fused kernel (FusedSGD), or AdamW (the
+    transformers)."""
     if name == "adamw":
         return keras.optimizers.AdamW(
             learning_rate=ADAMW_LR,
@@ -41,7 +43,7 @@ def make_optimizer(name: str = "sgd") -> keras.optimizers.Optimizer:
         )
     if name != "sgd":
         raise ValueError(f"optimizer must be 'sgd' or 'adamw', not {name!r}")
-    return keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    return FusedSGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
 
 
 def class_replica_loss(labels: tf.Tensor, logits: tf.Tensor, global_batch: int, replicas: int) -> tf.Tensor:
