@@ -54,12 +54,17 @@ before = weights()
 losses = [float(step().numpy()) for _ in range(2)]
 after_two = float(scale.scale.numpy())
 moved = any(not np.array_equal(a, b) for a, b in zip(before, weights()))
+# Each replica's copy took the same update (the fused SGD writes through this device's handle).
+in_step = all(
+    all(np.array_equal(c.numpy(), copies[0].numpy()) for c in copies)
+    for copies in (strategy.experimental_local_results(v.value) for v in model.trainable_variables)
+)
 scale.scale.assign(2.0**40)  # beyond float16: the backward pass overflows on every replica
 held = weights()
 step()
 print(json.dumps({
     "compute_dtype": model.layers[1].compute_dtype, "replicas": strategy.num_replicas_in_sync,
-    "losses": losses, "after_two": after_two, "moved": moved,
+    "losses": losses, "after_two": after_two, "moved": moved, "in_step": in_step,
     "skipped": all(np.array_equal(a, b) for a, b in zip(held, weights())),
     "after_overflow": float(scale.scale.numpy()), "good_steps": int(scale.good_steps.numpy()),
 }))
@@ -73,4 +78,5 @@ def test_fp16_loss_scale_grows_skips_and_halves_across_replicas():
     assert out["compute_dtype"] == "float16" and out["replicas"] == 2
     assert all(loss == loss and abs(loss) < 1e3 for loss in out["losses"])  # finite: unscaled correctly
     assert out["after_two"] == 2.0**9 and out["moved"]  # two finite steps: applied, and the scale doubled
+    assert out["in_step"]  # the replicas' copies of every weight still equal
     assert out["skipped"] and out["after_overflow"] == 2.0**39 and out["good_steps"] == 0  # overflow: skip, halve
