@@ -207,6 +207,10 @@ def saved_tiny(request, tmp_path_factory) -> Path:
             (folder / "conftest.py").write_text(TINY)
             (folder / "test_suite.py").write_text(SUITE)
             env = dict(os.environ, PERFSUITE_TINY_STEP_MS=TINY_STEP_MS)
+            # The environment of the in-process sessions (pytester, _quick_inner_sessions) of the
+            # tests that gate against it: their bursts and these borrow the same warm start.
+            env.update(_inner_session_env(tmp_path_factory), PY_COLORS="0", PYTEST_ADDOPTS=NO_HYPOTHESIS)
+            env.pop("TOX_ENV_DIR", None)
             for name in ("PERFSUITE_TINY_SLOWDOWN", "PERFSUITE_TINY_JITTER", "PERFSUITE_TINY_CRASH"):
                 env.pop(name, None)
             proc = subprocess.run(
@@ -246,9 +250,14 @@ def _quick_inner_sessions(request, monkeypatch, tmp_path_factory):
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
         monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
-        shared = tmp_path_factory.getbasetemp() / "pytester-shared"
-        (shared / "home").mkdir(parents=True, exist_ok=True)
-        (shared / "tmp").mkdir(exist_ok=True)
-        for name in ("HOME", "USERPROFILE"):
-            monkeypatch.setenv(name, str(shared / "home"))
-        monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", str(shared / "tmp"))
+        for name, value in _inner_session_env(tmp_path_factory).items():
+            monkeypatch.setenv(name, value)
+
+
+def _inner_session_env(tmp_path_factory) -> dict[str, str]:
+    """The home and temporary root that the inner sessions of every test share."""
+    shared = tmp_path_factory.getbasetemp() / "pytester-shared"
+    (shared / "home").mkdir(parents=True, exist_ok=True)
+    (shared / "tmp").mkdir(exist_ok=True)
+    home = str(shared / "home")
+    return {"HOME": home, "USERPROFILE": home, "PYTEST_DEBUG_TEMPROOT": str(shared / "tmp")}

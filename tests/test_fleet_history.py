@@ -8,12 +8,14 @@ import random
 import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip install -e '.[history]'")
 
 import sqlalchemy as sa  # noqa: E402
+from memory_folder import memory_folder, one_connection  # noqa: E402
 
 from perfsuite.analysis import stats  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
@@ -54,7 +56,7 @@ def fill(
     ``figure_noise``: each figure wanders ``noise`` itself (not each of its windows); ``absent``:
     (node, night) without a run; ``failing``: (node, night) whose bursts measured nothing."""
     rnd = random.Random(seed)
-    engine = db.open_history(url)
+    engine = one_connection(url) if url.startswith("sqlite:") else db.open_history(url)
     try:
         for night in range(1, nights + 1):
             for i, node in enumerate(nodes):
@@ -110,9 +112,15 @@ def _json(capsys, *argv) -> dict:
     return json.loads(out)
 
 
+@pytest.fixture
+def mem(tmp_path_factory) -> Path:
+    """This test's folder for its history: in memory where the machine has it (tests/memory_folder.py)."""
+    return memory_folder(tmp_path_factory, "fleet")
+
+
 @pytest.fixture(scope="module")
 def slow_fleet(tmp_path_factory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'fleet.db'}"
+    url = f"sqlite:///{memory_folder(tmp_path_factory, 'fleet') / 'fleet.db'}"
     fill(url)
     return url
 
@@ -168,8 +176,8 @@ def test_text_worst_first_and_fail_on_flagged(slow_fleet, capsys):
     assert rc == 0
 
 
-def test_a_flat_fleet_flags_none(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'flat.db'}"
+def test_a_flat_fleet_flags_none(mem, capsys):
+    url = f"sqlite:///{mem / 'flat.db'}"
     fill(url, slow=None, seed=1)
     report = _json(capsys, "--history", url, "--at", _night(10), "--nights", "10")
     assert report["flagged_hosts"] == [] and _flags(report) == {}
@@ -200,8 +208,8 @@ def test_filters_by_key_and_fingerprint(slow_fleet, capsys):
     assert rc == 1 and err.startswith("error: no measured run on fingerprint gpu-other in the 24 h before")
 
 
-def test_a_group_of_two_hosts_cannot_judge(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'two.db'}"
+def test_a_group_of_two_hosts_cannot_judge(mem, capsys):
+    url = f"sqlite:///{mem / 'two.db'}"
     fill(url, nodes=NODES[:2], slow="node-b", nights=2, slow_from=1, slowdown=0.3)
     rc, out, _ = _run(capsys, "--history", url, "--at", _night(2), "--fail-on-flagged")
     assert rc == 0 and "no node slow" in out
@@ -214,8 +222,8 @@ def test_a_group_of_two_hosts_cannot_judge(tmp_path, capsys):
     assert not any(g["judged"] for g in report["groups"]) and all(r["score"] is None for r in report["rows"])
 
 
-def test_each_host_counts_once_with_its_latest_run(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'twice.db'}"
+def test_each_host_counts_once_with_its_latest_run(mem, capsys):
+    url = f"sqlite:///{mem / 'twice.db'}"
     fill(url, nights=2)
     # node-a ran again an hour later, 8% slower this time: its latest run stands.
     engine = db.open_history(url)
@@ -255,11 +263,11 @@ def test_the_plot_labels_each_strip_by_what_sets_it_apart():
 # --- the node verdict: pooled, and the nodes that did not report -----------------------------
 
 
-def test_a_slow_node_in_noisy_nightly_figures_is_named_by_its_pooled_verdict(tmp_path, capsys):
+def test_a_slow_node_in_noisy_nightly_figures_is_named_by_its_pooled_verdict(mem, capsys):
     """8 nodes x 10 nights, each nightly figure wandering 2%, node-f 8% slower from night 6: no
     single night's key flags it reliably (each key-night stands 4 standard deviations out), the
     verdict pooled over its two keys and five slow nights does, and no other node."""
-    url = f"sqlite:///{tmp_path / 'noisy.db'}"
+    url = f"sqlite:///{mem / 'noisy.db'}"
     fill(url, slow="node-f", figure_noise=True, seed=3)
     report = _json(capsys, "--history", url, "--at", _night(10))
     assert [v["node"] for v in report["flagged_hosts"]] == ["node-f"]
@@ -273,8 +281,8 @@ def test_a_slow_node_in_noisy_nightly_figures_is_named_by_its_pooled_verdict(tmp
     assert _json(capsys, "--history", url, "--at", _night(5))["flagged_hosts"] == []
 
 
-def test_a_node_that_did_not_report_tonight_is_named_and_fails_the_sweep(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'absent.db'}"
+def test_a_node_that_did_not_report_tonight_is_named_and_fails_the_sweep(mem, capsys):
+    url = f"sqlite:///{mem / 'absent.db'}"
     fill(url, slow=None, seed=4, absent=(("node-c", 10),))
     tonight = ["--history", url, "--at", _night(10)]
     rc, out, err = _run(capsys, *tonight, "--fail-on-flagged")
@@ -289,8 +297,8 @@ def test_a_node_that_did_not_report_tonight_is_named_and_fails_the_sweep(tmp_pat
     assert _run(capsys, "--history", url, "--at", _night(9), "--fail-on-flagged")[0] == 0
 
 
-def test_a_node_whose_bursts_failed_is_failed_not_absent(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'failing.db'}"
+def test_a_node_whose_bursts_failed_is_failed_not_absent(mem, capsys):
+    url = f"sqlite:///{mem / 'failing.db'}"
     fill(url, slow=None, seed=5, failing=(("node-d", 10),))
     tonight = ["--history", url, "--at", _night(10)]
     rc, out, _ = _run(capsys, *tonight, "--fail-on-flagged")
@@ -371,10 +379,10 @@ def test_version_1_runs_get_their_host_as_node(tmp_path):
     assert "ix_bursts_fleet" in indexes
 
 
-def test_a_run_without_a_node_is_named_by_its_host(tmp_path):
+def test_a_run_without_a_node_is_named_by_its_host(mem):
     from history_docs import run_doc
 
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+    url = f"sqlite:///{mem / 'h.db'}"
     engine = db.open_history(url)
     db.write_run(engine, run_doc(100.0, host="h1"))  # a --perf-json file from before --perf-node
     db.write_run(engine, run_doc(100.0, host="h2", node="n2"))
@@ -392,8 +400,8 @@ def test_postgresql_flags_the_slow_host(postgres_db, capsys):
     assert report["host_count"] == 8
 
 
-def test_identical_peers_leave_the_tolerance_to_decide(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'same.db'}"
+def test_identical_peers_leave_the_tolerance_to_decide(mem, capsys):
+    url = f"sqlite:///{mem / 'same.db'}"
     fill(url, nights=1, slow_from=1, noise=0.0)  # seven identical figures, one 8% below
     report = _json(capsys, "--history", url, "--at", _night(1), "--nights", "1")
     slow = [r for r in report["rows"] if r["node"] == SLOW]

@@ -4,17 +4,12 @@ nodes name the same nodes with the same p-values, with the settings of [tool.per
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime
 import functools
 import json
-import os
 import random
-import shutil
-import tempfile
 import uuid
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +18,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip install -e '.[history]'")
 pytest.importorskip("otava", reason="triage's change points need Apache Otava (the history extra)")
+
+from memory_folder import memory_folder, one_connection  # noqa: E402
 
 from perfsuite.analysis.peer_check import Peers, fleet_check  # noqa: E402
 from perfsuite.commands import site as site_command  # noqa: E402
@@ -52,17 +49,6 @@ rules = st.fixed_dictionaries(
 )
 
 
-def _fast_folder(tmp_path_factory) -> Path:
-    """Where the history is written: memory (tmpfs) where the machine has it, a few hundred runs
-    an example written in a fraction of the time a disk's syncs take."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        folder = Path(tempfile.mkdtemp(prefix="perfsuite-fleet-rule-", dir=shm))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        return folder
-    return tmp_path_factory.mktemp("fleet-rule-history")
-
-
 def _key(j: int) -> str:
     return f"torch/m{j}/cpu1/nodes1/device/bs8/img32/fp32/replicated"
 
@@ -71,7 +57,7 @@ def _write(url: str, shape: list[tuple], nights: int, seed: int) -> list[str]:
     """Night by night, every node of every fingerprint a run; returns the fingerprints."""
     rnd = random.Random(seed)
     prints = [f"cpu-{chr(ord('a') + f)}" for f in range(len(shape))]
-    engine = db.open_history(url)
+    engine = one_connection(url)
     try:
         for fp, (nodes, keys, slow, absent) in zip(prints, shape):
             for i in range(nodes):
@@ -163,7 +149,7 @@ def test_the_gate_history_fleet_the_site_and_triage_name_the_same_slow_nodes(
     shape, nights, table, seed, tmp_path_factory, capsys
 ):
     folder = tmp_path_factory.mktemp("fleet-rule")
-    url = f"sqlite:///{_fast_folder(tmp_path_factory) / 'history.db'}"
+    url = f"sqlite:///{memory_folder(tmp_path_factory, 'fleet-rule') / 'history.db'}"
     prints = _write(url, shape, nights, seed)
     (folder / "pyproject.toml").write_text("[tool.perfsuite]\n" + "".join(f"{k} = {v}\n" for k, v in table.items()))
     end = START + datetime.timedelta(days=nights - 1, hours=6)

@@ -18,7 +18,7 @@ UNFUSED = ("SquaredDifference", "Rsqrt")
 def fresh_keras():
     import keras
 
-    keras.backend.clear_session()
+    keras.backend.clear_session(free_memory=False)  # names and policy afresh; no large model to collect
     yield
     keras.mixed_precision.set_global_policy("float32")
 
@@ -120,7 +120,9 @@ def _census(graph_fn) -> collections.Counter:
 
 def train_step_census(model, batch: int = 2) -> collections.Counter:
     """The op census of the worker's training step: forward and backward through
-    ``stateless_call`` under a GradientTape, as perfsuite.worker.backends.tf.train runs it."""
+    ``stateless_call`` under a GradientTape, as perfsuite.worker.backends.tf.train runs it
+    (traced without AutoGraph, as it is there). The step is traced, never run: the weights
+    and state go in as specs, so the model needs no values for them."""
     import keras
     import tensorflow as tf
 
@@ -132,11 +134,12 @@ def train_step_census(model, batch: int = 2) -> collections.Counter:
             loss = tf.reduce_mean(per_example)
         return loss, tape.gradient(loss, weights), state
 
-    weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
-    state = [tf.convert_to_tensor(v.value) for v in model.non_trainable_variables]
+    weights = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
+    state = [tf.TensorSpec(v.shape, v.dtype) for v in model.non_trainable_variables]
     images = tf.TensorSpec([batch, *model.input_shape[1:]])
     labels = tf.TensorSpec([batch], tf.int32)
-    return _census(lambda: tf.function(gradients).get_concrete_function(images, labels, weights, state).graph)
+    step = tf.function(gradients, autograph=False)
+    return _census(lambda: step.get_concrete_function(images, labels, weights, state).graph)
 
 
 def _batch_norm_layers(model) -> int:
@@ -149,11 +152,15 @@ def _batch_norm_layers(model) -> int:
 def test_resnet50_step_runs_the_fused_kernels_only(layout):
     """The issue's model: 53 batch norms, each one FusedBatchNormV3 forward and one
     FusedBatchNormGradV3 backward, and none of Keras's unfused ops; no convolution bias."""
+    from keras_structure import structure_only
+
     from perfsuite.models import registry
     from perfsuite.models.tf.layers import image_data_format
 
     with image_data_format(layout):
-        model = registry.resolve_builder(registry.get_model("tf", "resnet50"))(num_classes=10, image_size=32)
+        model = structure_only(
+            registry.resolve_builder(registry.get_model("tf", "resnet50")), num_classes=10, image_size=32
+        )
     ops = train_step_census(model)
     assert _batch_norm_layers(model) == 53
     assert ops["FusedBatchNormV3"] == ops["FusedBatchNormGradV3"] == 53

@@ -116,26 +116,33 @@ def test_a_perf_suite_registers_its_case_markers_where_it_runs(pytester):
     assert re.search(r"\d+ tests? collected", result.stdout.str())
 
 
+# pytest --help, then pytest --markers, in one process run in this repository: its conftests'
+# imports (hypothesis, scipy) are paid once, not once per command.
+HELP_THEN_MARKERS = """
+import sys
+import pytest
+
+pytest.main(["--help", "-p", "no:cacheprovider"])
+print(sys.argv[1], flush=True)
+sys.exit(pytest.main(["--markers", "-p", "no:cacheprovider"]))
+"""
+BETWEEN = "----- pytest --markers -----"
+
+
 def test_short_spellings_live_in_this_repository_only(pytester):
     # In the repository the suite runs in, its conftest offers them...
     repo = subprocess.run(
-        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        [sys.executable, "-c", HELP_THEN_MARKERS, BETWEEN],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert repo.returncode == 0, repo.stderr
+    help_text, markers = repo.stdout.split(BETWEEN + "\n")
     for o in OPTIONS:
         if o.short:
-            assert re.search(rf"^\s+{re.escape(o.short)}[ =]", repo.stdout, re.M), o.short
-    markers = subprocess.run(
-        [sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
+            assert re.search(rf"^\s+{re.escape(o.short)}[ =]", help_text, re.M), o.short
     for line in CASE_MARKERS:
         assert f"@pytest.mark.{line}" in markers
     # ...and elsewhere they are not there.

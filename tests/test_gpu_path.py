@@ -460,6 +460,7 @@ def test_torch_tf32_turns_tf32_on_and_fp32_turns_it_off_on_ampere(monkeypatch, t
         (True, "tf32", "float32"),
     ],
 )
+@pytest.mark.xdist_group("tensorflow")  # TensorFlow in this process: on the worker that has it already
 def test_tf_tf32_and_bf16_need_ampere_on_every_gpu(monkeypatch, ampere, precision, outcome):
     pytest.importorskip("tensorflow")
     import tensorflow as tf

@@ -16,6 +16,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 
 import sqlalchemy as sa  # noqa: E402
 from history_docs import FINGERPRINT, KEY, run_doc  # noqa: E402
+from memory_folder import memory_folder  # noqa: E402
 
 from perfsuite.history import db, document, recorder, schema, spool  # noqa: E402
 from perfsuite.history.url import HistoryError, normalise, shown  # noqa: E402
@@ -232,8 +233,8 @@ def test_the_wal_switch_waits_for_a_lock_sqlite_answers_at_once():
     assert cursor.tries == 3
 
 
-def test_two_processes_write_50_runs_each_to_sqlite(tmp_path):
-    url = _sqlite(tmp_path)
+def test_two_processes_write_50_runs_each_to_sqlite(tmp_path_factory):
+    url = _sqlite(memory_folder(tmp_path_factory, "writers"))  # what is tested is the lock, not the disk
     _writers(url)
     _assert_all_there(url)
 

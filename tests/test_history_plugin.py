@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 
 import pytest
@@ -154,9 +155,35 @@ def test_the_runs_write_waits_its_bound_while_the_server_is_full(faked, tmp_path
 # -- drift ---------------------------------------------------------------------------
 
 
-def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 9) -> None:
+# What _drifting_history leaves in the project: the history, the probe's record and the baseline.
+DRIFT_FILES = ("perf.db", "probe.json", "baselines")
+
+
+@pytest.fixture(scope="module")
+def drift_built(tmp_path_factory) -> dict:
+    """Each drifting history, built once for the module's tests and copied into each project:
+    every test then appends its own run to a history of its own."""
+    return {"folder": tmp_path_factory.mktemp("drift-built")}
+
+
+def _drifting_history(faked, monkeypatch, built, nights: int = 25, drift_nights: int = 9) -> None:
     """``nights`` flat nights, then ``drift_nights`` each 3% slower than the one before; tonight
-    (the fake burst, 100 img/s) is the next 3% down."""
+    (the fake burst, 100 img/s) is the next 3% down. Built once a module (``built``), copied after."""
+    template = built["folder"] / f"{nights}-{drift_nights}"
+    if (nights, drift_nights) not in built:
+        _build_drifting_history(faked, monkeypatch, nights, drift_nights)
+        template.mkdir()
+        for name in DRIFT_FILES:
+            (shutil.copytree if (faked.path / name).is_dir() else shutil.copyfile)(faked.path / name, template / name)
+        built[(nights, drift_nights)] = template
+    else:
+        for name in DRIFT_FILES:
+            shutil.rmtree(faked.path / name, ignore_errors=True)
+            (shutil.copytree if (template / name).is_dir() else shutil.copyfile)(template / name, faked.path / name)
+    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
+
+
+def _build_drifting_history(faked, monkeypatch, nights: int, drift_nights: int) -> None:
     first = faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
     first.assert_outcomes(passed=1)
     probe = json.loads((faked.path / "probe.json").read_text())
@@ -172,11 +199,10 @@ def _drifting_history(faked, monkeypatch, nights: int = 25, drift_nights: int = 
     # Yesterday's level as the baseline: tonight is 3% below it, inside the 10% tolerance.
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", f"{levels[-1]:.3f}")
     faked.runpytest_inprocess(*FAKE, "--perf-save-baseline").assert_outcomes(passed=1)
-    monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
 
 
-def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
-    _drifting_history(faked, monkeypatch)
+def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch, drift_built):
+    _drifting_history(faked, monkeypatch, drift_built)
     result = faked.runpytest_inprocess(
         *FAKE,
         *NODE_A,
@@ -210,13 +236,13 @@ def test_drift_fails_a_run_the_baseline_passes(faked, monkeypatch):
     assert db.runs(_history(faked))[0]["outcome"] == "failed"
 
 
-def test_drift_failing_without_a_baseline_reports_the_same_lines_as_with_one(faked, monkeypatch):
+def test_drift_failing_without_a_baseline_reports_the_same_lines_as_with_one(faked, monkeypatch, drift_built):
     """--perf-drift fail and --perf-fleet-check fail on a drifting, slow node: every failing line,
     whether or not the key has a baseline entry (the drift once failed the test alone without
     one, and went unsaid with one)."""
     import datetime
 
-    _drifting_history(faked, monkeypatch)
+    _drifting_history(faked, monkeypatch, drift_built)
     key = json.loads((faked.path / "probe.json").read_text())["results"][0]["key"]
     fingerprint = json.loads((faked.path / "probe.json").read_text())["run"]["fingerprints"]["cpu"]["id"]
     engine = _history(faked)
@@ -241,18 +267,18 @@ def test_drift_failing_without_a_baseline_reports_the_same_lines_as_with_one(fak
     assert with_entry == without == ["drift", "fleet check"]
 
 
-def test_drift_warns_by_default(faked, monkeypatch):
-    _drifting_history(faked, monkeypatch)
+def test_drift_warns_by_default(faked, monkeypatch, drift_built):
+    _drifting_history(faked, monkeypatch, drift_built)
     result = faked.runpytest_inprocess(*FAKE, *NODE_A, "--perf-history", "perf.db")
     result.assert_outcomes(passed=1, warnings=1)
     assert "PerfWarning: drift: torch cifar10 on 1 CPU worker" in result.stdout.str()
 
 
-def test_without_otava_the_run_is_recorded_and_the_drift_check_says_why(faked, monkeypatch):
+def test_without_otava_the_run_is_recorded_and_the_drift_check_says_why(faked, monkeypatch, drift_built):
     """The history extra without Apache Otava (installed apart, without its pins): the run is
     written, the report keeps the trend, and the drift check and change points say in one line
     what they need."""
-    _drifting_history(faked, monkeypatch)
+    _drifting_history(faked, monkeypatch, drift_built)
     monkeypatch.setitem(sys.modules, "otava", None)  # an import of Otava fails, as where it is not installed
     monkeypatch.setitem(sys.modules, "otava.analysis", None)
     result = faked.runpytest_inprocess(
@@ -281,8 +307,8 @@ def test_without_otava_the_run_is_recorded_and_the_drift_check_says_why(faked, m
     assert list((faked.path / "report").glob("trend-*.png"))  # the series, without change points
 
 
-def test_a_flat_history_is_no_drift(faked, monkeypatch):
-    _drifting_history(faked, monkeypatch, nights=30, drift_nights=0)
+def test_a_flat_history_is_no_drift(faked, monkeypatch, drift_built):
+    _drifting_history(faked, monkeypatch, drift_built, nights=30, drift_nights=0)
     result = faked.runpytest_inprocess(
         *FAKE, *NODE_A, "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
     )
@@ -291,10 +317,10 @@ def test_a_flat_history_is_no_drift(faked, monkeypatch):
     assert row["drift"] is None and row["drift_runs"] == 31
 
 
-def test_drift_reads_this_nodes_runs_only(faked, monkeypatch):
+def test_drift_reads_this_nodes_runs_only(faked, monkeypatch, drift_built):
     # In a fleet's shared history the drifting series is node-a's: node-b has no drift of its
     # own (how it compares with node-a is the peer check's question, not drift's).
-    _drifting_history(faked, monkeypatch)
+    _drifting_history(faked, monkeypatch, drift_built)
     result = faked.runpytest_inprocess(
         *FAKE, "--perf-node", "node-b", "--perf-history", "perf.db", "--perf-drift", "fail", "--perf-json", "r.json"
     )

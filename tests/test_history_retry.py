@@ -234,26 +234,37 @@ def test_import_waits_while_the_server_is_full_then_writes_once(small_db, tmp_pa
     assert [node for _, node in _runs(small_db)] == ["node-a"]
 
 
-def test_import_past_the_bound_spools_and_exits_75_then_a_later_import_writes_it_once(small_db, tmp_path, monkeypatch):
+def _import_here(capsys, url: str, *files: Path, retry_s: str) -> tuple[int, str, str]:
+    """`history import` in this process (python -m perfsuite exits with what main returns):
+    its exit status, standard output and standard error."""
+    from perfsuite.commands.main import main
+
+    capsys.readouterr()
+    rc = main(["history", "import", "--history", url, "--retry", retry_s, *map(str, files)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_import_past_the_bound_spools_and_exits_75_then_a_later_import_writes_it_once(
+    small_db, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
     db.open_history(small_db).dispose()
     run = _results_file(tmp_path / "run.json")
     full = _Full(small_db)
     try:
-        proc = _import(small_db, run, retry_s="0.5", cwd=tmp_path)
-        out, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+        rc, out, err = _import_here(capsys, small_db, run, retry_s="0.5")
     finally:
         full.release()
-    assert proc.returncode == 75, err
+    assert rc == 75, err
     (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
     assert "too many clients" in line and "(still refused after " in line and "the retry bound)" in line
     assert f"1 run spooled to {spool.folder(small_db)} (1 waiting)" in line
     assert out == "" and _runs(small_db) == []
     # The spooled run is the file's: the next import with no file writes it; the file again is a no-op.
-    flush = _import(small_db, retry_s="0", cwd=tmp_path)
-    assert flush.communicate(timeout=SUBPROCESS_TIMEOUT_S)[0] == f"wrote 1 spooled run to {small_db}\n"
-    again = _import(small_db, run, retry_s="0", cwd=tmp_path)
-    assert again.communicate(timeout=SUBPROCESS_TIMEOUT_S)[0] == f"{run}: already in the history\n"
+    assert _import_here(capsys, small_db, retry_s="0")[1] == f"wrote 1 spooled run to {small_db}\n"
+    assert _import_here(capsys, small_db, run, retry_s="0")[1] == f"{run}: already in the history\n"
     assert len(_runs(small_db)) == 1 and spool.pending(small_db) == []
 
 
@@ -307,8 +318,9 @@ def test_import_waits_out_a_restart(small_db, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("what", ["missing database", "newer schema"])
-def test_a_permanent_error_is_not_retried_and_says_so(small_server, small_db, tmp_path, monkeypatch, what):
+def test_a_permanent_error_is_not_retried_and_says_so(small_server, small_db, tmp_path, monkeypatch, capsys, what):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
     url = small_db
     if what == "missing database":
         url = small_server.rsplit("/", 1)[0] + "/no_such_history"
@@ -316,9 +328,9 @@ def test_a_permanent_error_is_not_retried_and_says_so(small_server, small_db, tm
         db.open_history(url).dispose()
         with psycopg.connect(url) as conn:
             conn.execute("UPDATE perfsuite_schema SET version = 99")
-    proc = _import(url, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG, cwd=tmp_path)
-    out, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)  # at once: not 600 s of retrying
-    assert proc.returncode == 1 and out == "" and err.count("\n") == 1, err
+    # at once: retried, it would wait 600 s, then spool the run and exit 75
+    rc, out, err = _import_here(capsys, url, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG)
+    assert rc == 1 and out == "" and err.count("\n") == 1, err
     if what == "missing database":
         assert 'database "no_such_history" does not exist (not retried: waiting would not mend it)' in err
     else:

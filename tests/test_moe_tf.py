@@ -30,7 +30,9 @@ def _tiny(strategy=None):
 
     from perfsuite.models.tf.moe import build
 
-    keras.backend.clear_session()  # outside a strategy's scope: it resets the graph the scope is on
+    # Outside a strategy's scope: it resets the graph the scope is on. A tiny model leaves
+    # little to collect, so no gc.collect() of the whole process.
+    keras.backend.clear_session(free_memory=False)
     keras.utils.set_random_seed(0)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         return build(TINY, SEQ)
@@ -52,14 +54,14 @@ def test_the_built_model_has_the_catalogs_counts(config):
     that differ in every dimension: every weight, and the active ones, those of top_k of the
     experts in each layer and all the rest. The registered size's are the catalog's at its size
     (the torch model, built on the meta device, holds them at full size: tests/test_moe_torch.py);
-    building it here would cost 15 s of initialising 139M weights."""
-    import keras
+    building it here would cost 15 s of initialising 139M weights. Counts and shapes only: the
+    weights need no values."""
+    from keras_structure import structure_only
 
     from perfsuite.models.tf.moe import build
     from perfsuite.models.tf.moe_layers import MoE
 
-    keras.backend.clear_session()
-    model = build(config, SEQ)
+    model = structure_only(build, config=config, seq_len=SEQ)
     assert _size(model.trainable_weights) == config.params
     experts = [w for layer in model.moe_layers() for w in (layer.gate, layer.up, layer.down)]
     assert len(model.moe_layers()) == config.layers and all(isinstance(m, MoE) for m in model.moe_layers())
@@ -94,7 +96,8 @@ def _dense_reference(layer, x):
 @pytest.mark.parametrize("xla", [False, True], ids=["loop", "tiles"])
 def test_dispatch_equals_the_dense_reference(xla):
     """The sorted dispatch (``loop``, and under XLA ``tiles``) computes what every expert on
-    every token, masked by the routing, computes: outputs and gradients."""
+    every token, masked by the routing, computes: outputs and gradients. The reference runs
+    eagerly, on TensorFlow's own kernels: XLA compiles the dispatch alone."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -105,17 +108,22 @@ def test_dispatch_equals_the_dense_reference(xla):
     layer = MoE(experts=4, top_k=2, d_ff=48, aux_loss_weight=0.01, std=0.2)
     layer.build((3, 10, 32))
     x = tf.random.normal((3, 10, 32), seed=4)
+    # A gradient that weighs each output; drawn once, outside: XLA's stateless random
+    # numbers are not TensorFlow's.
+    probe = tf.random.stateless_normal(x.shape, (1, 2))
 
-    def both(x):
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(x)
-            routed, dense = layer(x), _dense_reference(layer, x)
-            probe = tf.random.stateless_normal(x.shape, (1, 2))  # a gradient that weighs each output
-            a, b = tf.reduce_sum(routed * probe), tf.reduce_sum(dense * probe)
-        wrt = [x, layer.gate, layer.up, layer.down, layer.router]
-        return routed, dense, tape.gradient(a, wrt), tape.gradient(b, wrt)
+    def with_gradients(forward):
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                out = forward(layer, x)
+                loss = tf.reduce_sum(out * probe)
+            return out, tape.gradient(loss, [x, layer.gate, layer.up, layer.down, layer.router])
 
-    routed, dense, got, want = tf.function(both, jit_compile=xla, autograph=False)(x)
+        return run
+
+    routed, got = tf.function(with_gradients(lambda layer, x: layer(x)), jit_compile=xla, autograph=False)(x)
+    dense, want = with_gradients(_dense_reference)(x)
     assert layer.kernel == ("tiles" if xla else "loop")
     np.testing.assert_allclose(routed, dense, rtol=1e-4, atol=1e-5)
     assert float(tf.reduce_max(tf.abs(dense))) > 0.1  # not a match of zeros

@@ -83,7 +83,7 @@ def test_a_bursts_peak_does_not_depend_on_how_it_started(tmp_path, _warm_starts,
     and 263 MiB warm in torch, 593 and 296 MiB in TensorFlow."""
     _models()
     spec = BurstSpec(
-        framework=framework, model="opmix", batch_size=8, image_size=16, steps=4, windows=2, warmup_steps=1
+        framework=framework, model="opmix", batch_size=8, image_size=16, steps=2, windows=2, warmup_steps=1
     )
     info = get_model(framework, "opmix")
     fresh = run_burst(spec, info, tmp_path / "fresh", LaunchOptions(warm_start=False))

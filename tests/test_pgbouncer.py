@@ -5,10 +5,12 @@ it as they do directly."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.util
 import json
-import subprocess
+import multiprocessing
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -79,22 +81,40 @@ def test_the_history_prepares_no_statement_a_pooler_would_lose(direct, bouncer):
         engine.dispose()
 
 
-def _import(url: str, path: Path, cwd: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "perfsuite", "history", "import", "--history", url, "--retry", "600", str(path)]
-    return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _import_to(url: str, path: Path, err: Path) -> None:
+    """`history import` of ``path`` as ``python -m perfsuite`` runs it, standard error to ``err``."""
+    with open(os.devnull, "w") as out, err.open("w") as sys.stderr, contextlib.redirect_stdout(out):
+        code = main(["history", "import", "--history", url, "--retry", "600", str(path)])
+    sys.exit(code)
+
+
+def _import(url: str, path: Path) -> multiprocessing.Process:
+    """A writer of its own, forked from this process: a client like any other, without the start
+    of a new interpreter and its imports."""
+    proc = multiprocessing.get_context("fork").Process(target=_import_to, args=(url, path, path.with_suffix(".err")))
+    proc.start()
+    return proc
+
+
+def _outcome(proc: multiprocessing.Process, path: Path) -> tuple[int | None, str]:
+    proc.join(timeout=300)
+    if proc.exitcode is None:
+        proc.kill()
+    return proc.exitcode, path.with_suffix(".err").read_text()
 
 
 def test_writers_at_once_through_pgbouncer_each_stored_once(direct, bouncer, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
     url = through(direct, bouncer)
     files = []
     for i in range(WRITERS):
         doc = run_doc(100.0 + i, bursts=7, node=f"node-{i}")  # 7 rows: psycopg would prepare their insert
         files.append(tmp_path / f"run-{i}.json")
         files[-1].write_text(json.dumps({"schema_version": 5, "run": doc["run"], "results": doc["results"]}))
-    procs = [_import(url, path, tmp_path) for path in files]  # each migrates, then writes
+    procs = [_import(url, path) for path in files]  # each migrates, then writes
     lines = recorder.record(url, run_doc(99.0, bursts=7, node="node-plugin"), 600.0)
-    outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    outcomes = [_outcome(p, path) for p, path in zip(procs, files, strict=True)]
     assert outcomes == [(0, "")] * WRITERS
     assert lines[0].startswith("perf history: run ") and "written to" in lines[0], lines
     with psycopg.connect(direct) as conn:

@@ -1,4 +1,5 @@
-"""The throwaway PostgreSQL server the database tests run against."""
+"""The throwaway PostgreSQL server the database tests run against: the answering tests ask the
+worker's own (conftest's ``postgres_url``), the start-up tests start their own."""
 
 import socket
 from pathlib import Path
@@ -9,12 +10,6 @@ import pytest
 from postgres_server import create_database, postgres_server
 
 psycopg = pytest.importorskip("psycopg")
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    with postgres_server() as url:
-        yield url
 
 
 def fetch_one(url, query):

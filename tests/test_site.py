@@ -18,6 +18,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 pytest.importorskip("otava", reason="change points need Apache Otava (the history extra)")
 
 import triage_history as th  # noqa: E402
+from memory_folder import memory_folder, one_connection  # noqa: E402
 
 from perfsuite.commands.main import main  # noqa: E402
 
@@ -26,23 +27,28 @@ ODD_KEY = "torch/odd<img src=x>&model/cpu1/nodes1/device/bs8/img32/fp32/a'b\"c"
 
 
 def build_history(path: Path) -> str:
+    """The history at ``path``, written over one connection (tests/memory_folder.py)."""
     keys = th.keys(4)
     url = f"sqlite:///{path}"
-    th.build(
-        url,
-        nights=NIGHTS,
-        nodes=8,
-        key_count=4,
-        factor=lambda node, key, night: 0.85 if node == 2 and night >= SLOW_FROM else 1.0,
-        env=lambda node, night: {"driver": "580.95" if night >= DRIVER_NIGHT else "580.65"},
-        key_names=[*keys[:3], ODD_KEY],
-    )
+    engine = one_connection(url)
+    try:
+        th.build(
+            engine,
+            nights=NIGHTS,
+            nodes=8,
+            key_count=4,
+            factor=lambda node, key, night: 0.85 if node == 2 and night >= SLOW_FROM else 1.0,
+            env=lambda node, night: {"driver": "580.95" if night >= DRIVER_NIGHT else "580.65"},
+            key_names=[*keys[:3], ODD_KEY],
+        )
+    finally:
+        engine.dispose()
     return url
 
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> str:
-    return build_history(tmp_path_factory.mktemp("site") / "history.db")
+    return build_history(memory_folder(tmp_path_factory, "site") / "history.db")
 
 
 def _site(capsys, url: str, folder: Path, *argv: str) -> tuple[int, Any]:

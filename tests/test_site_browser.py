@@ -20,6 +20,7 @@ playwright = pytest.importorskip("playwright.sync_api", reason="no Playwright: p
 
 import test_site_kinds as kinds  # noqa: E402
 import triage_history as th  # noqa: E402
+from memory_folder import memory_folder  # noqa: E402
 from test_site import NIGHTS, SLOW_NODE, build_history  # noqa: E402
 
 from perfsuite.commands.main import main  # noqa: E402
@@ -33,7 +34,7 @@ DRAWN = ".plot[data-drawn='true']"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("browser")
+    folder = memory_folder(tmp_path_factory, "browser")
     url = build_history(folder / "history.db")
     assert main(["history", "site", str(folder / "site"), "--history", url, "--at", th.at(NIGHTS)]) == 0
     return folder / "site"
@@ -110,7 +111,7 @@ def _hover(page, curve: int, point: int) -> str:
 @pytest.fixture(scope="module")
 def both_kinds(tmp_path_factory) -> Path:
     """The site of a history of image and token models, one node slow in the token keys only."""
-    return kinds.build_site(tmp_path_factory.mktemp("kinds"))
+    return kinds.build_site(memory_folder(tmp_path_factory, "kinds"))
 
 
 @pytest.mark.parametrize("key", [kinds.IMAGE, kinds.TOKENS[0]])

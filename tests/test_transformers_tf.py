@@ -4,10 +4,12 @@ learning a fixed batch."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import token_batches
+from keras_structure import structure_only, zero_weights
 from suite_files import needs
 
 from perfsuite.models import registry
@@ -29,17 +31,21 @@ TINY = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(PUBLISHED_PARAMS))
-def full_size(request):
-    """One full-size model at a time, built for real (a CPU sequence length: the weights are the same)."""
-    import keras
-
-    keras.backend.clear_session()
-    info = registry.get_model("tf", request.param)
+@functools.cache
+def _full_size(name: str):
+    """A full-size model, built by its registered builder (a CPU sequence length: the weights
+    are the same), once per module. Its tests count, inspect and trace it, never run it: its
+    weights are shapes without values."""
+    info = registry.get_model("tf", name)
     builder = registry.resolve_builder(info)
     if info.workload == "image":
-        return info, builder(num_classes=info.num_classes)
-    return info, builder(vocab_size=info.vocab_size, seq_len=info.cpu_seq_len)
+        return info, structure_only(builder, num_classes=info.num_classes)
+    return info, structure_only(builder, vocab_size=info.vocab_size, seq_len=info.cpu_seq_len)
+
+
+@pytest.fixture(scope="module", params=sorted(PUBLISHED_PARAMS))
+def full_size(request):
+    return _full_size(request.param)
 
 
 def _tiny(name: str, seed: int = 0):
@@ -75,15 +81,13 @@ def test_vit_flops_as_tensorflow_counts_them():
     """The figure registered for both frameworks, torch's FlopCounterMode's, is what
     TensorFlow's profiler (the burst worker's counter) finds in the Keras model's traced
     forward pass: attention's matmuls included."""
-    import keras
-
     from perfsuite.worker.backends.tf.flops import forward_flops
 
-    keras.backend.clear_session()
-    info = registry.get_model("tf", "vit_b16")
-    model = registry.resolve_builder(info)(num_classes=info.num_classes)
+    info, model = _full_size("vit_b16")
     assert info.flops == registry.get_model("torch", "vit_b16").flops
-    assert info.flops == pytest.approx(forward_flops(model, info.image_size), rel=0.005)
+    with zero_weights(model):
+        flops = forward_flops(model, info.image_size)
+    assert info.flops == pytest.approx(flops, rel=0.005)
 
 
 def _ids_and_changed():

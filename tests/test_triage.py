@@ -14,6 +14,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 pytest.importorskip("otava", reason="change points need Apache Otava (the history extra)")
 
 import triage_history as th  # noqa: E402
+from memory_folder import copy_history, memory_folder, one_connection  # noqa: E402
 
 from perfsuite.commands import triage  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
@@ -40,9 +41,22 @@ def _text(capsys, url: str, *argv: str) -> tuple[int, str]:
 
 
 def _history(tmp_path_factory, name: str, **scenario) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp(name) / 'history.db'}"
-    th.build(url, nights=NIGHTS, **scenario)
+    url = f"sqlite:///{memory_folder(tmp_path_factory, name) / 'history.db'}"
+    _build(url, **scenario)
     return url
+
+
+def _build(url: str, **scenario) -> list[int]:
+    engine = one_connection(url)
+    try:
+        return th.build(engine, nights=NIGHTS, **scenario)
+    finally:
+        engine.dispose()
+
+
+def _copy(tmp_path_factory, url: str) -> str:
+    """A shared history's copy, for a test that writes to it or lets triage do so."""
+    return copy_history(url, memory_folder(tmp_path_factory, "copy"))
 
 
 # --- the scenarios ------------------------------------------------------------------------------
@@ -178,9 +192,15 @@ def test_a_new_host_behind_a_node_on_the_same_fingerprint_is_a_swap_too(tmp_path
     ]
 
 
-def test_a_flat_fleet_with_2_percent_noise_for_30_nights_has_no_incident(tmp_path_factory, capsys):
+@pytest.fixture(scope="module")
+def flat(tmp_path_factory) -> str:
+    """Every node as fast as ever, figures wandering 2% (seed 1)."""
+    return _history(tmp_path_factory, "flat-1", seed=1)
+
+
+def test_a_flat_fleet_with_2_percent_noise_for_30_nights_has_no_incident(flat, tmp_path_factory, capsys):
     for seed in (1, 2, 3):
-        url = _history(tmp_path_factory, f"flat-{seed}", seed=seed)
+        url = flat if seed == 1 else _history(tmp_path_factory, f"flat-{seed}", seed=seed)
         rc, report = _triage(capsys, url)
         assert rc == 0 and report["incidents"] == [] and report["swaps"] == [], seed
 
@@ -227,17 +247,12 @@ def test_some_nodes_that_share_a_change_and_a_label_are_named_with_them(tmp_path
 
 
 def test_a_bisect_past_its_time_is_stopped_and_the_report_is_still_written(
-    tmp_path_factory, tmp_path, capsys, monkeypatch
+    slow_commit, tmp_path_factory, tmp_path, capsys, monkeypatch
 ):
     """--bisect: a bisect still running at its limit is stopped; the report is written all the same,
     that incident's bisect saying it timed out (a bisect that outlived its limit used to lose the
     whole report)."""
-    url = _history(
-        tmp_path_factory,
-        "slow-bisect",
-        factor=lambda node, key, night: 0.85 if night >= 20 and key in (2, 3) else 1.0,
-        env=lambda node, night: {"git_commit": "bbbb222" if night >= 20 else "aaaa111"},
-    )
+    url = _copy(tmp_path_factory, slow_commit)
     never_done = tmp_path / "python"  # what --bisect starts, in place of the interpreter: a bisect that never ends
     never_done.write_text("#!/bin/sh\nexec sleep 120\n")
     never_done.chmod(0o755)
@@ -256,7 +271,8 @@ def test_a_bisect_past_its_time_is_stopped_and_the_report_is_still_written(
 # --- what the history holds besides the figures ------------------------------------------------
 
 
-def test_a_bisect_verdict_in_the_history_is_shown_with_its_incident(slow_commit, capsys):
+def test_a_bisect_verdict_in_the_history_is_shown_with_its_incident(slow_commit, tmp_path_factory, capsys):
+    slow_commit = _copy(tmp_path_factory, slow_commit)  # the other tests read it without the verdict
     engine = db.open_history(slow_commit)
     try:
         outcome = {
@@ -283,10 +299,9 @@ def test_a_bisect_verdict_in_the_history_is_shown_with_its_incident(slow_commit,
 def test_gate_failures_tonight_and_their_ops_come_from_the_bursts(tmp_path_factory, capsys):
     """Three nights ago gpu05's key 1 slowed by 30%; its bursts failed the gate (confirmed) and
     carry attribution: the ops that moved are listed, most first, at most 5."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('gate') / 'history.db'}"
-    ids = th.build(
+    url = f"sqlite:///{memory_folder(tmp_path_factory, 'gate') / 'history.db'}"
+    ids = _build(
         url,
-        nights=NIGHTS,
         factor=lambda node, key, night: 0.7 if node == 4 and key == 1 and night >= NIGHTS - 3 else 1.0,
         failing=lambda node, key, night: node == 4 and key == 1 and night >= NIGHTS - 3,
     )
@@ -395,10 +410,10 @@ def test_an_empty_window_or_a_missing_history_exit_1(driver_upgrade, tmp_path, c
     assert rc == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
 
 
-def test_bisects_own_measurements_in_the_history_are_no_nights_of_the_fleet(tmp_path_factory, capsys):
+def test_bisects_own_measurements_in_the_history_are_no_nights_of_the_fleet(flat, tmp_path_factory, capsys):
     """bisect --perf-history stores each commit's bursts, labelled bisect_commit, from whatever
     machine it ran on: 40% slower midpoints there are not gpu01 slowing down."""
-    url = _history(tmp_path_factory, "bisect-runs")
+    url = _copy(tmp_path_factory, flat)
     doc = th.record()
     doc["run"].update(date=th.at(NIGHTS).replace("06:00", "05:00"), node="gpu01", labels={"bisect_commit": "bbbb222"})
     for row in doc["results"]:

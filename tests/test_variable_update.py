@@ -74,7 +74,10 @@ def _ranks(rank, world, folder):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("variable-update")
-    mp.spawn(_ranks, args=(2, str(folder)), nprocs=2, join=True)
+    # Forked, not spawned: the ranks share this process's torch import instead of paying one each
+    # (each sets one thread before any op, so no OpenMP pool is carried over the fork).
+    start = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_ranks, args=(2, str(folder)), nprocs=2, join=True, start_method=start)
     return folder
 
 

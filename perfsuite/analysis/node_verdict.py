@@ -68,6 +68,7 @@ TRUNCATED = 0.9733
 # Log-ratios closer than this are equal: the rounding of logs and means is not a difference.
 EQUAL = 1e-9
 LEAST_NODES = 3  # with two figures there is no telling which one is off
+CHUNK = 1 << 18  # figures worked on in one numpy step at most (a few MB a copy)
 
 SLOW = "slow"
 OK = "ok"
@@ -285,22 +286,26 @@ def evidence(nodes: Sequence[str], figures: Array, rule: FleetRule) -> Evidence:
     ``judge_fleet`` first takes the nights the rule reads."""
     tolerance, nights = rule.tolerance, rule.nights
     n, keys, read = figures.shape
-    # One [node, key, night] array, worked in place and a night at a time: a fleet's figures
-    # are millions, and each whole-array step would hold another copy of them.
+    # One [node, key, night] array, worked in place and a few nights at a time: a fleet's
+    # figures are millions, and each whole-array step would hold another copy of them, while a
+    # small fleet's nights are many tiny steps whose cost is numpy's call, not the work.
     d = np.where(figures > 0, figures, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         np.log(d, out=d)
-    for k in range(read):
-        d[:, :, k] -= peers_centre(d[:, :, k], rule.min_nodes - 1)
+    step = max(1, CHUNK // max(1, n * keys))
+    for k in range(0, read, step):
+        part = d[:, :, k : k + step]  # each column (key, night) is centred on its own
+        part -= peers_centre(part.reshape(n, -1), rule.min_nodes - 1).reshape(part.shape)
     scales = np.array([spread(d[:, j, :].ravel())[0] for j in range(keys)])
     night_z = np.full((n, read), np.nan)
     nightly = np.full((n, min(nights, read)), np.nan)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice is NaN, as meant
-        for k in range(read):
-            night_z[:, k] = np.nanmedian(_standardise(d[:, :, k], scales), axis=1)
-            if k < nightly.shape[1]:
-                nightly[:, k] = np.nanmedian(d[:, :, k], axis=1)
+        for k in range(0, read, step):
+            night_z[:, k : k + step] = np.nanmedian(_standardise(d[:, :, k : k + step], scales[:, None]), axis=1)
+        last = nightly.shape[1]
+        for k in range(0, last, step):
+            nightly[:, k : k + step] = np.nanmedian(d[:, :, k : min(k + step, last)], axis=1)
     scale, points = spread(night_z.ravel())
     window = min(nights, read)
     judged = ~np.isnan(night_z[:, :window])
@@ -353,6 +358,13 @@ def verdicts(found: Evidence, rule: FleetRule) -> list[NodeVerdict]:
     adjusted = holm(p_values)
     judged = [i for i, p in enumerate(p_values) if not math.isnan(p)]
     order = {i: rank for rank, i in enumerate(sorted(judged, key=lambda i: p_values[i]))}
+    windows = {}
+    for i in judged:
+        rejected = adjusted[i] <= rule.alpha
+        windows[i] = found.best(i, rule.alpha / (len(judged) - order[i]) if rejected else None)
+    slow_in = _slow_in(found.deviations, windows, rule.tolerance)
+    with np.errstate(invalid="ignore"):
+        slow_nights = np.sum(found.nightly < math.log1p(-rule.tolerance), axis=1)
     out = []
     for i, node in enumerate(found.nodes):
         adj, p = adjusted[i], p_values[i]
@@ -360,8 +372,7 @@ def verdicts(found: Evidence, rule: FleetRule) -> list[NodeVerdict]:
             out.append(_unjudged(found, i, node))
             continue
         rejected = adj <= rule.alpha
-        threshold = rule.alpha / (len(judged) - order[i]) if rejected else None
-        w = found.best(i, threshold)
+        w = windows[i]
         effect = float(found.window_effect[i, w])
         slow = rejected and bool(found.window_p[i, w] <= rule.alpha) and effect < -rule.tolerance
         out.append(
@@ -372,29 +383,30 @@ def verdicts(found: Evidence, rule: FleetRule) -> list[NodeVerdict]:
                 int(found.window_nights[i, w]),
                 int(found.keys[i]),
                 int(found.slow_keys[i]),
-                _slow_nights(found.nightly[i], rule.tolerance),
+                int(slow_nights[i]),
                 _fraction(found.nightly[i, 0]),
                 float(found.scores[i, w]),
                 p,
                 adj,
                 tuple(_fraction(x) for x in found.nightly[i]),
-                _slow_in(found.deviations[i, :, : w + 1], rule.tolerance),
+                slow_in[i],
             )
         )
     return out
 
 
-def _slow_in(deviations: Array, tolerance: float) -> tuple[int, ...]:
-    """The keys of ``deviations`` [key, night] whose mean over the nights is more than ``tolerance`` below."""
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a key with no figure in them: NaN, not slow
-        mean = np.nanmean(deviations, axis=1)
-        return tuple(int(j) for j in np.flatnonzero(mean < math.log1p(-tolerance)))
-
-
-def _slow_nights(nightly: Array, tolerance: float) -> int:
-    with np.errstate(invalid="ignore"):
-        return int(np.sum(nightly < math.log1p(-tolerance)))
+def _slow_in(deviations: Array, windows: dict[int, int], tolerance: float) -> dict[int, tuple[int, ...]]:
+    """Node i -> the keys of ``deviations`` [node, key, night] whose mean over its window's nights
+    (0 to ``windows[i]``) is more than ``tolerance`` below; the nodes of one window at once."""
+    out = {}
+    for w in set(windows.values()):
+        nodes = [i for i, v in windows.items() if v == w]
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a key with no figure in them: NaN, not slow
+            slow = np.nanmean(deviations[nodes, :, : w + 1], axis=2) < math.log1p(-tolerance)
+        for i, keys in zip(nodes, slow):
+            out[i] = tuple(int(j) for j in np.flatnonzero(keys))
+    return out
 
 
 def _fraction(log_ratio: float) -> float | None:

@@ -162,12 +162,17 @@ class Ends:
         r = self.ratios
         return sum(r) / len(r)
 
+    @cached_property  # every verdict's stray chance starts from it; the pairs never change
+    def _squares(self) -> tuple[float, int]:
+        """The pairs' log ratios' sum of squares about their mean, and its degrees of freedom."""
+        r = self.ratios
+        mean = sum(r) / len(r)
+        return sum((v - mean) ** 2 for v in r), len(r) - 1
+
     def _spread(self, groups: Sequence[Sequence[float]] = ()) -> tuple[float, int]:
         """(standard deviation, degrees of freedom) of one pair's log ratio: from the pairs, and
         from ``groups`` of other log ratios that share a mean each (a commit's rounds beside one end)."""
-        r = self.ratios
-        mean = sum(r) / len(r)
-        squares, df = sum((v - mean) ** 2 for v in r), len(r) - 1
+        squares, df = self._squares
         for g in groups:
             if len(g) > 1:
                 m = sum(g) / len(g)
@@ -253,7 +258,7 @@ class Change:
 
 
 def ends_change(ends: Ends, min_change: float) -> Change:
-    from scipy.stats import t as student
+    from scipy.special import stdtr  # what scipy.stats.t.sf computes, without its checks' cost
 
     g, b = pooled(ends.good), pooled(ends.bad)
     r = ends.ratios
@@ -264,8 +269,8 @@ def ends_change(ends: Ends, min_change: float) -> Change:
     mean = sum(r) / len(r)
     sd = max(math.sqrt(sum((v - mean) ** 2 for v in r) / (len(r) - 1)), MIN_SCATTER)
     se = sd / math.sqrt(len(r))
-    p_pairs = float(student.sf(abs(mean) / se, len(r) - 1))
-    half = float(student.ppf(0.975, len(r) - 1)) * se
+    p_pairs = float(stdtr(len(r) - 1, -(abs(mean) / se)))
+    half = _t_quantile(0.975, len(r) - 1) * se
     return Change(ratio, p, p_pairs, min_change, math.expm1(mean - half), math.expm1(mean + half))
 
 
@@ -277,9 +282,14 @@ class Round:
     end: str  # GOOD or BAD: which end was measured beside it
     reference: tuple[float, ...]
 
+    @cached_property  # asked for at every verdict of its commit; the bursts never change
+    def ratio(self) -> float:
+        """log(the commit's burst / the end's beside it), medians."""
+        return log_ratio(self.burst, self.reference)
+
     def position(self, span: float) -> float:
         """Where the commit lies on the way from GOOD (0) to BAD (1), by its ratio to the end beside it."""
-        d = log_ratio(self.burst, self.reference) / span
+        d = self.ratio / span
         return d if self.end == GOOD else 1.0 + d
 
     def as_dict(self, span: float) -> dict:
@@ -348,7 +358,7 @@ def judge(rounds: Sequence[Round], ends: Ends) -> Call:
     slower = span < 0
     xs = [r.position(span) for r in rounds]
     x = stats.median(xs)
-    q = ends.stray_chance([[log_ratio(r.burst, r.reference) for r in rounds if r.end == e] for e in (GOOD, BAD)])
+    q = ends.stray_chance([[r.ratio for r in rounds if r.end == e] for e in (GOOD, BAD)])
     n, near_good = len(xs), sum(1 for v in xs if v < 0.5)
     tail_good = _at_least(near_good, n, q) if near_good else 1.0
     tail_bad = _at_least(n - near_good, n, q) if near_good < n else 1.0

@@ -8,6 +8,7 @@ a simulated bench. ``tests/test_bisect_rules.py`` holds it equal to scipy's.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache, lru_cache
 
@@ -43,11 +44,12 @@ def p_value(a: Sequence[float], b: Sequence[float], a_smaller: bool) -> float:
     n1, n2 = len(a), len(b)
     if n1 == 0 or n2 == 0 or len(set(a) | set(b)) == 1:
         return 1.0
-    values = sorted([(float(x), 0) for x in a] + [(float(x), 1) for x in b])
-    if len({v for v, _ in values}) == len(values):  # no ties: each value its own rank
-        rank_a, ties = float(sum(i + 1 for i, (_, side) in enumerate(values) if side == 0)), [1]
+    mine = [float(x) for x in a]
+    every = sorted(mine + [float(x) for x in b])
+    if len(set(every)) == len(every):  # no ties: each value its own rank, one above those below it
+        rank_a, ties = float(sum(bisect_left(every, x) + 1 for x in mine)), [1]
     else:
-        rank_a, ties = _tied_ranks(values)
+        rank_a, ties = _tied_ranks(sorted([(x, 0) for x in mine] + [(float(x), 1) for x in b]))
     u1 = rank_a - n1 * (n1 + 1) / 2
     u = n1 * n2 - u1 if a_smaller else u1
     tied = any(t > 1 for t in ties)
