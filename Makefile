@@ -4,6 +4,10 @@
 # make slurm-test: set up, then run the Slurm recipes (examples/) through a Slurm cluster on this machine
 # make test-floors: the fast tests in a venv of their own at the lowest versions pyproject.toml allows
 PYTHON ?= python3
+# Python caches bytecode (and pytest its rewritten test modules) in __pycache__: the tests
+# start hundreds of Python processes that import perfsuite, and machines that set
+# PYTHONDONTWRITEBYTECODE would compile it anew in each (7 s of CPU a pytest process).
+unexport PYTHONDONTWRITEBYTECODE
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Without an NVIDIA GPU: the CPU builds of torch and TensorFlow (an unpinned torch pulls
