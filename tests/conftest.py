@@ -23,6 +23,12 @@ with contextlib.suppress(ImportError):
 
 NO_HYPOTHESIS = "-p no:hypothesispytest"
 
+# XLA compiles the TensorFlow tests' jit-compiled steps at LLVM's lowest optimisation level, in
+# pytest and in every process it starts: the tests check what a compiled step computes and
+# counts, never how fast it runs, and the compile takes about half the CPU.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 # The first example pays for importing scipy; wall-clock deadlines only add flakiness.
 settings.register_profile("perfsuite", deadline=None)
 settings.load_profile("perfsuite")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -43,6 +44,17 @@ def copy_history(url: str, folder: Path) -> str:
         if Path(f"{source}{suffix}").is_file():
             shutil.copyfile(f"{source}{suffix}", folder / f"{source.name}{suffix}")
     return f"sqlite:///{folder / source.name}"
+
+
+def backup_history(source: Path, target: Path) -> None:
+    """The SQLite history file ``source`` copied to ``target`` by SQLite's own backup: a test
+    starts from a history built once instead of building it again."""
+    reader, writer = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        reader.backup(writer)
+    finally:
+        reader.close()
+        writer.close()
 
 
 def one_connection(url: str) -> sa.Engine:

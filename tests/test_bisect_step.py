@@ -12,6 +12,12 @@ pytestmark = pytest.mark.xdist_group("bisect-step")
 
 COMMITS, CULPRIT = 3, 2  # git bisect run measures commit 2 alone: the ends, then one midpoint
 TIMEOUT = 1200
+# 30 timed steps, not 10: a step is mostly a sleep, so the longer bursts cost wall time, not
+# CPU, and their windows scatter less on a busy machine, where the ends' pairs would otherwise
+# call for another pair, and another (each a pytest process), up to the cap.
+STEP_BURST = ["--perf-steps", "30", *BURST[2:]]
+# The bursts' pytest processes leave out hypothesis's plugin (a quarter of their start-up's CPU).
+NO_HYPOTHESIS = {"PYTEST_ADDOPTS": "-p no:hypothesispytest"}
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +26,10 @@ def bisected(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bisect-step")
     repo = tmp / "repo"
     shas = build(repo, COMMITS, CULPRIT)
-    env = environment(tmp)
+    env = environment(tmp, **NO_HYPOTHESIS)
     git(repo, "bisect", "start", shas[-1], shas[0])
     done = subprocess.run(
-        ["git", "bisect", "run", *command("bisect-step", shas[0], shas[-1], KEY, *BURST)],
+        ["git", "bisect", "run", *command("bisect-step", shas[0], shas[-1], KEY, *STEP_BURST)],
         cwd=repo,
         env=env,
         capture_output=True,
@@ -35,6 +41,9 @@ def bisected(tmp_path_factory):
     return tmp, repo, shas, env, done, log
 
 
+# The tests of a real `git bisect run` (a dozen pytest processes, each a burst or more) are the
+# real-process tier's (make test-e2e); its refusals, at the end, are make test's.
+@pytest.mark.e2e
 def test_git_bisect_run_finds_the_commit(bisected):
     tmp, repo, shas, env, done, log = bisected
     assert done.returncode == 0, done.stdout + done.stderr
@@ -44,6 +53,7 @@ def test_git_bisect_run_finds_the_commit(bisected):
     assert leftovers(tmp) == []
 
 
+@pytest.mark.e2e
 def test_each_step_said_good_or_bad_and_the_first_wrote_the_ends(bisected):
     tmp, repo, shas, env, done, log = bisected
     assert "git bisect skip" not in log
@@ -55,11 +65,12 @@ def test_each_step_said_good_or_bad_and_the_first_wrote_the_ends(bisected):
     assert done.stderr.count("GOOD and BAD, pair 1: ") == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which, code", [(0, 0), (-1, 1)])
 def test_the_ends_are_answered_from_the_ends_file(bisected, which, code):
     tmp, repo, shas, env, done, log = bisected
     step = subprocess.run(
-        command("bisect-step", shas[0], shas[-1], KEY, *BURST, "--commit", shas[which], "--json"),
+        command("bisect-step", shas[0], shas[-1], KEY, *STEP_BURST, "--commit", shas[which], "--json"),
         cwd=repo,
         env=env,
         capture_output=True,
@@ -72,10 +83,11 @@ def test_the_ends_are_answered_from_the_ends_file(bisected, which, code):
     assert "pair" not in step.stderr and "round" not in step.stderr  # nothing measured
 
 
+@pytest.mark.e2e
 def test_a_commit_is_judged_once_and_then_read_from_the_cache(bisected):
     tmp, repo, shas, env, done, log = bisected
     step = subprocess.run(
-        command("bisect-step", shas[0], shas[-1], KEY, *BURST, "--commit", shas[CULPRIT - 1]),
+        command("bisect-step", shas[0], shas[-1], KEY, *STEP_BURST, "--commit", shas[CULPRIT - 1]),
         cwd=repo,
         env=env,
         capture_output=True,

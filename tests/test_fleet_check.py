@@ -4,8 +4,6 @@ shared history, with faked bursts and peers written into the history beforehand.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
@@ -14,7 +12,7 @@ import pytest
 
 pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip install -e '.[history]'")
 
-from suite_files import FAKE_ARGS, FAKE_BURSTS, SUITE, faked_project  # noqa: E402
+from suite_files import FAKE_ARGS, FAKE_BURSTS, faked_project  # noqa: E402
 
 from perfsuite.history import db  # noqa: E402
 from perfsuite.reporting.perf_json import SCHEMA_VERSION  # noqa: E402
@@ -26,27 +24,26 @@ PEERS = {f"node-{c}": 100.0 * (1 + d) for c, d in zip("abcdef", (-0.003, -0.002,
 FLEET = [*FAKE_ARGS, "--perf-history", "perf.db", "--perf-node", "node-x"]
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory) -> tuple[str, str]:
-    """The fake burst's key and this machine's CPU fingerprint id, from one run's --perf-json."""
-    folder = tmp_path_factory.mktemp("probe")
-    (folder / "conftest.py").write_text(FAKE_BURSTS)
-    (folder / "test_suite.py").write_text(SUITE)
-    (folder / "baselines").mkdir()
-    subprocess.run(
-        [sys.executable, "-m", "pytest", *FAKE_ARGS, "--perf-missing-baseline", "pass", "--perf-json", "probe.json"],
-        cwd=folder,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    doc = json.loads((folder / "probe.json").read_text())
-    return doc["results"][0]["key"], doc["run"]["fingerprints"]["cpu"]["id"]
-
-
 @pytest.fixture
 def faked(pytester):
     return faked_project(pytester)
+
+
+_PROBED: list[tuple[str, str]] = []
+
+
+@pytest.fixture
+def probe(faked) -> tuple[str, str]:
+    """The fake burst's key and this machine's CPU fingerprint id, from one run's --perf-json: run
+    once, in the first test's project (in process, as the tests run theirs) and cleared away after."""
+    if not _PROBED:
+        run = faked.runpytest_inprocess(*FAKE_ARGS, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
+        run.assert_outcomes(passed=1)
+        doc = json.loads((faked.path / "probe.json").read_text())
+        _PROBED.append((doc["results"][0]["key"], doc["run"]["fingerprints"]["cpu"]["id"]))
+        for name in ("probe.json", "bursts.log"):
+            (faked.path / name).unlink()
+    return _PROBED[0]
 
 
 def write_peers(path, key: str, fingerprint: str, rates: dict[str, float], hours_ago: float = 3.0) -> None:

@@ -16,6 +16,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from memory_folder import backup_history  # noqa: E402
 
 from perfsuite.history import db  # noqa: E402
 from perfsuite.history.fleet_read import night_windows, read_fleet  # noqa: E402
@@ -37,6 +38,14 @@ run = st.tuples(
     st.sampled_from(PRINTS),
     st.lists(burst, min_size=1, max_size=4),
 )
+
+
+@pytest.fixture(scope="module")
+def empty(tmp_path_factory):
+    """A history with its schema and no run: each example starts from a copy, not a new schema."""
+    path = tmp_path_factory.mktemp("empty") / "h.db"
+    db.open_history(f"sqlite:///{path}").dispose()
+    return path
 
 
 def _write(url: str, runs: list) -> list[dict]:
@@ -99,8 +108,10 @@ def _expected(runs: list[dict], since: timedelta, nights: int) -> dict:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=st.lists(run, min_size=1, max_size=12), hours=st.sampled_from([24, 60]), nights=st.integers(1, 4))
-def test_each_figure_is_its_nights_latest_and_a_run_stands_once(tmp_path_factory, runs, hours, nights):
-    url = f"sqlite:///{tmp_path_factory.mktemp('read') / 'h.db'}"
+def test_each_figure_is_its_nights_latest_and_a_run_stands_once(empty, tmp_path_factory, runs, hours, nights):
+    path = tmp_path_factory.mktemp("read") / "h.db"
+    backup_history(empty, path)
+    url = f"sqlite:///{path}"
     written = _write(url, runs)
     engine = db.open_history(url, write=False)
     try:

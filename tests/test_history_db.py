@@ -3,10 +3,8 @@ writers, schema versions, and runs spooled while the database cannot be reached.
 
 from __future__ import annotations
 
-import os
+import multiprocessing
 import sqlite3
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,18 +19,13 @@ from memory_folder import memory_folder  # noqa: E402
 from perfsuite.history import db, document, recorder, schema, spool  # noqa: E402
 from perfsuite.history.url import HistoryError, normalise, shown  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 
-WRITER = """
-import sys
-sys.path.insert(0, {tests!r})
-from history_docs import run_doc
-from perfsuite.history import db
-engine = db.open_history(sys.argv[1])
-for i in range(int(sys.argv[3])):
-    doc = run_doc(100.0 + i, day=i, commit=f"{{sys.argv[2]}}-{{i}}", bursts=3)
-    assert db.write_run(engine, doc) is not None
-"""
+def _write_runs(url: str, name: str, runs_each: int) -> None:
+    """One writer: its own engine, each run its own transaction."""
+    engine = db.open_history(url)
+    for i in range(runs_each):
+        doc = run_doc(100.0 + i, day=i, commit=f"{name}-{i}", bursts=3)
+        assert db.write_run(engine, doc) is not None
 
 
 def _sqlite(tmp_path: Path) -> str:
@@ -189,21 +182,15 @@ def test_series_and_runs_per_node_postgresql(postgres_db):
 
 
 def _writers(url: str, runs_each: int = 50) -> None:
-    """Two processes writing at once, each run its own transaction."""
-    code = WRITER.format(tests=str(Path(__file__).parent))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, url, name, str(runs_each)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name in ("a", "b")
-    ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
+    """Two processes writing at once, each run its own transaction. Forked from this one, which
+    imported the history already: what is tested is their locks, not their interpreters' start."""
+    fork = multiprocessing.get_context("fork")
+    procs = [fork.Process(target=_write_runs, args=(url, name, runs_each)) for name in ("a", "b")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0, 0]  # a writer's traceback is in the captured stderr
 
 
 def _assert_all_there(url: str, runs_each: int = 50) -> None:

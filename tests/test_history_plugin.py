@@ -28,6 +28,17 @@ def faked(pytester):
     return faked_project(pytester)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _imported_once(tmp_path_factory):
+    """pytester's in-process sessions forget the modules they import (tests/conftest.py): what
+    opening a history (Alembic's migrations) and drawing a report's trends (matplotlib) import is
+    imported here once, not again in every session."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+
+    db.open_history(f"sqlite:///{tmp_path_factory.mktemp('imports') / 'h.db'}").dispose()
+
+
 def _history(pytester):
     return db.open_history(f"sqlite:///{pytester.path / 'perf.db'}")
 
@@ -79,8 +90,9 @@ def test_a_failed_run_is_kept_too(faked, monkeypatch):
 def test_without_a_history_nothing_new_is_written(faked, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
 
-    def files():  # pytester's own: its temporary folder and captured output
-        return {p.name for p in faked.path.iterdir() if not p.name.startswith(("runpytest", "stdout", "stderr"))}
+    def files():  # pytester's own (its temporary folder, captured output) and Python's bytecode cache
+        own = ("runpytest", "stdout", "stderr", "__pycache__")
+        return {p.name for p in faked.path.iterdir() if not p.name.startswith(own)}
 
     before = files()
     # pytest-benchmark makes its .benchmarks folder on its own: left out, to see perfsuite's files.

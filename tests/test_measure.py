@@ -7,6 +7,24 @@ from hypothesis import strategies as st
 from perfsuite.worker import measure
 
 
+class Unsampled:
+    """Stands in for the utilisation sampler: its thread and process scans (tests/test_utilisation.py
+    checks them) would cost each of the hundreds of examples here more than the loop itself."""
+
+    def start(self):
+        return self
+
+    def stop(self):
+        return {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _unsampled():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(measure, "Sampler", lambda *args, **kwargs: Unsampled())
+        yield
+
+
 class FakeDevice:
     """Steps queue work; only sync() advances the clock by the queued time."""
 

@@ -36,6 +36,16 @@ TRAIN_STEP_MODELS = ("cifar10", "alexnet", "resnet50")
 TRAIN_STEP_IMAGE_SIZE = 64
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: with another process on the second core, two threads' spinning barriers
+    cost several times the CPU of the same step on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _build(name: str):
     info = registry.get_model("torch", name)
     return info, registry.resolve_builder(info)(info.num_classes)
@@ -70,6 +80,12 @@ def test_flops_metadata_matches_measurement(built):
     assert info.flops == pytest.approx(forward_flops(model, info.image_size, torch.device("meta")), rel=0.02)
 
 
+def _finite(t) -> bool:
+    """Every element finite: its least and greatest are (min and max propagate NaN), which costs a
+    fraction of torch.isfinite's mask over AlexNet's 61M gradients."""
+    return all(math.isfinite(v.item()) for v in torch.aminmax(t))
+
+
 @pytest.mark.parametrize("name", TRAIN_STEP_MODELS)
 def test_train_step_gives_finite_loss(name):
     torch.manual_seed(0)
@@ -83,7 +99,7 @@ def test_train_step_gives_finite_loss(name):
     loss = torch.nn.functional.cross_entropy(logits, y)
     loss.backward()
     assert math.isfinite(loss.item())
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert all(_finite(p.grad) for p in model.parameters() if p.grad is not None)
 
 
 def test_channels_last_under_autocast():

@@ -6,6 +6,7 @@ be deterministic is none."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from html import escape
 
@@ -15,6 +16,7 @@ pytest.importorskip("sqlalchemy", reason="the history needs its extra: pip insta
 pytest.importorskip("otava", reason="change points need Apache Otava (the history extra)")
 
 import triage_history as th  # noqa: E402
+from memory_folder import backup_history  # noqa: E402
 
 from perfsuite.commands.main import main  # noqa: E402
 
@@ -34,18 +36,54 @@ def changed(step: int = 3, diff: float = 0.021, note: str | None = None, outcome
     }
 
 
-def triage(capsys, tmp_path, **scenario) -> tuple[int, dict, str]:
-    url = f"sqlite:///{tmp_path / 'history.db'}"
-    th.build(url, nights=NIGHTS, nodes=4, **scenario)
+@pytest.fixture(scope="module")
+def past(tmp_path_factory):
+    """The nights before tonight, written once: every scenario here differs from the plain
+    history tonight only (history_with checks that), so each test copies them and adds tonight."""
+    path = tmp_path_factory.mktemp("past") / "history.db"
+    th.build(f"sqlite:///{path}", nights=NIGHTS - 1, nodes=4)
+    return path
+
+
+PLAIN = {"factor": 1.0, "failing": False, "numerics": {}}  # th.build's, night by night
+
+
+def history_with(past, tmp_path, env=lambda node, night: {}, **scenario) -> str:
+    """The history of NIGHTS nights on 4 nodes with ``scenario`` (th.build's): the past copied,
+    then tonight's runs, dated as th.build dates a night's."""
+    for night in range(TONIGHT):  # a scenario that changed the past would need it written again
+        for node in range(4):
+            assert env(node, night) == {}, night
+            for name, fn in scenario.items():
+                assert all(fn(node, key, night) == PLAIN[name] for key in range(len(KEYS))), (name, night)
+    path = tmp_path / "history.db"
+    backup_history(past, path)
+
+    def tonight_env(node, night):
+        when = th.START + datetime.timedelta(days=TONIGHT, seconds=60 * node)
+        return {**env(node, TONIGHT), "date": when.isoformat()}
+
+    def at_tonight(fn):
+        return lambda node, key, night: fn(node, key, TONIGHT)
+
+    url = f"sqlite:///{path}"
+    tonight = {name: at_tonight(fn) for name, fn in scenario.items()}
+    th.build(url, nights=1, nodes=4, seed=NIGHTS, env=tonight_env, **tonight)  # its own draws of the noise
+    return url
+
+
+def triage(capsys, past, tmp_path, **scenario) -> tuple[int, dict, str]:
+    url = history_with(past, tmp_path, **scenario)
     rc = main(["triage", "--history", url, "--at", th.at(NIGHTS), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert main(["triage", "--history", url, "--at", th.at(NIGHTS)]) == rc
     return rc, report, capsys.readouterr().out
 
 
-def test_a_numerics_change_with_no_slowdown_is_an_incident_of_its_own_with_what_changed(capsys, tmp_path):
+def test_a_numerics_change_with_no_slowdown_is_an_incident_of_its_own_with_what_changed(capsys, past, tmp_path):
     rc, report, text = triage(
         capsys,
+        past,
         tmp_path,
         numerics=lambda node, key, night: changed(step=3 + key) if night == TONIGHT and key < 2 else {},
     )
@@ -59,11 +97,12 @@ def test_a_numerics_change_with_no_slowdown_is_an_incident_of_its_own_with_what_
     assert "1 incident of numerics alone" in text
 
 
-def test_a_numerics_change_joins_the_incident_of_its_slowdown(capsys, tmp_path):
+def test_a_numerics_change_joins_the_incident_of_its_slowdown(capsys, past, tmp_path):
     """Tonight torch 2.13.0 slows key 0 by 30% on every node (the gate failed it) and changes its
     losses: one incident, with its numerics."""
     rc, report, text = triage(
         capsys,
+        past,
         tmp_path,
         factor=lambda node, key, night: 0.7 if night == TONIGHT and key == 0 else 1.0,
         failing=lambda node, key, night: night == TONIGHT and key == 0,
@@ -76,10 +115,11 @@ def test_a_numerics_change_joins_the_incident_of_its_slowdown(capsys, tmp_path):
     assert "  numerics: losses not the golden ones in 4 bursts: " in text
 
 
-def test_a_drift_the_configuration_cannot_help_is_no_incident(capsys, tmp_path):
+def test_a_drift_the_configuration_cannot_help_is_no_incident(capsys, past, tmp_path):
     note = "not deterministic here (NCCL picks its reduction algorithm itself): only the tolerance applies"
     _, report, _ = triage(
         capsys,
+        past,
         tmp_path,
         numerics=lambda node, key, night: changed(diff=1e-4, note=note, outcome="drifted") if night == TONIGHT else {},
     )
@@ -104,9 +144,8 @@ def test_history_trend_shows_each_runs_numerics(capsys, tmp_path):
     assert [r["numerics"] for r in runs] == [None, "same", "same", "same", "changed from step 3"]
 
 
-def test_the_site_shows_a_numerics_change_on_its_front_page(capsys, tmp_path):
-    url = f"sqlite:///{tmp_path / 'history.db'}"
-    th.build(url, nights=NIGHTS, nodes=4, numerics=lambda node, key, night: changed() if night == TONIGHT else {})
+def test_the_site_shows_a_numerics_change_on_its_front_page(capsys, past, tmp_path):
+    url = history_with(past, tmp_path, numerics=lambda node, key, night: changed() if night == TONIGHT else {})
     assert main(["history", "site", str(tmp_path / "site"), "--history", url, "--at", th.at(NIGHTS)]) == 0
     capsys.readouterr()
     front = (tmp_path / "site" / "index.html").read_text()

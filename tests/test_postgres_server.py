@@ -56,26 +56,37 @@ def test_created_databases_are_isolated(postgres_url):
     assert fetch_one(second, "SELECT to_regclass('only_here') IS NOT NULL") == (False,)
 
 
-def test_server_is_stopped_and_removed_on_exit():
-    with postgres_server() as url:
-        port = urlsplit(url).port
-        (data,) = fetch_one(url, "SHOW data_directory")
-        workdir = Path(data).parent
-        assert workdir.is_dir()
-    assert refuses_connections(port)
-    assert not workdir.exists()
-
-
-def test_taken_port_is_retried(monkeypatch):
-    with socket.socket() as taken:
+@pytest.fixture(scope="module")
+def own_server():
+    """What one server of the tests' own showed, started while the first port it was offered was
+    taken, from its start to after its end (a server start costs a second of CPU)."""
+    seen = {}
+    with socket.socket() as taken, pytest.MonkeyPatch.context() as patch:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = iter([taken.getsockname()[1]])
+        seen["taken"] = taken.getsockname()[1]
+        ports = iter([seen["taken"]])
         free_port = pg.free_port
-        monkeypatch.setattr(pg, "free_port", lambda: next(ports, None) or free_port())
+        patch.setattr(pg, "free_port", lambda: next(ports, None) or free_port())
         with postgres_server() as url:
-            assert urlsplit(url).port != taken.getsockname()[1]
-            assert fetch_one(url, "SELECT 1") == (1,)
+            seen["port"] = urlsplit(url).port
+            seen["answer"] = fetch_one(url, "SELECT 1")
+            (data,) = fetch_one(url, "SHOW data_directory")
+            seen["workdir"] = Path(data).parent
+            seen["workdir_was_there"] = seen["workdir"].is_dir()
+    seen["refused_after"] = refuses_connections(seen["port"])
+    return seen
+
+
+def test_server_is_stopped_and_removed_on_exit(own_server):
+    assert own_server["workdir_was_there"]
+    assert own_server["refused_after"]
+    assert not own_server["workdir"].exists()
+
+
+def test_taken_port_is_retried(own_server):
+    assert own_server["port"] != own_server["taken"]
+    assert own_server["answer"] == (1,)
 
 
 def test_server_that_does_not_start_fails_with_its_log(monkeypatch):

@@ -4,6 +4,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from records import judged, view, worker_record
@@ -98,10 +99,9 @@ def session(tmp_path, *results):
     return Run(tmp_path, results)
 
 
-@pytest.fixture
-def perf(tmp_path):
+def perf_run(folder):
     return session(
-        tmp_path,
+        folder,
         result(1, verdict="pass", baseline=101.0, utilisation=UTIL),
         result(
             2,
@@ -116,10 +116,30 @@ def perf(tmp_path):
     )
 
 
-def test_folder_has_every_file(perf, tmp_path, monkeypatch):
-    monkeypatch.delenv(folder.STEP_SUMMARY, raising=False)
-    out = tmp_path / "rep"
-    lines = folder.write_report(out, perf.view(["tests_perf", "--perf-report", str(out)]))
+@pytest.fixture
+def perf(tmp_path):
+    return perf_run(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """perf_run's report, written once (its plots cost a second) for the tests that read it: into a
+    folder an earlier report left plots in, with a step summary that holds an earlier step's."""
+    base = tmp_path_factory.mktemp("written")
+    out, summary = base / "rep", base / "summary.md"
+    (out / "utilisation").mkdir(parents=True)
+    (out / "scaling-tf-vgg16.png").write_bytes(b"old")
+    (out / "utilisation" / "old.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    summary.write_text("earlier step\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(folder.STEP_SUMMARY, str(summary))
+        lines = folder.write_report(out, perf_run(base).view(["tests_perf", "--perf-report", str(out)]))
+    return SimpleNamespace(out=out, lines=lines, summary=summary)
+
+
+def test_folder_has_every_file(written):
+    out, lines = written.out, written.lines
     assert lines[0] == f"report: {out / 'report.html'}"
     names = {p.relative_to(out).as_posix() for p in out.rglob("*")}
     assert {
@@ -140,9 +160,8 @@ def test_folder_has_every_file(perf, tmp_path, monkeypatch):
     assert not list(out.rglob(".*.tmp"))
 
 
-def test_markdown_calls_out_regressions_first_and_marks_the_row(perf, tmp_path):
-    folder.write_report(tmp_path / "rep", perf.view())
-    md = (tmp_path / "rep" / "report.md").read_text()
+def test_markdown_calls_out_regressions_first_and_marks_the_row(written):
+    md = (written.out / "report.md").read_text()
     head, _, table = md.partition("## Results")
     assert "**REGRESSION** torch cifar10 on 2 CPU workers" in head
     assert "**SCALING REGRESSION**" in head and "**BURST FAILED**" in head and "SIGKILL" in head
@@ -160,9 +179,8 @@ def test_markdown_calls_out_regressions_first_and_marks_the_row(perf, tmp_path):
     assert "](scaling-torch-cifar10.png)" in md
 
 
-def test_html_is_self_contained_and_coloured(perf, tmp_path):
-    folder.write_report(tmp_path / "rep", perf.view())
-    page = (tmp_path / "rep" / "report.html").read_text()
+def test_html_is_self_contained_and_coloured(written):
+    page = (written.out / "report.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<link" not in page and "<script" not in page
     srcs = re.findall(r'<img src="([^"]+)"', page)
@@ -171,24 +189,15 @@ def test_html_is_self_contained_and_coloured(perf, tmp_path):
     assert "#c62828" in page and "#e8f5e9" in page  # red and green in the inline CSS
 
 
-def test_step_summary_is_appended(perf, tmp_path, monkeypatch):
-    summary = tmp_path / "summary.md"
-    summary.write_text("earlier step\n")
-    monkeypatch.setenv(folder.STEP_SUMMARY, str(summary))
-    folder.write_report(tmp_path / "rep", perf.view())
-    text = summary.read_text()
+def test_step_summary_is_appended(written):
+    text = written.summary.read_text()
     assert text.startswith("earlier step\n# perfsuite report")
     assert "🔴 **REGRESSION**" in text and "report.html" in text
     assert ".png)" not in text  # images would not resolve in a step summary
 
 
-def test_stale_plots_of_an_earlier_report_go(perf, tmp_path):
-    out = tmp_path / "rep"
-    (out / "utilisation").mkdir(parents=True)
-    (out / "scaling-tf-vgg16.png").write_bytes(b"old")
-    (out / "utilisation" / "old.json").write_text("{}")
-    (out / "notes.txt").write_text("mine")
-    folder.write_report(out, perf.view())
+def test_stale_plots_of_an_earlier_report_go(written):
+    out = written.out
     assert not (out / "scaling-tf-vgg16.png").exists() and not (out / "utilisation" / "old.json").exists()
     assert (out / "notes.txt").read_text() == "mine"
 

@@ -53,9 +53,10 @@ def browser():
         launched.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh tab that records every console error, uncaught exception and failed request."""
+@pytest.fixture(scope="module")
+def tab(browser):
+    """One tab for the module (a new one costs chromium more than the page it then loads) that
+    records every console error, uncaught exception and failed request."""
     tab = browser.new_page(viewport={"width": 1280, "height": 900})
     tab.errors = []
     tab.on("console", lambda m: tab.errors.append(f"console: {m.text}") if m.type == "error" else None)
@@ -63,6 +64,14 @@ def page(browser):
     tab.on("requestfailed", lambda r: tab.errors.append(f"request failed: {r.url}"))
     yield tab
     tab.close()
+
+
+@pytest.fixture
+def page(tab):
+    """The tab, blank and with no errors recorded: each test's errors are its pages' own."""
+    tab.goto("about:blank")
+    tab.errors.clear()
+    return tab
 
 
 def test_the_front_page_shows_the_flagged_node(site, page):
