@@ -677,7 +677,8 @@ def rebuilt(main_repo, resumed, tmp_path_factory) -> dict:
     """The main run again with --setup, in a cache of its own: the main run's, less the broken
     commit's verdict, so the ends and the commits the main run measured come from the cache and
     the broken commit and the neighbours tried instead of it are measured now, each burst kept in
-    --perf-history."""
+    --perf-history. Its temporary folder is the main run's: the environment a warm start is
+    keyed on is the same, so its bursts are forked from the warm start the main run's were."""
     tmp, repo, shas = main_repo
     folder = tmp_path_factory.mktemp("bisect-rebuilt")
     broken = shas[BROKEN - 1]
@@ -685,6 +686,8 @@ def rebuilt(main_repo, resumed, tmp_path_factory) -> dict:
     (forgotten,) = (folder / "cache").rglob(f"{broken}.json")
     forgotten.unlink()
     history = folder / "history.db"
+    env = dict(environment(folder), TMPDIR=str(tmp / "tmp"))
+    assert leftovers(tmp) == []  # what is left after this run is this run's
     done = subprocess.run(
         command(
             "bisect",
@@ -699,14 +702,14 @@ def rebuilt(main_repo, resumed, tmp_path_factory) -> dict:
             *SELECTION,
         ),
         cwd=repo,
-        env=environment(folder),
+        env=env,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    out["_folder"], out["_history"], out["_leftovers"] = folder, history, leftovers(folder)
+    out["_folder"], out["_history"], out["_leftovers"] = folder, history, leftovers(tmp)
     return out
 
 

@@ -20,7 +20,9 @@ ARGS = [
     *("--perf-cpu-workers", "2", "--perf-threads-per-worker", "1"),
     *("--perf-variable-update", "replicated,sharded", "--perf-precision", "fp32,bf16"),
     *("--perf-activation-checkpointing", "off,on", "-k", "tiny_moe-cpu1-device] or sharded-bf16-ac]"),
-    *("--perf-steps", "15", "--perf-windows", "5", "--perf-warmup-steps", "1", "--perf-max-windows", "5"),
+    # a step per window; a numerics stretch of 3 steps, the warm-up's among them: 8 steps of training
+    *("--perf-steps", "5", "--perf-windows", "5", "--perf-warmup-steps", "1", "--perf-max-windows", "5"),
+    *("--perf-numerics-steps", "3"),
     *("--perf-missing-baseline", "pass", "--perf-json", "out.json", "-p", "no:cacheprovider"),
 ]
 VOCAB = 512

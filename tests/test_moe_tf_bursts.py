@@ -1,7 +1,7 @@
 """The Keras mixture of experts in real processes: one tiny burst through the plugin, its code at
-2 layers and 4 experts on one CPU worker, whose row carries its router's balance over the timed
-windows; and the burst worker's step over two replicas in a fresh interpreter, with XLA,
-inference and fp16."""
+1 layer and 4 experts on one CPU worker, whose row carries its router's balance over the timed
+windows; and the burst worker's step over two replicas in a fresh interpreter, at 2 layers (each
+layer's counts checked), with XLA, inference and fp16."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from perfsuite import register_token_model
 from perfsuite.models.catalog import MOE_SMALL, flops_structure
 
 MOE = dataclasses.replace(
-    MOE_SMALL, layers=2, d_model=64, heads=4, kv_heads=2, d_ff=128, num_experts={EXPERTS}, top_k={TOP_K},
+    MOE_SMALL, layers=1, d_model=64, heads=4, kv_heads=2, d_ff=128, num_experts={EXPERTS}, top_k={TOP_K},
     vocab_size={VOCAB},
 )
 
@@ -118,6 +118,7 @@ def test_two_replicas_count_every_routed_token_once():
     kernel; inference counts too; fp16 with its loss scale trains."""
     import dataclasses
 
+    # XLA_FLAGS from tests/conftest.py: the compilations were most of this test's cost.
     proc = subprocess.run(
         [sys.executable, "-c", REPLICATED, json.dumps(dataclasses.asdict(TINY)), json.dumps(CASES)],
         capture_output=True,

@@ -79,10 +79,11 @@ def test_two_nodes_on_loopback(project):
 
 def test_missing_node_fails_within_its_timeout(project):
     port = free_port()
-    node = _node(project, 0, port, "--perf-rdzv-timeout", "4", "-k", "throughput")
+    # The shortest timeout the option takes: whatever ends the wait, the line names it.
+    node = _node(project, 0, port, "--perf-rdzv-timeout", "1", "-k", "throughput")
     out = node.communicate(timeout=120)[0]
     assert node.returncode == 1, out
-    assert f"the 2 nodes did not meet at 127.0.0.1:{port} within 4 s (this is node 0)" in out, out
+    assert f"the 2 nodes did not meet at 127.0.0.1:{port} within 1 s (this is node 0)" in out, out
     assert "No burst ran" in out and not (project / "node0.json").exists()
 
 
@@ -94,11 +95,11 @@ def test_a_node_gone_after_the_meet_fails_its_bursts_rendezvous_within_its_timeo
     from perfsuite.plugin.launch import BurstError, LaunchOptions, run_burst
 
     spec = BurstSpec(framework="torch", model="tiny", devices=1, nodes=2, batch_size=8, image_size=8, steps=10)
-    options = LaunchOptions(init_timeout_s=4, node_rank=0, rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    options = LaunchOptions(init_timeout_s=2, node_rank=0, rdzv_endpoint=f"127.0.0.1:{free_port()}")
     with pytest.raises(BurstError) as failure:
         run_burst(spec, get_model("torch", "tiny"), tmp_path / "burst", options)
     line = str(failure.value)
-    assert "rendezvous at 127.0.0.1:" in line and "timed out after 4 s" in line and "missing: node 1" in line, line
+    assert "rendezvous at 127.0.0.1:" in line and "timed out after 2 s" in line and "missing: node 1" in line, line
 
 
 def test_a_refused_option_on_node_0_stops_node_1_before_its_first_burst(project):

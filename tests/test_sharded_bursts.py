@@ -30,7 +30,9 @@ ARGS = [
         "--perf-activation-checkpointing",
         "off,on",
     ),
-    *("--perf-steps", "10", "--perf-windows", "5", "--perf-warmup-steps", "1", "--perf-max-windows", "5"),
+    # a step per window; a numerics stretch of 3 steps, the warm-up's among them
+    *("--perf-steps", "5", "--perf-windows", "5", "--perf-warmup-steps", "1", "--perf-max-windows", "5"),
+    *("--perf-numerics-steps", "3"),
     *("--perf-missing-baseline", "pass", "--perf-json", "out.json", "-rs", "-p", "no:cacheprovider"),
 ]
 # The module's tests read one session's bursts: one pytest-xdist worker.

@@ -75,7 +75,7 @@ def _train(spec: BurstSpec, model, data) -> dict:
 
 
 def _ranks(rank, world, folder):
-    """Every run in one process group: each spawn pays a torch import per rank."""
+    """Every run in one process group: each start pays a process group's setup."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world)
     try:
@@ -115,7 +115,15 @@ def _ranks(rank, world, folder):
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sharded")
-    mp.spawn(_ranks, args=(2, str(folder)), nprocs=2, join=True)
+    # Forked, not spawned: the ranks inherit this process's torch, and the modules imported here,
+    # instead of importing their own.
+    import torch._dynamo  # noqa: F401 - the optimizer's first step imports it, torch.compile too
+    import torch.distributed.fsdp  # noqa: F401
+
+    from perfsuite.worker.backends.torch import parallel, train  # noqa: F401
+
+    _gpt2()
+    mp.start_processes(_ranks, args=(2, str(folder)), nprocs=2, join=True, start_method="fork")
     return torch.load(folder / "weights.pt")
 
 

@@ -67,7 +67,9 @@ def spec(**changes):
     ).replace(**changes)
 
 
-def test_bursts_of_one_process_are_forked_from_one_warm_start(tmp_path, tiny):
+@pytest.mark.xdist_group("warm-start-kept")
+def test_bursts_of_one_process_are_forked_from_one_warm_start(tmp_path, tiny, kept):
+    warm.stop_all()  # from none: the warm start it starts is the one the kept tests after it share
     first = run_burst(spec(), tiny, tmp_path / "a")
     second = run_burst(spec(seed=1), tiny, tmp_path / "b")
     assert first.start == second.start == "warm"
@@ -126,6 +128,28 @@ def test_several_ranks_are_forked_by_torchs_agent_from_the_warm_start(tmp_path, 
     assert server.served == served + 1 and not server.busy
 
 
+@pytest.mark.xdist_group("warm-start-kept")
+def test_an_environment_larger_than_a_pipe_reaches_the_burst(tmp_path, tiny, monkeypatch, kept):
+    monkeypatch.setenv("PERFSUITE_LARGE_SETTING", "x" * 100_000)  # a pipe holds 64 KiB, exec 128 KiB a variable
+    assert run_burst(spec(), tiny, tmp_path / "a").start == "warm"
+
+
+@pytest.mark.xdist_group("warm-start-kept")
+def test_another_environment_replaces_the_warm_start(tmp_path, tiny, monkeypatch, kept):
+    """The last of the kept tests: it replaces the warm start they shared."""
+    run_burst(spec(), tiny, tmp_path / "a")
+    [first] = torch_warm()
+    served = first.served
+    monkeypatch.setenv("PERFSUITE_LOADER_WORKERS", "1")  # read by the burst only: same warm start
+    run_burst(spec(), tiny, tmp_path / "b")
+    assert torch_warm() == [first] and first.served == served + 1
+    monkeypatch.setenv("SOME_LIBRARY_SETTING", "1")  # may be read at import: a new one
+    run_burst(spec(), tiny, tmp_path / "c")
+    [second] = torch_warm()
+    assert second is not first and second.served == 1
+    assert first.proc.poll() is not None
+
+
 def test_fresh_start_and_multi_node_bursts_need_no_warm_start(tmp_path, tiny):
     record = run_burst(spec(), tiny, tmp_path / "a", LaunchOptions(warm_start=False))
     assert record.start == "fresh"
@@ -153,7 +177,7 @@ def test_perf_start_fresh_starts_every_burst_in_a_fresh_interpreter(pytester, mo
     records = json.loads((pytester.path / "out.json").read_text())["results"]
     assert [r["start"] for r in records] == ["fresh"]
     assert "warm-started" not in result.stdout.str()
-    bad = pytester.runpytest_subprocess(*FAST, "--perf-start", "lukewarm")
+    bad = pytester.runpytest_inprocess(*FAST, "--perf-start", "lukewarm")  # refused before any burst
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "--perf-start" in bad.stderr.str()
 
@@ -165,25 +189,6 @@ def test_a_warm_start_that_cannot_start_leaves_the_burst_a_fresh_process(tmp_pat
     log = (tmp_path / "a" / "worker.log").read_text()
     assert log.startswith("perfsuite: torch warm start exited: ")
     assert "this burst starts fresh" in log.splitlines()[0]
-
-
-def test_another_environment_replaces_the_warm_start(tmp_path, tiny, monkeypatch):
-    run_burst(spec(), tiny, tmp_path / "a")
-    [first] = warm.running()
-    monkeypatch.setenv("PERFSUITE_LOADER_WORKERS", "1")  # read by the burst only: same warm start
-    run_burst(spec(), tiny, tmp_path / "b")
-    assert warm.running() == [first]
-    monkeypatch.setenv("SOME_LIBRARY_SETTING", "1")  # may be read at import: a new one
-    run_burst(spec(), tiny, tmp_path / "c")
-    [second] = warm.running()
-    assert second is not first and second.served == 1
-    assert first.proc.poll() is not None
-
-
-@pytest.mark.xdist_group("warm-start-kept")
-def test_an_environment_larger_than_a_pipe_reaches_the_burst(tmp_path, tiny, monkeypatch, kept):
-    monkeypatch.setenv("PERFSUITE_LARGE_SETTING", "x" * 100_000)  # a pipe holds 64 KiB, exec 128 KiB a variable
-    assert run_burst(spec(), tiny, tmp_path / "a").start == "warm"
 
 
 def test_the_warm_start_and_its_bursts_die_with_the_launcher(tmp_path):
