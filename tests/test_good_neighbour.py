@@ -85,14 +85,10 @@ def test_a_foreign_project_keeps_its_own_gpu_marker(foreign):
     assert "@pytest.mark.perfsuite(" in out  # the one marker it always registers, namespaced
 
 
-def test_strict_markers_still_catch_a_foreign_typo(pytester, monkeypatch):
+def test_strict_markers_still_catch_a_foreign_typo(pytester):
     # Without perfsuite registering `cpu`, a foreign suite's unregistered `cpu` mark is an error.
     pytester.makepyfile(test_typo="import pytest\n\n@pytest.mark.cpu\ndef test_x():\n    pass\n")
-    # pytest's mark generator remembers every marker name any session of this process knew (this
-    # repository's sessions know `cpu`): forgotten here, the inner session knows only its own, as
-    # a fresh process would.
-    monkeypatch.setattr(pytest.mark, "_markers", set())
-    result = pytester.runpytest_inprocess("--strict-markers")
+    result = pytester.runpytest_subprocess("--strict-markers")  # a fresh process: no marker registered before
     assert result.ret == pytest.ExitCode.INTERRUPTED
     assert "'cpu' not found in `markers` configuration option" in result.stdout.str()
 

@@ -7,7 +7,7 @@ import random
 import re
 import sqlite3
 import subprocess
-import warnings
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -536,34 +536,27 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert stop.value.code == 2
 
 
-def _cli(capsys, monkeypatch, *argv, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m perfsuite history ARGV`` in ``cwd``, run in this process as that command
-    runs it (it exits with what main returns); a warning is said on its standard error, as
-    Python says it there."""
-    monkeypatch.chdir(cwd)
-    capsys.readouterr()
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("default")
-        try:
-            code = main(["history", *map(str, argv)])
-        except SystemExit as exc:  # argparse's usage errors
-            code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    err += "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno) for w in said)
-    return subprocess.CompletedProcess(argv, code, out, err)
+def _cli(*argv, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "perfsuite", "history", *map(str, argv)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_unknown_key_exit_1_one_line_without_traceback(history, tmp_path, capsys, monkeypatch):
-    unknown = _cli(capsys, monkeypatch, "trend", "torch/nope", "--history", history, cwd=tmp_path)
+def test_unknown_key_exit_1_one_line_without_traceback(history, tmp_path):
+    unknown = _cli("trend", "torch/nope", "--history", history, cwd=tmp_path)
     assert unknown.returncode == 1 and unknown.stdout == ""
     assert unknown.stderr.startswith("error: no key torch/nope") and unknown.stderr.count("\n") == 1
-    missing = _cli(capsys, monkeypatch, "runs", cwd=tmp_path)
+    missing = _cli("runs", cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.startswith("error: needs --history URL")
 
 
-def test_unreachable_server_exit_1_one_line_without_traceback(tmp_path, capsys, monkeypatch):
+def test_unreachable_server_exit_1_one_line_without_traceback(tmp_path):
     nowhere = _cli(
-        capsys, monkeypatch, "runs", "--history", "postgresql://postgres@127.0.0.1:1/x", "--retry", "0", cwd=tmp_path
+        "runs", "--history", "postgresql://postgres@127.0.0.1:1/x", "--retry", "0", cwd=tmp_path
     )  # nothing on port 1
     assert nowhere.returncode == 1 and nowhere.stdout == "" and nowhere.stderr.count("\n") == 1
     assert nowhere.stderr.startswith("error: postgresql://postgres@127.0.0.1:1/x: ")

@@ -188,42 +188,25 @@ def _results_file(path: Path, node: str = "node-a") -> Path:
     return path
 
 
-class _Import(threading.Thread):
-    """`history import` in this process, on a thread of its own, as python -m perfsuite runs it
-    (which exits with what main returns); its output is capsys's."""
-
-    def __init__(self, capsys, url: str, *files: Path, retry_s: str) -> None:
-        super().__init__(daemon=True)
-        self.capsys, self.out, self.err = capsys, "", ""
-        self.argv = ["history", "import", "--history", url, "--retry", retry_s, *map(str, files)]
-        self.returncode: int | None = None
-        capsys.readouterr()
-        self.start()
-
-    def run(self) -> None:
-        from perfsuite.commands.main import main
-
-        self.returncode = main(self.argv)
-
-    def _read(self) -> None:
-        out, err = self.capsys.readouterr()
-        self.out, self.err = self.out + out, self.err + err
-
-    def first_line(self) -> str:
-        """Standard error's first line, once said (the import still running, if it waits)."""
-        deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
-        while "\n" not in self.err and self.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-            self._read()
-        self._read()
-        line, _, self.err = self.err.partition("\n")
-        return line + "\n"
-
-    def communicate(self) -> tuple[str, str]:
-        """What it said after the first line, once it ended."""
-        self.join(timeout=SUBPROCESS_TIMEOUT_S)
-        self._read()
-        return self.out, self.err
+def _import(url: str, *files: Path, retry_s: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfsuite",
+            "history",
+            "import",
+            "--history",
+            url,
+            "--retry",
+            retry_s,
+            *map(str, files),
+        ],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _runs(url: str) -> list[tuple[str, str]]:
@@ -236,15 +219,14 @@ def _server_log_refusals(url: str) -> int:
     return log.read_text(errors="replace").count("too many clients")
 
 
-def test_import_waits_while_the_server_is_full_then_writes_once(small_db, tmp_path, monkeypatch, capsys):
+def test_import_waits_while_the_server_is_full_then_writes_once(small_db, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
     db.open_history(small_db).dispose()
     full = _Full(small_db)
-    proc = _Import(capsys, small_db, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG)
-    note = proc.first_line()  # said at the first refusal, before any wait
+    proc = _import(small_db, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG, cwd=tmp_path)
+    note = proc.stderr.readline()  # said at the first refusal, before any wait
     full.release()
-    out, err = proc.communicate()
+    out, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
     assert note.startswith("note: the history refuses for now (") and "too many clients" in note, note
     assert f"trying again for up to {RETRY_LONG} s" in note
     assert proc.returncode == 0, err
@@ -321,17 +303,16 @@ def test_the_runs_write_past_the_bound_is_spooled_and_written_once_later(small_d
     assert [u for u, _ in _runs(small_db)] == [doc["uuid"]]  # the run itself again: already there
 
 
-def test_import_waits_out_a_restart(small_db, tmp_path, monkeypatch, capsys):
+def test_import_waits_out_a_restart(small_db, tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
     db.open_history(small_db).dispose()
     pg.stop(small_db)
     try:
-        proc = _Import(capsys, small_db, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG)
-        note = proc.first_line()
+        proc = _import(small_db, _results_file(tmp_path / "run.json"), retry_s=RETRY_LONG, cwd=tmp_path)
+        note = proc.stderr.readline()
     finally:
         pg.start(small_db)
-    out, err = proc.communicate()
+    out, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
     assert "Connection refused" in note and proc.returncode == 0, (note, err)
     assert len(_runs(small_db)) == 1
 
