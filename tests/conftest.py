@@ -134,6 +134,11 @@ def _test_environment(request, tmp_path_factory):
     # sets a variable of its own gets a warm start of its own. Tests of how a pytest
     # process starts its own warm starts, or of its process tree, leave it (no_warm_share).
     share = warm.Share(keep=3)
+    # The tests that start pytest processes of their own (pytester) run them in a shared home
+    # with PY_COLORS=0 (_quick_inner_sessions); the others' bursts see the same environment,
+    # so both borrow one warm start per framework, not one each.
+    for name, value in {**_inner_session_env(tmp_path_factory), "PY_COLORS": "0"}.items():
+        patch.setenv(name, value)
     patch.setenv(warm.SHARE_ENV, share.env()[warm.SHARE_ENV])
     yield
     warm.stop_all()  # this process's sessions of it

@@ -501,7 +501,9 @@ def test_the_agent_of_forked_ranks_asks_nvml_whether_cuda_is_there(monkeypatch):
             seen["check"] = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
             seen["start_method"] = kwargs["start_method"]
 
-    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    # Set, not deleted, so that its undo removes the "1" the agent sets (a delenv of an unset
+    # variable records nothing) and it does not leak into the warm starts of later tests.
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
     monkeypatch.setattr(torchrun, "_become_agent", lambda: None)
     monkeypatch.setattr(api, "LaunchConfig", Config)
     monkeypatch.setattr(api, "elastic_launch", lambda config, entrypoint: lambda *argv: None)

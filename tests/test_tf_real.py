@@ -84,9 +84,6 @@ def jpeg_dir(cache) -> Path:
 
 @pytest.fixture(scope="module")
 def tf():
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow
 
     return tensorflow

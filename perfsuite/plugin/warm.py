@@ -47,7 +47,12 @@ from perfsuite.contract.job import PARENT_ENV
 
 SERVER = "perfsuite.worker.warm"
 # Read per burst in the child, never at import: they do not call for a warm start of their own.
-PER_BURST_ENV = frozenset({PARENT_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_CONFIG", "PYTEST_CURRENT_TEST"})
+# TORCHINDUCTOR_CACHE_DIR: inductor reads it when it compiles, and sets it to its default in
+# the process the first time it looks, so a session that compiled in-process would otherwise
+# look like a new environment to its warm starts.
+PER_BURST_ENV = frozenset(
+    {PARENT_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_CONFIG", "PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+)
 PER_BURST_PREFIX = "PERFSUITE_"
 CLOSE_WAIT_S = 2.0
 # The socket of a Share whose warm starts the bursts of a pytest process borrow (its prefix
