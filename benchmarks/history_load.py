@@ -10,15 +10,16 @@ is seeded with a small fleet (6 nodes x 4 keys x 10 nights, one node 10% slow); 
 nodes each run ``python -m perfsuite history import --history URL --retry S run.json`` at the
 same instant, released together after every one has started, while ``history fleet`` and
 ``triage`` (``--at`` the end of the seeded nights: the new runs are after it) read the history
-again and again. A thread samples the server's client connections in ``pg_stat_activity``
-every 5 ms, on a connection of its own (one of ``max_connections``).
+again and again, each waiting READ_PAUSE_S between its reads. A thread samples the server's
+client connections in ``pg_stat_activity`` every 5 ms, on a connection of its own (one of
+``max_connections``).
 
-The writers are processes forked from a server that has imported perfsuite, SQLAlchemy and
-psycopg, each calling the command's entry point (perfsuite.commands.main.main) as ``python -m
-perfsuite`` does: a fleet's nodes start their writes within milliseconds, as here, and pay for
-their interpreter on their own cores, not on the database's. ``--cli`` starts each as a real
-``python -m perfsuite`` process instead (the interpreter and imports on this machine's cores
-spread the burst out).
+The writers and readers are processes forked from a server that has imported perfsuite,
+SQLAlchemy, psycopg and what the reads need (Otava, SciPy), each calling the command's entry
+point (perfsuite.commands.main.main) as ``python -m perfsuite`` does: a fleet's nodes start
+their writes within milliseconds, as here, and pay for their interpreter on their own cores,
+not on the database's. ``--cli`` starts each as a real ``python -m perfsuite`` process instead
+(the interpreter and imports on this machine's cores spread the burst out).
 
 Checked, each a line of the result and the exit code (1 if any fails): every run stored or
 spooled, none both, none twice; a writer's exit 0 is its run stored, 75 its run spooled; every
@@ -59,7 +60,21 @@ READS = {
     "triage": ["triage", "--json"],
 }
 SPOOLED_EXIT = 75
-PRELOAD = ["perfsuite.commands.main", "perfsuite.history.db", "sqlalchemy.dialects.postgresql.psycopg", "psycopg"]
+READ_PAUSE_S = 0.2  # between one reader's reads: a read then starts within this of the writers' end
+# What the writers import, and what the readers' commands import on their first read (Otava
+# and SciPy among them): imported once in the forkserver, not once in each process it forks.
+PRELOAD = [
+    "perfsuite.commands.main",
+    "perfsuite.history.db",
+    "perfsuite.history.recorder",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "psycopg",
+    "perfsuite.history.fleet_read",
+    "perfsuite.analysis.node_verdict",
+    "perfsuite.history.triage",
+    "perfsuite.commands.triage_report",
+    "otava.analysis",
+]
 
 
 def _row(key: str, ips: float) -> dict[str, Any]:
@@ -141,6 +156,22 @@ def _command(argv: list[str], workdir: str, cache: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _answer(results: Any, function: Any, *args: Any) -> None:
+    results.put(function(*args))
+
+
+def _forked(ctx: Any, function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a process forked from the forkserver, which has imported what it
+    needs: this process (the server's sampler, the checks) never imports what the reads import."""
+    answer = ctx.Queue()
+    proc = ctx.Process(target=_answer, args=(answer, function, *args))
+    proc.start()
+    try:
+        return answer.get(timeout=600)
+    finally:
+        proc.join()
+
+
 def _writer(node: str, argv: list[str], where: tuple[str, str], cli: bool, ready: Any, go: Any, results: Any) -> None:
     ready.put(node)
     go.wait()
@@ -165,6 +196,7 @@ def _reader(name: str, argv: list[str], where: tuple[str, str], ready: Any, go: 
         results.put(("read", name, code, out, err, started, last))
         if last:
             return
+        done.wait(READ_PAUSE_S)  # as a dashboard reads: the cores and the server left to the writers
 
 
 class Sampler(threading.Thread):
@@ -203,8 +235,8 @@ def scenario(ctx: Any, server: str, url: str, via: str, args: argparse.Namespace
     where = (str(work), str(work / "cache"))
     common = ["--history", url, "--retry", f"{args.retry:g}"]
     reads = {name: [*argv, *common, "--at", AT.isoformat() + "Z"] for name, argv in READS.items()}
-    reference = {name: _command(argv, *where) for name, argv in reads.items()}
     ready, go, done, results = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Queue()
+    reference = {name: _forked(ctx, _command, argv, *where) for name, argv in reads.items()}
     procs = [
         ctx.Process(
             target=_writer,

@@ -282,6 +282,8 @@ def test_min_input_efficiency_fails_an_input_bound_case(faked, monkeypatch):
 
 def test_the_independent_twin_states_the_communication_overhead(faked, monkeypatch):
     monkeypatch.setenv("PERFSUITE_FAKE_RATE_REPLICATED", "80")
+    # What is checked is the report's text; drawing its plots (matplotlib) would cost most of this test.
+    monkeypatch.setattr("perfsuite.reporting.folder._draw", lambda records, series, view: ([], {}, []))
     args = [
         *FAKE_ARGS,
         "--perf-cpu-workers",

@@ -75,6 +75,8 @@ def test_a_slow_node_fails_its_test_with_fail(faked, probe, monkeypatch):
     key, fingerprint = probe
     write_peers(faked.path / "perf.db", key, fingerprint, PEERS)
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "90")
+    # What is checked is the report's text; drawing its plots (matplotlib) would cost most of this test.
+    monkeypatch.setattr("perfsuite.reporting.folder._draw", lambda records, series, view: ([], {}, []))
     result = faked.runpytest_inprocess(
         *FLEET,
         "--perf-fleet-check",

@@ -116,15 +116,16 @@ def test_a_perf_suite_registers_its_case_markers_where_it_runs(pytester):
     assert re.search(r"\d+ tests? collected", result.stdout.str())
 
 
-# pytest --help, then pytest --markers, in one process run in this repository: its conftests'
-# imports (hypothesis, scipy) are paid once, not once per command.
+# pytest tests_perf --help, then pytest tests_perf --markers (the suite the docs' commands run),
+# in one process run in this repository: what the repository's conftest adds is paid for once,
+# and tests/conftest.py (the plugin's own tests: PostgreSQL, SQLAlchemy, hypothesis) not at all.
 HELP_THEN_MARKERS = """
 import sys
 import pytest
 
-pytest.main(["--help", "-p", "no:cacheprovider"])
+pytest.main(["--help", "-p", "no:cacheprovider", "tests_perf"])
 print(sys.argv[1], flush=True)
-sys.exit(pytest.main(["--markers", "-p", "no:cacheprovider"]))
+sys.exit(pytest.main(["--markers", "-p", "no:cacheprovider", "tests_perf"]))
 """
 BETWEEN = "----- pytest --markers -----"
 

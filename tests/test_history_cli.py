@@ -17,6 +17,7 @@ pytest.importorskip("sqlalchemy")
 pytest.importorskip("otava")
 
 from history_docs import FINGERPRINT, KEY, run_doc  # noqa: E402
+from memory_folder import memory_folder, one_connection  # noqa: E402
 
 from perfsuite.analysis.changes import change_points  # noqa: E402
 from perfsuite.commands.main import main  # noqa: E402
@@ -79,7 +80,7 @@ def _fill(path: Path) -> str:
     change; JUMP rises 15% at run 36, where nothing does), then 3 older runs on node2."""
     url = f"sqlite:///{path}"
     rnd = random.Random(7)
-    engine = db.open_history(url)
+    engine = one_connection(url)
     try:
         for i in range(NIGHTS):
             after = i >= STEP_AT
@@ -120,7 +121,7 @@ def _fill(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("history") / "h.db"
+    path = memory_folder(tmp_path_factory, "history") / "h.db"
     _fill(path)
     return path
 
@@ -301,9 +302,9 @@ def _shared_run_id(night: int, node: str) -> int:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
     """Three nodes of one fingerprint writing to one history for 30 nights, 10 minutes apart."""
-    path = tmp_path_factory.mktemp("shared") / "fleet.db"
+    path = memory_folder(tmp_path_factory, "shared") / "fleet.db"
     rnd = random.Random(11)
-    engine = db.open_history(f"sqlite:///{path}")
+    engine = one_connection(f"sqlite:///{path}")
     try:
         for night in range(SHARED_NIGHTS):
             for n, (node, level) in enumerate(NODES.items()):

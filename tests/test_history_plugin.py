@@ -129,39 +129,50 @@ def test_an_unreachable_history_spools_and_the_gate_stays_green(faked, tmp_path,
     assert doc["outcome"] == "passed" and len(doc["results"]) == 1
 
 
-def test_the_runs_write_waits_its_bound_while_the_server_is_full(faked, tmp_path, monkeypatch):
-    """--perf-history-retry reaches the write: refused while every connection of the server is
-    held, the run waits, and once they are released it is written, not spooled."""
+def test_the_runs_write_waits_its_bound_while_the_server_is_full(faked, tmp_path, monkeypatch, postgres_url):
+    """--perf-history-retry reaches the write: refused while every connection its role may open
+    is held (the server's "too many connections", SQLSTATE 53300, as for a full server), the
+    run waits, and once they are released it is written, not spooled. The role's limit lets
+    this test share the session's server instead of starting one of its own."""
     import threading
     import time
+    import uuid
 
     psycopg = pytest.importorskip("psycopg")
     import postgres_server as pg
+    from psycopg import sql
 
     monkeypatch.setenv("PERFSUITE_CACHE", str(tmp_path / "cache"))
-    with pg.postgres_server({"max_connections": "2", "superuser_reserved_connections": "0"}) as url:
-        log = pg._server(url)[2]
-        held = [psycopg.connect(url) for _ in range(2)]
+    role = f"full_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT 2").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(role), sql.Identifier(role)))
+    url = f"postgresql://{role}@127.0.0.1:{pg._server(postgres_url)[3]}/{role}"
+    log = pg._server(postgres_url)[2]
+    refusal = f'too many connections for role "{role}"'
+    held = [psycopg.connect(url) for _ in range(2)]
+    with pytest.raises(psycopg.OperationalError, match=refusal):
+        psycopg.connect(url)  # full: the role's limit refuses a third
 
-        def release_after_a_refusal() -> None:
-            # The drift check reads once (refused: no drift check tonight); the next refusal is the write's.
-            while log.read_text(errors="replace").count("too many clients") < 2:
-                time.sleep(0.02)
-            for conn in held:
-                conn.close()
+    def release_after_a_refusal() -> None:
+        # The drift check reads once (refused: no drift check tonight); the next refusal is the write's.
+        while log.read_text(errors="replace").count(refusal) < 3:
+            time.sleep(0.02)
+        for conn in held:
+            conn.close()
 
-        releasing = threading.Thread(target=release_after_a_refusal, daemon=True)
-        releasing.start()
-        args = ("--perf-history", url, "--perf-history-retry", "600", "--perf-missing-baseline", "pass")
-        result = faked.runpytest_inprocess(*FAKE, *args)
-        releasing.join(timeout=60)
-        result.assert_outcomes(passed=1)
-        out = result.stdout.str()
-        assert re.search(r"perf history: run 1 \(1 burst\) written to \S+, refused \d+ times? first", out), out
-        assert "warning: no drift check: perf history unusable (" in out and spool.pending(url) == []
-        engine = db.open_history(url, write=False)
-        assert len(db.runs(engine)) == 1
-        engine.dispose()
+    releasing = threading.Thread(target=release_after_a_refusal, daemon=True)
+    releasing.start()
+    args = ("--perf-history", url, "--perf-history-retry", "600", "--perf-missing-baseline", "pass")
+    result = faked.runpytest_inprocess(*FAKE, *args)
+    releasing.join(timeout=60)
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert re.search(r"perf history: run 1 \(1 burst\) written to \S+, refused \d+ times? first", out), out
+    assert "warning: no drift check: perf history unusable (" in out and spool.pending(url) == []
+    engine = db.open_history(url, write=False)
+    assert len(db.runs(engine)) == 1
+    engine.dispose()
 
 
 # -- drift ---------------------------------------------------------------------------
@@ -183,7 +194,7 @@ def _drifting_history(faked, monkeypatch, built, nights: int = 25, drift_nights:
     (the fake burst, 100 img/s) is the next 3% down. Built once a module (``built``), copied after."""
     template = built["folder"] / f"{nights}-{drift_nights}"
     if (nights, drift_nights) not in built:
-        _build_drifting_history(faked, monkeypatch, nights, drift_nights)
+        _build_drifting_history(faked, monkeypatch, built, nights, drift_nights)
         template.mkdir()
         for name in DRIFT_FILES:
             (shutil.copytree if (faked.path / name).is_dir() else shutil.copyfile)(faked.path / name, template / name)
@@ -195,10 +206,14 @@ def _drifting_history(faked, monkeypatch, built, nights: int = 25, drift_nights:
     monkeypatch.setenv("PERFSUITE_FAKE_RATE", "100")
 
 
-def _build_drifting_history(faked, monkeypatch, nights: int, drift_nights: int) -> None:
-    first = faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
-    first.assert_outcomes(passed=1)
-    probe = json.loads((faked.path / "probe.json").read_text())
+def _build_drifting_history(faked, monkeypatch, built, nights: int, drift_nights: int) -> None:
+    # The probe (the fake burst's key and fingerprint) is the same for every history: run once.
+    if "probe" not in built:
+        first = faked.runpytest_inprocess(*FAKE, "--perf-missing-baseline", "pass", "--perf-json", "probe.json")
+        first.assert_outcomes(passed=1)
+        built["probe"] = (faked.path / "probe.json").read_text()
+    (faked.path / "probe.json").write_text(built["probe"])
+    probe = json.loads(built["probe"])
     (row,) = probe["results"]
     fingerprint = probe["run"]["fingerprints"]["cpu"]["id"]
     engine = _history(faked)

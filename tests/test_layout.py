@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -63,9 +64,14 @@ def _package(path: Path) -> str:
     return parts[0] if len(parts) > 1 else "top"
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of the module at ``path``, parsed and walked once for all the checks that read it."""
+    return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
 def _imports(path: Path):
-    tree = ast.parse(path.read_text(), str(path))
-    for node in ast.walk(tree):
+    for node in _nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] if node.module != "perfsuite" else [f"perfsuite.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
@@ -79,14 +85,24 @@ def _imports(path: Path):
 
 
 MODULES = sorted(p for p in ROOT.rglob("*.py"))
+# One test per package, each checking every module of it: a test per module would cost pytest
+# more than the checks.
+PACKAGES = sorted({_package(p) for p in MODULES})
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_imports_go_one_way(path: Path) -> None:
-    package = _package(path)
+def _in(package: str, modules: list[Path]) -> list[Path]:
+    return [p for p in modules if _package(p) == package]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_go_one_way(package: str) -> None:
     allowed = ALLOWED[package] | {package}
-    wrong = [f"line {line}: perfsuite.{target}" for line, target in _imports(path) if target not in allowed]
-    assert not wrong, f"{path.relative_to(ROOT)} ({package}) imports {', '.join(wrong)}"
+    failures = []
+    for path in _in(package, MODULES):
+        wrong = [f"line {line}: perfsuite.{target}" for line, target in _imports(path) if target not in allowed]
+        if wrong:
+            failures.append(f"{path.relative_to(ROOT)} ({package}) imports {', '.join(wrong)}")
+    assert not failures, "; ".join(failures)
 
 
 def test_only_entry_modules_sit_at_the_top() -> None:
@@ -103,7 +119,7 @@ def test_no_function_of_the_plugin_is_over_60_lines() -> None:
     """A reader follows a case through short steps (perfsuite/plugin/pipeline.py), not long functions."""
     long = []
     for path in sorted((ROOT / "plugin").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, ", ".join(long)
@@ -118,6 +134,7 @@ def test_the_layout_page_names_every_module() -> None:
 
 # What tells the workload kinds apart: their names, units and figure names. Only perfsuite.workloads
 # may compare against them; every other module asks a Workload.
+@functools.cache
 def _kind_words() -> frozenset[str]:
     from perfsuite import workloads
 
@@ -130,7 +147,7 @@ def _kind_words() -> frozenset[str]:
 def _branches_on_kind(path: Path) -> list[str]:
     words = _kind_words()
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
             named = [o.value for o in operands if isinstance(o, ast.Constant) and o.value in words]
@@ -149,10 +166,14 @@ def _branches_on_kind(path: Path) -> list[str]:
 OUTSIDE_WORKLOADS = [p for p in MODULES if _package(p) != "workloads"]
 
 
-@pytest.mark.parametrize("path", OUTSIDE_WORKLOADS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_but_the_workloads_branches_on_the_kind(path: Path) -> None:
-    found = _branches_on_kind(path)
-    assert not found, f"{path.relative_to(ROOT)} tells workload kinds apart itself: {'; '.join(found)}"
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p != "workloads"])
+def test_no_module_but_the_workloads_branches_on_the_kind(package: str) -> None:
+    failures = [
+        f"{path.relative_to(ROOT)} tells workload kinds apart itself: {'; '.join(found)}"
+        for path in _in(package, OUTSIDE_WORKLOADS)
+        if (found := _branches_on_kind(path))
+    ]
+    assert not failures, "; ".join(failures)
 
 
 def test_the_kind_check_finds_a_branch(tmp_path: Path) -> None:

@@ -128,35 +128,52 @@ def test_every_builder_builds_nchw(name):
 
 @pytest.mark.parametrize("name", sorted(TWINS))
 def test_an_nchw_model_computes_what_its_nhwc_twin_computes(name):
-    """Given the NHWC model's weights and the transposed images, the NCHW model's logits
-    are the NHWC model's (inference: dropout would draw different masks). TensorFlow's CPU
-    kernels have no NCHW pooling, so the NCHW model runs compiled by XLA; the NHWC model,
-    its reference, on TensorFlow's own kernels (XLA's logits of it agree with them to 1e-6,
-    and compiling it too would double the test's time). Their FLOPs agree too."""
+    """Given the same weights and the transposed images, the NCHW model's logits are the NHWC
+    model's (inference: dropout would draw different masks). TensorFlow's CPU kernels have no
+    NCHW pooling, so the NCHW model runs compiled by XLA; the NHWC model, its reference, on
+    TensorFlow's own kernels (XLA's logits of it agree with them to 1e-6, and compiling it too
+    would double the test's time). Their FLOPs, counted on the graphs that ran, agree too."""
     import keras
     import numpy as np
     import tensorflow as tf
 
     from perfsuite.models.tf.layers import image_data_format
-    from perfsuite.worker.backends.tf.flops import forward_flops
+    from perfsuite.worker.backends.tf.flops import traced_flops, traced_forward
 
-    keras.backend.clear_session()
     info, size = registry.get_model("tf", name), TWINS[name]
     build = registry.resolve_builder(info)
-    nhwc = build(num_classes=10, image_size=size)
+    nhwc = structure_only(build, num_classes=10, image_size=size)
     with image_data_format("channels_first"):
-        nchw = build(num_classes=10, image_size=size)
+        nchw = structure_only(build, num_classes=10, image_size=size)
     rng = np.random.default_rng(0)
-    # Per-channel vectors (biases, batch-norm scale, shift and statistics) made to differ
-    # by channel, so one applied along the wrong axis shows.
-    weights = [rng.uniform(0.5, 1.5, w.shape).astype(w.dtype) if w.ndim == 1 else w for w in nhwc.get_weights()]
-    nhwc.set_weights(weights)
-    nchw.set_weights(weights)
-    images = tf.constant(rng.standard_normal((4, size, size, 3), dtype=np.float32))
-    want = nhwc(images, training=False)
-    got = tf.function(lambda x: nchw(x, training=False), jit_compile=True)(tf.transpose(images, (0, 3, 1, 2)))
+    weights = _twin_weights(nhwc, rng)
+    forwards = []
+    for model in (nhwc, nchw):  # each traced once, with the same values for its variables
+        with keras.StatelessScope(state_mapping=list(zip(model.weights, weights, strict=True))):
+            forwards.append(traced_forward(model, size, batch=4))
+    images = rng.standard_normal((4, size, size, 3), dtype=np.float32)
+    want = forwards[0](tf.constant(images))
+    got = tf.function(forwards[1], jit_compile=True)(tf.constant(images.transpose(0, 3, 1, 2)))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-3, atol=1e-4)
-    assert forward_flops(nchw, size) == forward_flops(nhwc, size) > 0
+    assert traced_flops(forwards[1]) == traced_flops(forwards[0]) > 0
+
+
+def _twin_weights(model, rng) -> list:
+    """Values for the twins' variables, drawn in float32 (cheaper than Keras's initializers):
+    kernels at LeCun's scale; per-channel vectors (biases, batch-norm scale, shift and
+    statistics) made to differ by channel, so one applied along the wrong axis shows."""
+    import tensorflow as tf
+
+    values = []
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        draw = rng.random(shape, dtype="float32")
+        if len(shape) == 1:
+            values.append(tf.constant(draw + 0.5))
+        else:
+            bound = math.sqrt(3 / math.prod(shape[:-1]))
+            values.append(tf.constant((draw * 2 - 1) * bound))
+    return values
 
 
 def test_model_modules_import_without_tensorflow():

@@ -4,6 +4,9 @@ the history's own records (gate failures, attribution, bisect verdicts) and bad 
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 import re
 import sys
@@ -221,8 +224,21 @@ def two_causes(tmp_path_factory) -> str:
     )
 
 
-def test_two_causes_on_two_nights_are_two_incidents(two_causes, capsys):
-    _, report = _triage(capsys, two_causes)
+@pytest.fixture(scope="module")
+def two_causes_outputs(two_causes, tmp_path_factory) -> tuple[dict, str, str]:
+    """One triage of ``two_causes``: its JSON report, its Markdown and its HTML."""
+    folder = tmp_path_factory.mktemp("two-outputs")
+    md, page = folder / "triage.md", folder / "triage.html"
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        argv = ["--history", two_causes, "--at", th.at(NIGHTS), "--json", "--markdown", str(md), "--html", str(page)]
+        rc = main(["triage", *argv])
+    assert rc in (0, 3), err.getvalue()
+    return json.loads(out.getvalue()), md.read_text(), page.read_text()
+
+
+def test_two_causes_on_two_nights_are_two_incidents(two_causes_outputs):
+    report = copy.deepcopy(two_causes_outputs[0])
     by_kind = {i["kind"]: i for i in report["incidents"]}
     assert len(report["incidents"]) == 2 and set(by_kind) == {"environment", "commit"}
     driver, commit = by_kind["environment"], by_kind["commit"]
@@ -343,20 +359,17 @@ def test_gate_failures_tonight_and_their_ops_come_from_the_bursts(tmp_path_facto
 # --- outputs ------------------------------------------------------------------------------------
 
 
-def test_markdown_and_html_are_written(two_causes, tmp_path, capsys):
-    md, page = tmp_path / "triage.md", tmp_path / "triage.html"
-    _text(capsys, two_causes, "--markdown", str(md), "--html", str(page))
-    text = md.read_text()
+def test_markdown_and_html_are_written(two_causes_outputs):
+    _, text, html = two_causes_outputs
     assert text.startswith("## perfsuite triage")
     assert text.count("\n### ") == 2 and "| key | change |" in text
     assert "`python -m perfsuite bisect aaaa111 bbbb222 " in text
-    html = page.read_text()
     assert html.count("<img alt='trend of ") == 2 and "data:image/png;base64," in html
     assert "http" not in re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", html)  # self-contained
 
 
-def test_markdown_stays_under_60000_characters_however_many_incidents(two_causes, capsys):
-    _, report = _triage(capsys, two_causes)
+def test_markdown_stays_under_60000_characters_however_many_incidents(two_causes_outputs):
+    report = copy.deepcopy(two_causes_outputs[0])
     incident = report["incidents"][0]
     many_keys = [dict(incident["keys"][0], key=f"torch/model{k}/cpu1") for k in range(400)]
     report["incidents"] = [dict(incident, id=n, keys=many_keys) for n in range(1, 3001)]

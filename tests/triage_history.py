@@ -8,7 +8,6 @@ key's level times what the scenario says times 1 + N(0, noise).
 
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import random
@@ -62,13 +61,17 @@ def build(
 
     engine = db.open_history(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
     base = record()
-    rows = base["results"][:key_count]
+    run_text = json.dumps(base["run"])  # each run its own copy: read back from JSON, as deep a copy
+    rows = [
+        {x: v for x, v in template.items() if x not in ("op_profile", "utilisation", "samples")}
+        for template in base["results"][:key_count]
+    ]
     rnd = random.Random(seed)
     ids = []
     try:
         for night in range(nights):
             for node in range(nodes):
-                run = copy.deepcopy(base["run"])
+                run = json.loads(run_text)
                 when = START + datetime.timedelta(days=night, seconds=60 * node)
                 run.update(
                     date=when.isoformat(),
@@ -84,7 +87,7 @@ def build(
                 for k, template in enumerate(rows):
                     level = float(template["images_per_sec"])
                     ips = level * factor(node, k, night) * (1 + rnd.gauss(0, noise))
-                    row = {x: v for x, v in template.items() if x not in ("op_profile", "utilisation", "samples")}
+                    row = dict(template)
                     if key_names:
                         row.update(key=key_names[k], model=key_names[k].split("/")[1])
                     row.update(
