@@ -86,7 +86,7 @@ def test_ranks_that_all_wait_point_elsewhere(tmp_path):
     beat(tmp_path, 0, steps=60, last_step=NOW - 70)
     beat(tmp_path, 1, steps=60, last_step=NOW - 70)
     found = check(tmp_path, floor_s=60)
-    assert "rank 0, 1 alive and waiting after step 60" in found.line()
+    assert "rank 0, 1 alive and waiting after step 60: in a step that does not return" in found.line()
 
 
 def test_a_rank_past_its_steps_is_not_a_hang(tmp_path):
@@ -124,6 +124,22 @@ def test_the_heartbeat_counts_steps_and_says_when_it_is_done(tmp_path):
     assert last["rank"] == 3 and last["steps"] == 3 and last["done"] is True
     assert last["median_step_s"] == pytest.approx(0.5)
     assert written[0]["steps"] == 0 and written[0]["done"] is False
+
+
+def test_after_a_restart_the_watch_waits_for_two_new_steps(tmp_path):
+    """The first step after the numerics stretch autotunes (VGG-16's took over 60 s on an H200,
+    after deterministic steps of 0.12 s): the stretch's pace must not judge it."""
+    clock = iter([10.0, 10.1, 10.2, 10.3]).__next__
+    hb = Heartbeat(tmp_path, 0, clock=lambda: clock(), write=write_heartbeat)
+    step = hb.counting(lambda: "loss")
+    step(), step(), step()
+    hb.restart()
+    hb.beat()
+    state = read_heartbeat(heartbeat_path(tmp_path, 0))
+    assert state["steps"] == 3 and state["last_step"] is None and state["median_step_s"] is None
+    assert hang.check(tmp_path, 10.3 + 600, floor_s=60) is None  # ten minutes into the tuning step: not judged
+    beat(tmp_path, 0, steps=5, last_step=NOW - 61, median=90.0)  # two new steps: the new pace rules
+    assert check(tmp_path, floor_s=60) is None
 
 
 def test_the_heartbeat_file_is_what_the_watch_reads(tmp_path):

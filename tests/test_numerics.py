@@ -238,6 +238,25 @@ def test_an_op_without_a_deterministic_kernel_runs_on_without_the_settings_and_s
     )
 
 
+def test_the_burst_hears_when_the_stretch_ends_before_its_warm_up_goes_on():
+    from perfsuite.worker.measure import run_windows
+
+    switch = Switch()
+    events = switch.events
+    timings = run_windows(
+        steps([1.0] * 10, events),
+        lambda: None,
+        float,
+        warmup_steps=3,
+        windows=1,
+        steps_per_window=2,
+        stretch=Stretch(2, switch.settings()),
+        after_stretch=lambda: events.append("after stretch"),
+    )
+    assert events == ["on", "step", "step", "off", "after stretch", "step", "step", "step"]
+    assert timings.numerics.losses == (1.0, 1.0)
+
+
 def test_the_warm_up_counts_the_stretch_and_one_step_follows_it():
     assert warmup_after(20, 10) == 10
     assert warmup_after(2, 10) == 1

@@ -9,12 +9,14 @@ reads the beats while it polls the burst:
   never under HANG_FLOOR_S, `--perf-hang-floor` (a data pipeline's pause, a checkpoint of the allocator, a busy
   CPU worker are seconds, not minutes);
 * the watch starts once a rank has made two steps (a median exists): building the model,
-  compiling and joining the others are for the burst's other timeouts;
+  compiling and joining the others are for the burst's other timeouts. It starts again after
+  the numerics stretch, whose deterministic steps set no pace for the next one (cuDNN's
+  autotuning took VGG-16's first step after it past 60 s on an H200);
 * when no rank has stepped for longer than the limit, the burst is hung. A rank whose beat
   is older than STALE_BEAT_S stopped responding altogether (stopped, frozen, holding the
   GIL): it is the one named, with its process state. Where every rank still beats, the
-  ranks behind the others are named; where none is behind, every rank of this node waits on
-  a peer elsewhere (another node's rank, or the collective itself).
+  ranks behind the others are named; where none is behind, every rank of this node is in a
+  step that does not return (a collective waiting on another node's rank, or a kernel).
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ def _stalled(live: list[dict[str, Any]], now: float, state: Callable[[int], str]
             if int(b["steps"]) == least
         ]
     ranks = ", ".join(str(b["rank"]) for b in live)
-    return [f"rank {ranks} alive and waiting after step {most}: on a rank of another node, or in the collective itself"]
+    return [
+        f"rank {ranks} alive and waiting after step {most}: in a step that does not return "
+        "(a collective waiting on a rank of another node, or a kernel that does not finish)"
+    ]
 
 
 def _process_state(pid: int) -> str:

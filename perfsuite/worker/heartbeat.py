@@ -68,6 +68,15 @@ class Heartbeat:
             self._last = now
             self._steps += 1
 
+    def restart(self) -> None:
+        """The steps from here on run under other settings (the numerics stretch is over): their
+        pace is not the one so far, and the first of them autotunes or traces anew. The rank
+        beats on with no last step and no median, as before its first step, so the hang watch
+        waits for two new steps before it judges again."""
+        with self._lock:
+            self._last = None
+            self._intervals.clear()
+
     def state(self) -> dict[str, Any]:
         with self._lock:
             intervals = list(self._intervals)

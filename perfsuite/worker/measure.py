@@ -61,6 +61,7 @@ def run_windows(
     after_warmup: Callable[[], None] | None = None,
     compiles: bool = False,
     stretch: Stretch | None = None,
+    after_stretch: Callable[[], None] | None = None,
 ) -> WindowTimings:
     """Run ``warmup_steps`` untimed steps, then ``windows`` timed windows of steps.
 
@@ -76,7 +77,10 @@ def run_windows(
     autotuning workspaces of the first steps are not the model's memory). With
     ``compiles``, the first step (which traces and compiles) is timed alone, before the
     warm-up, as ``compile_seconds``. With ``stretch``, the burst's first steps are the numerics
-    stretch (perfsuite.worker.numerics): they count among the warm-up's, and their seconds too.
+    stretch (perfsuite.worker.numerics): they count among the warm-up's, and their seconds too;
+    ``after_stretch()`` runs once it is done (the hang watch's pace starts again: the next step
+    runs under other settings, cuDNN's autotuning back on or a step traced anew, and can take
+    minutes where the stretch's took a fraction of a second).
     """
     step = _with_injected_delay(step)
     losses = _Losses()
@@ -84,6 +88,8 @@ def run_windows(
     if stretch is not None and stretch.steps > 0:
         numerics = run_stretch(stretch, step, loss_value, sync, clock, through=losses.of)
         warmup_steps = warmup_after(warmup_steps, stretch.steps)
+        if after_stretch is not None:
+            after_stretch()
     compile_seconds = _timed(losses.of(step), sync, clock) if compiles else None
     warmup_seconds = _timed(lambda: [losses.of(step)() for _ in range(warmup_steps)], sync, clock)
     if numerics is not None:

@@ -294,6 +294,7 @@ def _timed_windows(
             after_warmup=after_warmup,
             compiles=spec.xla,
             stretch=stretch,
+            after_stretch=heartbeat.restart,
         )
 
 

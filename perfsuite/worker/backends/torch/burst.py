@@ -260,6 +260,7 @@ def _timed_windows(
             ),
             compiles=spec.compile,
             stretch=stretch,
+            after_stretch=heartbeat.restart,
         )
 
 
