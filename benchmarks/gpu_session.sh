@@ -4,6 +4,10 @@
 # everything written to $OUT as it goes.
 #
 #   OUT=/some/dir benchmarks/gpu_session.sh            # BUDGET_S=510 by default
+#   PHASES="hardware tests suite-core" OUT=... benchmarks/gpu_session.sh   # only these phases
+#
+# A lease too short for every phase in one call can be spent in two: the second call names
+# the phases the first did not run, with the first call's baselines in $OUT/baselines.
 #
 # The phases run in order of what they are worth, each under its own limit and all under
 # one deadline (BUDGET_S from the start): a phase that would start with less than
@@ -25,7 +29,8 @@
 #     TP 2 (and at TP 4, and TP 2 x FSDP 2, on 4 or more), beside the 1-GPU burst its scaling
 #     efficiency is against, with the share of a step TP's collectives took and each rank's peak
 #     memory in $OUT/tensor-parallel-summary.log (a machine of one GPU says it skipped them);
-#  5. gate: resnet50 gated against its entry, profiled and attributed;
+#  5. gate: resnet50 gated against its entry, profiled and attributed; gate-transformers:
+#     gpt2, llama and moe against theirs, their losses against the golden ones;
 #  6. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
 #     duty cycle against the warm-started ones above);
 #  7. suite-rest: the other 6 models in fp32, saved beside them, 1 burst an entry;
@@ -46,6 +51,9 @@ DEADLINE=$((SECONDS + BUDGET_S))
 
 run() {  # run LIMIT_S NAME CMD...: one phase, its output in $OUT/NAME.log, its status in $OUT/status
   local limit=$1 name=$2 left=$((DEADLINE - SECONDS)); shift 2
+  if [[ -n ${PHASES:-} && " $PHASES " != *" $name "* ]]; then
+    return
+  fi
   if ((left < MIN_PHASE_S)); then
     echo "$name skipped: ${left} s left of the ${BUDGET_S} s budget" >> "$OUT/status"
     return
@@ -93,6 +101,11 @@ fi
 # profiled and attributed; its traces land in report-profile/traces/.
 run 90 gate $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
     --perf-profile --perf-report "$OUT/report-profile" --perf-json "$OUT/results-profile.json"
+# The transformers again against their entries: the gate on tokens/s, and the numerics
+# stretch's losses against the golden ones saved above (bit-equal on a rerun?).
+run 120 gate-transformers $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision bf16 --perf-model gpt2 \
+    --perf-model llama --perf-model moe --perf-seq-len 1024 --perf-report "$OUT/report-gate-transformers" \
+    --perf-json "$OUT/results-gate-transformers.json"
 # The phases above warm-started their bursts (the default): the same two models fresh, for
 # the phases and duty cycle of each (docs/figures.md, "Where a burst's time goes").
 run 75 start-fresh $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
