@@ -126,19 +126,35 @@ def test_the_heartbeat_counts_steps_and_says_when_it_is_done(tmp_path):
     assert written[0]["steps"] == 0 and written[0]["done"] is False
 
 
-def test_after_a_restart_the_watch_waits_for_two_new_steps(tmp_path):
+def test_after_a_restart_the_pace_starts_again_from_the_second_new_step(tmp_path):
     """The first step after the numerics stretch autotunes (VGG-16's took over 60 s on an H200,
-    after deterministic steps of 0.12 s): the stretch's pace must not judge it."""
-    clock = iter([10.0, 10.1, 10.2, 10.3]).__next__
-    hb = Heartbeat(tmp_path, 0, clock=lambda: clock(), write=write_heartbeat)
+    after deterministic steps of 0.12 s): neither the stretch's pace nor its own time judges."""
+    now = [10.0]
+    hb = Heartbeat(tmp_path, 0, clock=lambda: now[0], write=write_heartbeat)
     step = hb.counting(lambda: "loss")
-    step(), step(), step()
+
+    def step_at(t):
+        now[0] = t
+        step()
+
+    for t in (10.0, 10.1, 10.2):
+        step_at(t)
     hb.restart()
-    hb.beat()
-    state = read_heartbeat(heartbeat_path(tmp_path, 0))
-    assert state["steps"] == 3 and state["last_step"] is None and state["median_step_s"] is None
-    assert hang.check(tmp_path, 10.3 + 600, floor_s=60) is None  # ten minutes into the tuning step: not judged
-    beat(tmp_path, 0, steps=5, last_step=NOW - 61, median=90.0)  # two new steps: the new pace rules
+    assert hb.state()["median_step_s"] is None and hb.state()["last_step"] == 10.2
+    step_at(100.0)  # the tuning step, 89.8 s
+    assert hb.state()["median_step_s"] is None
+    step_at(100.1), step_at(100.3)
+    assert hb.state()["steps"] == 6 and hb.state()["median_step_s"] == pytest.approx(0.15)
+
+
+def test_with_no_pace_a_beating_rank_waits_and_a_silent_one_is_hung(tmp_path):
+    beat(tmp_path, 0, steps=10, last_step=NOW - 600, median=None, t=NOW)  # ten minutes into its tuning step
+    assert check(tmp_path, floor_s=60) is None
+    beat(tmp_path, 0, steps=10, last_step=NOW - 600, median=None, t=NOW - 61)  # and silent past the floor
+    found = check(tmp_path, floor_s=60)
+    assert found.line().startswith("hung: no step for 600 s and no beat for longer than the 60 s floor")
+    assert "rank 0 (pid 1000, stopped) stopped responding 61 s ago, after step 10" in found.line()
+    beat(tmp_path, 0, steps=10, last_step=None, median=None, t=NOW - 600)  # before its first step: not judged
     assert check(tmp_path, floor_s=60) is None
 
 

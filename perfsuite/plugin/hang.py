@@ -9,9 +9,10 @@ reads the beats while it polls the burst:
   never under HANG_FLOOR_S, `--perf-hang-floor` (a data pipeline's pause, a checkpoint of the allocator, a busy
   CPU worker are seconds, not minutes);
 * the watch starts once a rank has made two steps (a median exists): building the model,
-  compiling and joining the others are for the burst's other timeouts. It starts again after
-  the numerics stretch, whose deterministic steps set no pace for the next one (cuDNN's
-  autotuning took VGG-16's first step after it past 60 s on an H200);
+  compiling and joining the others are for the burst's other timeouts. The numerics
+  stretch's deterministic steps set no pace for the step after it (cuDNN's autotuning took
+  VGG-16's past 60 s on an H200): the median starts again after the stretch, and until two
+  new steps give one, only a rank that stopped beating for longer than the floor is hung;
 * when no rank has stepped for longer than the limit, the burst is hung. A rank whose beat
   is older than STALE_BEAT_S stopped responding altogether (stopped, frozen, holding the
   GIL): it is the one named, with its process state. Where every rank still beats, the
@@ -38,16 +39,22 @@ STALE_BEAT_S = 5.0  # five missed beats (perfsuite.worker.heartbeat.BEAT_S = 1 s
 class Hang:
     idle_s: float  # since the last step of any rank
     limit_s: float
-    median_step_s: float
+    median_step_s: float | None  # None: no pace yet, the rank judged by its silence
     floor_s: float
     factor: float
     stalled: tuple[str, ...]  # each named rank, as a phrase
 
     def line(self) -> str:
-        why = (
-            f"no step for {self.idle_s:.0f} s (limit {self.limit_s:.0f} s: {self.factor:g} x the median step "
-            f"of {self.median_step_s:.3g} s, at least {self.floor_s:.0f} s)"
-        )
+        if self.median_step_s is None:
+            why = (
+                f"no step for {self.idle_s:.0f} s and no beat for longer than the {self.floor_s:.0f} s floor "
+                "(no step time yet after the numerics stretch)"
+            )
+        else:
+            why = (
+                f"no step for {self.idle_s:.0f} s (limit {self.limit_s:.0f} s: {self.factor:g} x the median step "
+                f"of {self.median_step_s:.3g} s, at least {self.floor_s:.0f} s)"
+            )
         return f"hung: {why}; " + "; ".join(self.stalled)
 
 
@@ -65,15 +72,25 @@ def check(
     # Ranks step in lockstep: one rank's steps time them all, and one still in its first step
     # while another has made two is the stalled one, not one to wait for.
     stepping = [b for b in live if b.get("median_step_s") is not None and b.get("last_step") is not None]
+    state = process_state or _process_state
     if not stepping:
-        return None
+        return _silent_without_pace(live, now, floor_s, factor, state)
     median = max(float(b["median_step_s"]) for b in stepping)
     limit = max(factor * median, floor_s)
     idle = now - max(float(b["last_step"]) for b in stepping)
     if idle <= limit:
         return None
-    state = process_state or _process_state
     return Hang(idle, limit, median, floor_s, factor, tuple(_stalled(live, now, state)))
+
+
+def _silent_without_pace(live: list[dict[str, Any]], now: float, floor_s: float, factor: float, state) -> Hang | None:
+    """Past its first step but with no pace (the step after the numerics stretch): a rank that
+    stopped beating for longer than the floor is hung; one that beats is still in that step."""
+    stepped = [b for b in live if b.get("last_step") is not None]
+    if not any(now - float(b["t"]) > floor_s for b in stepped):
+        return None
+    idle = now - max(float(b["last_step"]) for b in stepped)
+    return Hang(idle, floor_s, None, floor_s, factor, tuple(_stalled(live, now, state)))
 
 
 def _stalled(live: list[dict[str, Any]], now: float, state: Callable[[int], str]) -> list[str]:

@@ -46,6 +46,7 @@ class Heartbeat:
         self._steps = 0
         self._last: float | None = None
         self._intervals: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._skip_next = False  # the first step after a restart retunes: its time is no pace
         self._done = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -63,19 +64,20 @@ class Heartbeat:
     def stepped(self) -> None:
         now = self._clock()
         with self._lock:
-            if self._last is not None:
+            if self._last is not None and not self._skip_next:
                 self._intervals.append(now - self._last)
+            self._skip_next = False
             self._last = now
             self._steps += 1
 
     def restart(self) -> None:
         """The steps from here on run under other settings (the numerics stretch is over): their
-        pace is not the one so far, and the first of them autotunes or traces anew. The rank
-        beats on with no last step and no median, as before its first step, so the hang watch
-        waits for two new steps before it judges again."""
+        pace is not the one so far, and the first of them autotunes or traces anew. The median
+        starts again from the second new step's time, so the hang watch has no pace to judge the
+        first by (a rank that stops beating is still judged, by the floor)."""
         with self._lock:
-            self._last = None
             self._intervals.clear()
+            self._skip_next = True
 
     def state(self) -> dict[str, Any]:
         with self._lock:
