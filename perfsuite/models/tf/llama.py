@@ -10,7 +10,6 @@ token embedding: 124,668,672 parameters. The configuration is ``catalog.LlamaCon
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
 from perfsuite.models.catalog import LLAMA_SMALL, TOKEN_SHAPES, LlamaConfig, flops_structure
@@ -24,34 +23,11 @@ __all__ = ["LlamaConfig", "build", "llama"]
 
 def build(config: LlamaConfig, seq_len: int) -> keras.Model:
     import keras
-    from keras import layers
 
-    from perfsuite.models.tf.transformer_layers import PreNormBlock, SelfAttention, SwiGLU, normal, token_input
+    from perfsuite.models.tf.transformer_layers import SwiGLU, decoder
 
     c = config
-    proj_std = c.init_std / math.sqrt(2 * c.layers)  # the residual projections, as GPT-2 scales them
-    ids = token_input(seq_len)
-    x = layers.Embedding(c.vocab_size, c.d_model, embeddings_initializer=normal(c.init_std), name="tok_embeddings")(ids)
-    for i in range(c.layers):
-        x = PreNormBlock(
-            SelfAttention(
-                c.d_model,
-                c.heads,
-                c.kv_heads,
-                use_bias=False,
-                causal=True,
-                rotary_len=seq_len,
-                rope_theta=c.rope_theta,
-                std=c.init_std,
-                proj_std=proj_std,
-            ),
-            SwiGLU(c.d_model, c.d_ff, c.init_std, proj_std),
-            layers.RMSNormalization(epsilon=c.eps),
-            layers.RMSNormalization(epsilon=c.eps),
-            name=f"block_{i}",
-        )(x)
-    x = layers.RMSNormalization(epsilon=c.eps, name="norm")(x)
-    logits = layers.Dense(c.vocab_size, use_bias=False, kernel_initializer=normal(c.init_std), name="output")(x)
+    ids, logits = decoder(c, seq_len, lambda proj_std: SwiGLU(c.d_model, c.d_ff, c.init_std, proj_std))
     return keras.Model(ids, logits, name="llama")
 
 

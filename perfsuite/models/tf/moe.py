@@ -12,7 +12,6 @@ language-model loss. 138,715,648 parameters, 63,218,176 active per token. The co
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
 from perfsuite.models.catalog import MOE_SMALL, TOKEN_SHAPES, MoEConfig, flops_structure
@@ -25,35 +24,15 @@ __all__ = ["MoEConfig", "build", "moe"]
 
 
 def build(config: MoEConfig, seq_len: int) -> keras.Model:
-    from keras import layers
-
     from perfsuite.models.tf.moe_layers import MoE, MoEModel
-    from perfsuite.models.tf.transformer_layers import PreNormBlock, SelfAttention, normal, token_input
+    from perfsuite.models.tf.transformer_layers import decoder
 
     c = config
-    proj_std = c.init_std / math.sqrt(2 * c.layers)  # the residual projections, as GPT-2 scales them
-    ids = token_input(seq_len)
-    x = layers.Embedding(c.vocab_size, c.d_model, embeddings_initializer=normal(c.init_std), name="tok_embeddings")(ids)
-    for i in range(c.layers):
-        x = PreNormBlock(
-            SelfAttention(
-                c.d_model,
-                c.heads,
-                c.kv_heads,
-                use_bias=False,
-                causal=True,
-                rotary_len=seq_len,
-                rope_theta=c.rope_theta,
-                std=c.init_std,
-                proj_std=proj_std,
-            ),
-            MoE(c.num_experts, c.top_k, c.d_ff, c.aux_loss_weight, c.init_std, proj_std, name="moe"),
-            layers.RMSNormalization(epsilon=c.eps),
-            layers.RMSNormalization(epsilon=c.eps),
-            name=f"block_{i}",
-        )(x)
-    x = layers.RMSNormalization(epsilon=c.eps, name="norm")(x)
-    logits = layers.Dense(c.vocab_size, use_bias=False, kernel_initializer=normal(c.init_std), name="output")(x)
+    ids, logits = decoder(
+        c,
+        seq_len,
+        lambda proj_std: MoE(c.num_experts, c.top_k, c.d_ff, c.aux_loss_weight, c.init_std, proj_std, name="moe"),
+    )
     return MoEModel(ids, logits, name="moe")
 
 

@@ -16,6 +16,7 @@ own, which a model names ``block_{i}``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -262,3 +263,35 @@ class ClassToken(layers.Layer):
     def call(self, x):
         token = tf.cast(tf.tile(self.token, (tf.shape(x)[0], 1, 1)), x.dtype)
         return tf.concat((token, x), axis=1)
+
+
+def decoder(c, seq_len: int, mlp: Callable[[float], layers.Layer]) -> tuple[keras.KerasTensor, keras.KerasTensor]:
+    """The Llama-style decoder of Llama and the mixture of experts, as token ids and logits: a
+    token embedding, ``c.layers`` blocks (``block_{i}``) of RMSNorm before grouped-query
+    attention with rotary positions and before ``mlp(proj_std)`` (Llama's SwiGLU, or routed
+    experts), a last RMSNorm and an output layer apart from the embedding. ``c`` is a
+    ``catalog.LlamaConfig`` or ``catalog.MoEConfig``; ``proj_std`` initialises the projections
+    that end a residual branch, as GPT-2 scales them."""
+    proj_std = c.init_std / math.sqrt(2 * c.layers)
+    ids = token_input(seq_len)
+    x = layers.Embedding(c.vocab_size, c.d_model, embeddings_initializer=normal(c.init_std), name="tok_embeddings")(ids)
+    for i in range(c.layers):
+        x = PreNormBlock(
+            SelfAttention(
+                c.d_model,
+                c.heads,
+                c.kv_heads,
+                use_bias=False,
+                causal=True,
+                rotary_len=seq_len,
+                rope_theta=c.rope_theta,
+                std=c.init_std,
+                proj_std=proj_std,
+            ),
+            mlp(proj_std),
+            layers.RMSNormalization(epsilon=c.eps),
+            layers.RMSNormalization(epsilon=c.eps),
+            name=f"block_{i}",
+        )(x)
+    x = layers.RMSNormalization(epsilon=c.eps, name="norm")(x)
+    return ids, layers.Dense(c.vocab_size, use_bias=False, kernel_initializer=normal(c.init_std), name="output")(x)

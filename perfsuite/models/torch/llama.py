@@ -23,43 +23,11 @@ __all__ = ["LlamaConfig", "build", "llama", "tp_plan"]
 
 def build(config: LlamaConfig, max_len: int = TOKEN_SHAPES["llama"]["seq_len"]) -> torch.nn.Module:
     """The model, with rotary angles for sequences of up to ``max_len`` tokens."""
-    from torch import nn
-
-    from perfsuite.models.torch.transformer_layers import (
-        PreNormBlock,
-        Rotary,
-        SelfAttention,
-        SwiGLU,
-        init_normal,
-        residual_std,
-    )
+    from perfsuite.models.torch.transformer_layers import Decoder, SwiGLU, init_normal, residual_std
 
     c = config
-
-    class Llama(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok_embeddings = nn.Embedding(c.vocab_size, c.d_model)
-            rotary = Rotary(c.head_dim, max_len, c.rope_theta)  # one table, every layer's
-            self.blocks = nn.ModuleList(
-                PreNormBlock(
-                    SelfAttention(c.d_model, c.heads, c.kv_heads, bias=False, causal=True, rotary=rotary),
-                    SwiGLU(c.d_model, c.d_ff),
-                    nn.RMSNorm(c.d_model, eps=c.eps),
-                    nn.RMSNorm(c.d_model, eps=c.eps),
-                )
-                for _ in range(c.layers)
-            )
-            self.norm = nn.RMSNorm(c.d_model, eps=c.eps)
-            self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            x = self.tok_embeddings(ids)
-            for block in self.blocks:
-                x = block(x)
-            return self.output(self.norm(x))
-
-    return init_normal(Llama(), c.init_std, residual_std(c.init_std, c.layers))
+    model = Decoder(c, max_len, lambda: SwiGLU(c.d_model, c.d_ff))
+    return init_normal(model, c.init_std, residual_std(c.init_std, c.layers))
 
 
 def tp_plan(model: torch.nn.Module, tp_mesh) -> None:

@@ -25,38 +25,15 @@ __all__ = ["MoEConfig", "build", "moe"]
 def build(config: MoEConfig, max_len: int = TOKEN_SHAPES["moe"]["seq_len"]) -> torch.nn.Module:
     """The model, with rotary angles for sequences of up to ``max_len`` tokens."""
     import torch
-    from torch import nn
 
     from perfsuite.models.torch.moe_layers import MoE
-    from perfsuite.models.torch.transformer_layers import PreNormBlock, Rotary, SelfAttention, init_normal, residual_std
+    from perfsuite.models.torch.transformer_layers import Decoder, init_normal, residual_std
 
     c = config
+    # Each layer's share of the load-balancing loss: their mean is weighted aux_loss_weight.
+    aux_weight = c.aux_loss_weight / c.layers
 
-    class MoEDecoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok_embeddings = nn.Embedding(c.vocab_size, c.d_model)
-            rotary = Rotary(c.head_dim, max_len, c.rope_theta)  # one table, every layer's
-            # Each layer's share of the load-balancing loss: their mean is weighted aux_loss_weight.
-            aux_weight = c.aux_loss_weight / c.layers
-            self.blocks = nn.ModuleList(
-                PreNormBlock(
-                    SelfAttention(c.d_model, c.heads, c.kv_heads, bias=False, causal=True, rotary=rotary),
-                    MoE(c.d_model, c.d_ff, c.num_experts, c.top_k, aux_weight),
-                    nn.RMSNorm(c.d_model, eps=c.eps),
-                    nn.RMSNorm(c.d_model, eps=c.eps),
-                )
-                for _ in range(c.layers)
-            )
-            self.norm = nn.RMSNorm(c.d_model, eps=c.eps)
-            self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            x = self.tok_embeddings(ids)
-            for block in self.blocks:
-                x = block(x)
-            return self.output(self.norm(x))
-
+    class MoEDecoder(Decoder):
         def routers(self) -> list[MoE]:
             """Each layer's router, wherever checkpointing or sharding has wrapped its block."""
             return [m for m in self.modules() if isinstance(m, MoE)]
@@ -90,7 +67,7 @@ def build(config: MoEConfig, max_len: int = TOKEN_SHAPES["moe"]["seq_len"]) -> t
                 "aux_loss": aux,
             }
 
-    model = MoEDecoder()
+    model = MoEDecoder(c, max_len, lambda: MoE(c.d_model, c.d_ff, c.num_experts, c.top_k, aux_weight))
     for layer in model.routers():  # stacked weights, which init_normal does not know
         layer.init_experts(c.init_std, residual_std(c.init_std, c.layers))
     return init_normal(model, c.init_std, residual_std(c.init_std, c.layers))

@@ -148,6 +148,35 @@ class Rotary(nn.Module):
         return x * cos + torch.cat((-second, first), dim=-1) * sin
 
 
+class Decoder(nn.Module):
+    """The Llama-style decoder of Llama and the mixture of experts: a token embedding, ``c.layers``
+    blocks of RMSNorm before grouped-query attention with rotary positions and before ``mlp()``
+    (Llama's SwiGLU, or routed experts), a last RMSNorm and an output layer apart from the
+    embedding. ``c`` is a ``catalog.LlamaConfig`` or ``catalog.MoEConfig``."""
+
+    def __init__(self, c, max_len: int, mlp: Callable[[], nn.Module]):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(c.vocab_size, c.d_model)
+        rotary = Rotary(c.head_dim, max_len, c.rope_theta)  # one table, every layer's
+        self.blocks = nn.ModuleList(
+            PreNormBlock(
+                SelfAttention(c.d_model, c.heads, c.kv_heads, bias=False, causal=True, rotary=rotary),
+                mlp(),
+                nn.RMSNorm(c.d_model, eps=c.eps),
+                nn.RMSNorm(c.d_model, eps=c.eps),
+            )
+            for _ in range(c.layers)
+        )
+        self.norm = nn.RMSNorm(c.d_model, eps=c.eps)
+        self.output = nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tok_embeddings(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.output(self.norm(x))
+
+
 def init_normal(model: nn.Module, std: float, residual_std: float | None = None) -> nn.Module:
     """GPT-2's and BERT's initialisation: linear and embedding weights normal(0, ``std``),
     biases zero, norms one; with ``residual_std``, the projections that end a residual
