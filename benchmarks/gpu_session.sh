@@ -33,7 +33,8 @@
 #     gpt2, llama and moe against theirs, their losses against the golden ones;
 #  6. start-fresh: resnet50 and cifar10, each burst in a fresh interpreter (the phases and
 #     duty cycle against the warm-started ones above);
-#  7. suite-rest: the other 6 models in fp32, saved beside them, 1 burst an entry;
+#  7. suite-rest, suite-deep: the other 6 models in fp32, three a phase, saved beside them, 1
+#     burst an entry;
 #  8. amp, dimensions, compile, data-locations: resnet50 in amp, over the tuned
 #     dimensions, with torch.compile, and over the data locations and the real pipeline,
 #     as time allows.
@@ -110,9 +111,12 @@ run 120 gate-transformers $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-pre
 # the phases and duty cycle of each (docs/figures.md, "Where a burst's time goes").
 run 75 start-fresh $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-precision fp32 --perf-model resnet50 \
     --perf-model cifar10 --perf-start fresh --perf-json "$OUT/results-fresh.json"
-run 180 suite-rest $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision fp32 \
-    --perf-model alexnet --perf-model googlenet --perf-model vgg16 --perf-model inception3 \
-    --perf-model resnet152 --perf-model inception4 --perf-json "$OUT/results-rest.json"
+# Three models a phase: a phase cut off by its limit saves nothing, and on an H200 three
+# models' bursts, cuDNN's autotuning in each, took about 100 s.
+run 150 suite-rest $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision fp32 \
+    --perf-model alexnet --perf-model googlenet --perf-model inception3 --perf-json "$OUT/results-rest.json"
+run 150 suite-deep $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision fp32 \
+    --perf-model vgg16 --perf-model resnet152 --perf-model inception4 --perf-json "$OUT/results-deep.json"
 run 60 amp $PY -m pytest "${TORCH[@]}" "${SAVE[@]}" --perf-baseline-runs 1 --perf-precision amp \
     --perf-model resnet50 --perf-json "$OUT/results-amp.json"
 run 120 dimensions $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-model resnet50 --perf-precision tf32 \
