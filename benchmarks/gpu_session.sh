@@ -50,8 +50,10 @@ BUDGET_S=${BUDGET_S:-510}
 MIN_PHASE_S=${MIN_PHASE_S:-30}
 DEADLINE=$((SECONDS + BUDGET_S))
 
+SEEN=" "  # every phase's name, asked for or not: a PHASES name none has is a typo
 run() {  # run LIMIT_S NAME CMD...: one phase, its output in $OUT/NAME.log, its status in $OUT/status
   local limit=$1 name=$2 left=$((DEADLINE - SECONDS)); shift 2
+  SEEN+="$name "
   if [[ -n ${PHASES:-} && " $PHASES " != *" $name "* ]]; then
     return
   fi
@@ -97,6 +99,7 @@ if ((GPUS >= 2)); then
     run 20 tensor-parallel-summary $PY benchmarks/token_summary.py "$OUT/results-tp.json"
 else
     echo "tensor-parallel skipped: TP needs 2 GPUs, this machine has ${GPUS:-0}" >> "$OUT/status"
+    SEEN+="tensor-parallel tensor-parallel-summary "
 fi
 # Against the entry just saved (with its op profile: kernels, NCCL, copies): the burst
 # profiled and attributed; its traces land in report-profile/traces/.
@@ -129,3 +132,9 @@ run 120 data-locations $PY -m pytest "${TORCH[@]}" "${AGAINST[@]}" --perf-model 
     --perf-data-location python --perf-data-location real --perf-augment-on cpu \
     --perf-report "$OUT/report-data" --perf-json "$OUT/results-data.json"
 cat "$OUT/status"
+for asked in ${PHASES:-}; do
+  if [[ $SEEN != *" $asked "* ]]; then
+    echo "gpu_session.sh: no phase is named '$asked' (phases:${SEEN% })" | tee -a "$OUT/status" >&2
+    exit 2
+  fi
+done

@@ -257,6 +257,22 @@ def test_the_burst_hears_when_the_stretch_ends_before_its_warm_up_goes_on():
     assert timings.numerics.losses == (1.0, 1.0)
 
 
+def test_what_ran_nondeterministically_is_named_in_a_few_words():
+    pytest.importorskip("torch")
+    from perfsuite.worker.backends.torch.determinism import nondeterministic
+
+    flash = (
+        "Flash Attention defaults to a non-deterministic algorithm. To explicitly enable determinism call "
+        "torch.use_deterministic_algorithms(True, warn_only=False)."
+    )
+    scatter = "scatter_add_cuda_kernel does not have a deterministic implementation, but you set ..."
+    assert nondeterministic([flash, scatter, flash]) == (
+        "Flash Attention backward runs nondeterministically under warn-only settings; "
+        "scatter_add_cuda_kernel has no deterministic kernel"
+    )
+    assert nondeterministic(["an unrelated warning"]) is None
+
+
 def test_the_warm_up_counts_the_stretch_and_one_step_follows_it():
     assert warmup_after(20, 10) == 10
     assert warmup_after(2, 10) == 1

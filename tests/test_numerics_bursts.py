@@ -68,19 +68,3 @@ def test_torch_losses_repeat_bit_for_bit_and_a_gelu_change_shows(tmp_path, monke
 @pytest.mark.xdist_group("tensorflow")
 def test_tensorflow_losses_repeat_bit_for_bit_and_a_gelu_change_shows(tmp_path, monkeypatch):
     check("tf", "tf.config.experimental.enable_op_determinism", tmp_path, monkeypatch)
-
-
-@needs("torch")
-def test_what_ran_nondeterministically_is_named_in_a_few_words():
-    from perfsuite.worker.backends.torch.determinism import nondeterministic
-
-    flash = (
-        "Flash Attention defaults to a non-deterministic algorithm. To explicitly enable determinism call "
-        "torch.use_deterministic_algorithms(True, warn_only=False)."
-    )
-    scatter = "scatter_add_cuda_kernel does not have a deterministic implementation, but you set ..."
-    assert nondeterministic([flash, scatter, flash]) == (
-        "Flash Attention backward runs nondeterministically under warn-only settings; "
-        "scatter_add_cuda_kernel has no deterministic kernel"
-    )
-    assert nondeterministic(["an unrelated warning"]) is None

@@ -48,7 +48,7 @@ class Hang:
         if self.median_step_s is None:
             why = (
                 f"no step for {self.idle_s:.0f} s and no beat for longer than the {self.floor_s:.0f} s floor "
-                "(no step time yet after the numerics stretch)"
+                "(no step time yet: a burst's first steps, or the first after the numerics stretch)"
             )
         else:
             why = (
@@ -84,8 +84,9 @@ def check(
 
 
 def _silent_without_pace(live: list[dict[str, Any]], now: float, floor_s: float, factor: float, state) -> Hang | None:
-    """Past its first step but with no pace (the step after the numerics stretch): a rank that
-    stopped beating for longer than the floor is hung; one that beats is still in that step."""
+    """Past its first step but with no pace yet (its second step, or the one after the numerics
+    stretch): a rank that stopped beating for longer than the floor is hung; one that beats is
+    still in that step."""
     stepped = [b for b in live if b.get("last_step") is not None]
     if not any(now - float(b["t"]) > floor_s for b in stepped):
         return None
